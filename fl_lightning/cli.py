@@ -1,0 +1,147 @@
+"""The ``fl-lightning`` command (LightningCLI).
+
+``fl-lightning fit|validate|test --config configs/experiment/<name>.yaml [overrides]``.
+Besides Lightning's ``trainer``, ``model`` (the FederatedModule's round settings) and ``data``
+groups, three top-level groups are linked into the model: ``client`` (the ClientModule with its
+``net``), ``strategy`` (any ``Strategy`` subclass, by class name or ``class_path``) and
+``privacy`` (the accountant). Bad input ends in one line ``error: <field>: <why>`` and exit 2,
+before any training.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from fl_lightning import extensions as _extensions  # noqa: F401  (registers subcommands)
+
+
+def _trainer_defaults() -> dict[str, Any]:
+    return {
+        "log_every_n_steps": 1,
+        "num_sanity_val_steps": 0,
+        "enable_model_summary": False,
+        "max_steps": 20,
+        "logger": [
+            {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": "runs", "name": "fl"},
+            },
+            {
+                "class_path": "lightning.pytorch.loggers.WandbLogger",
+                "init_args": {"save_dir": "runs", "project": "fl-lightning", "offline": True},
+            },
+        ],
+    }
+
+
+def _default_callbacks() -> list[Any]:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from fl_lightning.server.progress import RoundProgressBar
+
+    return [
+        RoundProgressBar(),
+        ModelCheckpoint(save_last=True, every_n_train_steps=10, save_top_k=0),
+    ]
+
+
+def build_cli_class():  # noqa: ANN201
+    from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+
+    from fl_lightning.client.module import ClientModule
+    from fl_lightning.data.datamodule import FederatedDataModule
+    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.server.module import FederatedModule
+    from fl_lightning.strategies import Strategy
+
+    class LoggedConfigCallback(SaveConfigCallback):
+        """Writes config.yaml beside the run and logs the resolved config to every logger."""
+
+        def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            config = self.parser.dump(self.config, skip_none=False, format="yaml")
+            import yaml
+
+            flat = _flatten(yaml.safe_load(config))
+            for logger in trainer.loggers:
+                logger.log_hyperparams(flat)
+
+    class FederatedCLI(LightningCLI):
+        def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+            parser.add_class_arguments(ClientModule, "client", fail_untyped=False)
+            parser.add_subclass_arguments(Strategy, "strategy", required=True)
+            parser.add_class_arguments(PrivacyAccountant, "privacy")
+            parser.link_arguments("client", "model.client", apply_on="instantiate")
+            parser.link_arguments("strategy", "model.strategy", apply_on="instantiate")
+            parser.link_arguments("privacy", "model.privacy", apply_on="instantiate")
+            parser.link_arguments("seed_everything", "model.seed")
+            parser.link_arguments("seed_everything", "data.seed")
+
+    def make(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
+        return FederatedCLI(
+            FederatedModule,
+            FederatedDataModule,
+            save_config_callback=LoggedConfigCallback,
+            save_config_kwargs={"overwrite": False},
+            trainer_defaults={**_trainer_defaults(), "callbacks": _default_callbacks()},
+            seed_everything_default=0,
+            parser_kwargs={"exit_on_error": False},
+            args=args,
+            run=run,
+            auto_configure_optimizers=False,
+        )
+
+    return make
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def one_line(err: BaseException) -> str:
+    """The first meaningful line of an error, for ``error: ...`` output."""
+    text = str(err).strip() or type(err).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else text
+    # jsonargparse nests the real cause: prefer the innermost line naming a key.
+    for line in lines:
+        if line.startswith(("data.", "client.", "strategy.", "model.", "privacy.", "trainer.")):
+            return line
+    return first
+
+
+def run_lightning(args: list[str] | None = None) -> int:
+    from jsonargparse import ArgumentError
+
+    make = build_cli_class()
+    try:
+        make(args)
+    except (ArgumentError, ValueError, FileNotFoundError, TypeError, KeyError) as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``fl-lightning`` console script."""
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    args = list(sys.argv[1:] if argv is None else argv)
+    handler = _extensions.SUBCOMMANDS.get(args[0]) if args else None
+    if handler is not None:
+        return int(handler(args[1:]) or 0)
+    return run_lightning(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""FederatedModule: the round loop as a LightningModule (one training step = one round).
+
+The Lightning ``Trainer`` gives the loop process launch, logging, progress, checkpoints and
+seeding; ``max_steps`` is the number of rounds. Each step (DESIGN.md, "One round"):
+
+1. the strategy configures the round; 2. the sampler draws the cohort from (seed, round);
+3. the executor trains this process's clients on the one reused ClientModule; 4. client-side
+processing (clipping, local mechanisms) with generators keyed by (seed, round, client);
+5. the strategy aggregates (central noise from a generator keyed by (seed, round));
+6. the server optimizer applies the aggregate as a pseudo-gradient (SGD lr 1 = FedAvg,
+momentum = FedAvgM, Adam = FedAdam); 7. the accountant records the round and logs ε, stopping
+before a round that would exceed ``target_epsilon``; 8. every ``eval_every`` rounds the global
+model is evaluated with torchmetrics.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.loggers import WandbLogger
+
+from fl_lightning.client.local_loop import LocalTrainer
+from fl_lightning.client.module import ClientModule, metrics_from_logits
+from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.analysis import calibrate_noise_multiplier
+from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.sampling import CohortSampler
+from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.base import Strategy
+from fl_lightning.utils.flat import flatten_into, trainable_parameters
+from fl_lightning.utils.rng import generator_for
+
+
+class _UpdateStats:
+    """Wraps the stream of updates, remembering what logging and accounting need."""
+
+    def __init__(self, updates: Iterable[ClientUpdate]) -> None:
+        self._updates = updates
+        self.losses: list[float] = []
+        self.metrics: dict[str, list[float]] = {}
+        self.dp_steps: dict[int, list[SampledGaussian]] = {}
+        self.count = 0
+
+    def __iter__(self) -> Iterator[ClientUpdate]:
+        for update in self._updates:
+            self.count += 1
+            if not math.isnan(update.loss):
+                self.losses.append(update.loss)
+            for k, v in update.metrics.items():
+                self.metrics.setdefault(k, []).append(float(v))
+            if update.dp_steps:
+                self.dp_steps[update.client_id] = list(update.dp_steps)
+            yield update
+
+
+class FederatedModule(pl.LightningModule):
+    """The federated round loop.
+
+    Args:
+        client: the ClientModule every client trains (one per process, reused).
+        strategy: the aggregation strategy (a Callback).
+        privacy: the accountant (a Callback); None for a run without accounting.
+        sampling: ``fixed`` (m clients per round) or ``poisson`` (rate q).
+        clients_per_round: m.
+        client_rate: q for Poisson sampling.
+        server_optimizer: ``sgd`` (FedAvg / FedAvgM) or ``adam`` (FedAdam).
+        server_lr: server learning rate (1.0 with SGD and no momentum is plain FedAvg).
+        server_momentum: server SGD momentum (FedAvgM).
+        server_betas: Adam betas (FedAdam).
+        server_eps: Adam ε (FedAdam uses a large one, e.g. 1e-3; Reddi et al. 2021).
+        eval_every: evaluate the global model every this many rounds (0: only at the end).
+        seed: seed of every generator of the run (cohorts, batches, noise).
+    """
+
+    def __init__(
+        self,
+        client: ClientModule,
+        strategy: Strategy,
+        privacy: PrivacyAccountant | None = None,
+        sampling: Literal["fixed", "poisson"] = "fixed",
+        clients_per_round: int = 10,
+        client_rate: float | None = None,
+        server_optimizer: Literal["sgd", "adam"] = "sgd",
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+        server_betas: tuple[float, float] = (0.9, 0.99),
+        server_eps: float = 1e-3,
+        eval_every: int = 5,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if server_optimizer not in ("sgd", "adam"):
+            raise ValueError(
+                f"model.server_optimizer: expected 'sgd' or 'adam', got {server_optimizer!r}"
+            )
+        if server_lr < 0:
+            raise ValueError(f"model.server_lr: learning rate must be >= 0, got {server_lr}")
+        if server_momentum < 0:
+            raise ValueError(f"model.server_momentum: must be >= 0, got {server_momentum}")
+        if eval_every < 0:
+            raise ValueError(f"model.eval_every: must be >= 0, got {eval_every}")
+        self.automatic_optimization = False
+        self.sampler = CohortSampler(sampling, clients_per_round, client_rate)
+        self.strategy = strategy
+        self.accountant = privacy
+        self.server_optimizer = server_optimizer
+        self.server_lr = server_lr
+        self.server_momentum = server_momentum
+        self.server_betas = tuple(server_betas)
+        self.server_eps = server_eps
+        self.eval_every = eval_every
+        self.seed = seed
+        self.global_net = copy.deepcopy(client.net)
+        self.num_classes = client.num_classes
+        # Not a registered submodule: the client's working copy is not part of the checkpoint.
+        self._client = [client]
+        self._local_trainer: LocalTrainer | None = None
+        self._executor: SequentialExecutor | None = None
+        self._global_flat: torch.Tensor | None = None
+        self._eval_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.last_eval: dict[str, float] = {}
+        self.rounds_completed = 0
+        self.stopped_by_budget = False
+        self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
+
+    @property
+    def client(self) -> ClientModule:
+        return self._client[0]
+
+    @property
+    def uses_dp_sgd(self) -> bool:
+        return self.client.training_config.dp_sgd is not None
+
+    # -- set-up ------------------------------------------------------------------------------
+    def configure_callbacks(self) -> list[pl.Callback]:
+        return [cb for cb in (self.strategy, self.accountant) if cb is not None]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        params = trainable_parameters(self.global_net)
+        if self.server_optimizer == "adam":
+            return torch.optim.Adam(
+                params, lr=self.server_lr, betas=self.server_betas, eps=self.server_eps
+            )
+        return torch.optim.SGD(params, lr=self.server_lr, momentum=self.server_momentum)
+
+    @property
+    def data(self):  # noqa: ANN201 - the FederatedDataModule
+        return self.trainer.datamodule
+
+    def setup(self, stage: str) -> None:
+        data = self.data
+        data.setup(stage)
+        if data.num_classes != self.num_classes:
+            raise ValueError(
+                f"client.num_classes: model has {self.num_classes} classes, dataset "
+                f"{data.dataset_name!r} has {data.num_classes}"
+            )
+        if stage == "fit":
+            self.sampler.check_population(data.num_clients)
+            self.strategy.validate_config(client_uses_dp_sgd=self.uses_dp_sgd)
+
+    def on_fit_start(self) -> None:
+        data = self.data
+        data.to(self.device)
+        self._calibrate_noise()
+        self.strategy.setup_strategy(
+            num_clients=data.num_clients,
+            num_parameters=sum(p.numel() for p in trainable_parameters(self.global_net)),
+            seed=self.seed,
+        )
+        self._local_trainer = LocalTrainer(self.client, self.device)
+        self._executor = SequentialExecutor(self._local_trainer)
+        self._global_flat = torch.empty(
+            sum(p.numel() for p in trainable_parameters(self.global_net)), device=self.device
+        )
+        self._log_partition()
+
+    def _calibrate_noise(self) -> None:
+        acc = self.accountant
+        rounds = int(self.trainer.max_steps)
+        n_clients = self.data.num_clients
+        rate = self.sampler.sample_rate(n_clients)
+        self.strategy.calibrate_noise(
+            target_epsilon=acc.target_epsilon if acc else None,
+            delta=acc.delta if acc else 1e-5,
+            accountant=acc.accountant if acc else "rdp",
+            rounds=rounds,
+            sample_rate=rate,
+        )
+        dp = self.client.training_config.dp_sgd
+        if dp is None or dp.noise_multiplier is not None:
+            return
+        if acc is None or acc.target_epsilon is None:
+            raise ValueError(
+                "client.dp_sgd.noise_multiplier: unset, so privacy.target_epsilon is needed"
+            )
+        # Calibrated for the median client's expected participation (rounds × m/N).
+        sizes = sorted(self.data.client_sizes())
+        median = int(sizes[len(sizes) // 2])
+        cfg = self.client.training_config
+        steps = cfg.steps_for(median) * max(1, math.ceil(rounds * rate))
+        sigma = calibrate_noise_multiplier(
+            target_epsilon=acc.target_epsilon,
+            delta=acc.delta,
+            sample_rate=min(1.0, cfg.batch_size / median),
+            steps=steps,
+            accountant=acc.accountant,
+        )
+        from dataclasses import replace
+
+        self.client.training_config = replace(cfg, dp_sgd=replace(dp, noise_multiplier=sigma))
+
+    def _log_partition(self) -> None:
+        hist = self.data.label_histogram().cpu()
+        sizes = hist.sum(dim=1)
+        if self.trainer.is_global_zero and self.trainer.log_dir:
+            path = Path(self.trainer.log_dir) / "label_histogram.csv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            rows = ["client," + ",".join(f"label_{c}" for c in range(hist.shape[1]))]
+            rows += [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(hist)]
+            path.write_text("\n".join(rows) + "\n")
+        for logger in self.loggers:
+            logger.log_hyperparams(
+                {
+                    "partition/label_histogram": hist.tolist(),
+                    "partition/min_client_size": int(sizes.min()),
+                    "partition/max_client_size": int(sizes.max()),
+                }
+            )
+
+    # -- one round ---------------------------------------------------------------------------
+    def round_context(self, round_idx: int) -> RoundContext:
+        n = self.data.num_clients
+        assert self._global_flat is not None
+        flatten_into(trainable_parameters(self.global_net), self._global_flat)
+        ctx = RoundContext(
+            round_idx=round_idx,
+            total_rounds=int(self.trainer.max_steps),
+            seed=self.seed,
+            num_clients=n,
+            cohort=self.sampler.sample(self.seed, round_idx, n),
+            expected_cohort_size=self.sampler.expected_size(n),
+            sample_rate=self.sampler.sample_rate(n),
+            global_params=self._global_flat,
+        )
+        ctx.client_config = self.strategy.configure_round(ctx)
+        return ctx
+
+    def planned_privacy(self, ctx: RoundContext) -> RoundPrivacy:
+        """What the round will spend, known before any client trains (for the budget stop)."""
+        spent = self.strategy.round_privacy(ctx)
+        cfg = self.client.training_config.with_overrides(ctx.client_config)
+        if cfg.dp_sgd is not None:
+            sizes = self.data.client_sizes()
+            for cid in ctx.cohort:
+                n = int(sizes[cid])
+                spent.record_level[cid] = [
+                    SampledGaussian(
+                        float(cfg.dp_sgd.noise_multiplier),
+                        min(1.0, cfg.batch_size / n),
+                        cfg.steps_for(n),
+                    )
+                ]
+        return spent
+
+    def clients_of_this_process(self, ctx: RoundContext) -> list[int]:
+        return list(ctx.cohort)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        start = time.perf_counter()
+        round_idx = int(self.global_step)
+        ctx = self.round_context(round_idx)
+        if self.accountant is not None and self.accountant.would_exceed(self.planned_privacy(ctx)):
+            self.stopped_by_budget = True
+            self.print(
+                f"Stopping before round {round_idx}: it would exceed target ε = "
+                f"{self.accountant.target_epsilon}"
+            )
+            self.trainer.should_stop = True
+            return
+        assert self._executor is not None
+        stats = _UpdateStats(
+            self._executor.run(self.clients_of_this_process(ctx), ctx, self.data, self.strategy)
+        )
+        updates: Iterable[ClientUpdate] = stats
+        if self.strategy.needs_all_updates:
+            updates = list(stats)
+        aggregate = self.strategy.aggregate(
+            updates, ctx, generator=generator_for(self.seed, round_idx, "central", device=self.device)
+        )
+        self._apply_server_step(aggregate)
+        self.strategy.after_round(ctx, aggregate)
+        self.rounds_completed = round_idx + 1
+        metrics = self._round_metrics(ctx, stats, time.perf_counter() - start)
+        if self.accountant is not None:
+            spent = self.strategy.round_privacy(ctx)
+            spent.record_level.update(stats.dp_steps)
+            self.accountant.record(spent)
+            metrics.update(
+                {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}
+            )
+        if self.eval_every and (round_idx + 1) % self.eval_every == 0:
+            metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
+        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=1)
+
+    def _apply_server_step(self, aggregate: torch.Tensor) -> None:
+        """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1)."""
+        optimizer = self.optimizers()
+        offset = 0
+        for p in trainable_parameters(self.global_net):
+            n = p.numel()
+            p.grad = -aggregate[offset : offset + n].view_as(p).to(p.dtype)
+            offset += n
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def _round_metrics(self, ctx: RoundContext, stats: _UpdateStats, seconds: float) -> dict:
+        metrics: dict[str, float] = {
+            "round/time_s": seconds,
+            "round/cohort_size": float(len(ctx.cohort)),
+            "round/index": float(ctx.round_idx),
+        }
+        if stats.losses:
+            metrics["train/loss"] = sum(stats.losses) / len(stats.losses)
+        for k, values in stats.metrics.items():
+            metrics[f"clients/{k}"] = sum(values) / len(values)
+        for k, v in self.strategy.round_metrics.items():
+            metrics[f"strategy/{k}"] = float(v)
+        return metrics
+
+    # -- evaluation --------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate_global(self, split: str = "test") -> dict[str, float]:
+        data = self.data
+        ds = data.test if split == "test" else data.val
+        if ds is None:
+            return {}
+        x, y = ds.x.to(self.device), ds.y.to(self.device)
+        self.global_net.eval()
+        bs = data.hparams.eval_batch_size
+        logits = torch.cat([self.global_net(x[i : i + bs]) for i in range(0, len(x), bs)])
+        self.global_net.train()
+        self.last_eval = metrics_from_logits(logits, y, self.num_classes)
+        return self.last_eval
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.global_net(x)
+
+    def _eval_step(self, batch: Any) -> None:
+        x, y = batch
+        self._eval_outputs.append((self.global_net(x), y))
+
+    def _eval_epoch_end(self, prefix: str) -> None:
+        logits = torch.cat([o[0] for o in self._eval_outputs])
+        y = torch.cat([o[1] for o in self._eval_outputs])
+        self._eval_outputs.clear()
+        metrics = metrics_from_logits(logits, y, self.num_classes)
+        self.log_dict({f"{prefix}/{k}": v for k, v in metrics.items()}, batch_size=len(y))
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    # -- end of training ---------------------------------------------------------------------
+    def on_train_end(self) -> None:
+        final = self.evaluate_global()
+        summary: dict[str, Any] = {
+            "rounds": self.rounds_completed,
+            "stopped_by_budget": self.stopped_by_budget,
+            **{f"test/{k}": v for k, v in final.items()},
+        }
+        if self.accountant is not None:
+            summary.update(self.accountant.report())
+        if not self.trainer.is_global_zero:
+            return
+        for logger in self.loggers:
+            if isinstance(logger, WandbLogger):
+                for k, v in summary.items():
+                    logger.experiment.summary[k] = v
+        if self.trainer.log_dir:
+            path = Path(self.trainer.log_dir) / "summary.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        eps = summary.get("privacy/epsilon", math.inf)
+        self.print(
+            f"Finished {self.rounds_completed} rounds: test accuracy "
+            f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
+            f"(δ = {summary.get('privacy/delta', 0):g}); "
+            f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
+        )

@@ -1,0 +1,131 @@
+"""The aggregation-strategy interface.
+
+A strategy is a Lightning ``Callback`` (so its state is checkpointed with the run) that owns
+everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
+
+* ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
+* ``adjust_local_gradients``: optional per-local-step gradient correction (SCAFFOLD, ...).
+* ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
+* ``aggregate``: server-side combination into the global delta (central noise included).
+* ``round_privacy``: what the round spent, for the accountant.
+* ``after_round``: bookkeeping once the global model moved.
+
+The default path is FedAvg: the weighted mean of the clients' deltas. Strategies that only
+need sums (``needs_all_updates = False``) can be sharded with one all-reduce per round;
+strategies that look at individual updates (projections between clients) set it to True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Literal
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.server.update import ClientUpdate, RoundContext
+
+Weighting = Literal["num_examples", "uniform"]
+
+
+class Strategy(Callback):
+    """Base class: FedAvg behaviour with every hook overridable.
+
+    Args:
+        weighting: ``"num_examples"`` weights client i by n_i (McMahan et al. 2017),
+            ``"uniform"`` weights every client equally.
+    """
+
+    needs_all_updates: ClassVar[bool] = False
+    """True when ``aggregate`` must see every individual update (not only their sum)."""
+
+    def __init__(self, *, weighting: Weighting = "num_examples") -> None:
+        super().__init__()
+        if weighting not in ("num_examples", "uniform"):
+            raise ValueError(f"weighting: expected 'num_examples' or 'uniform', got {weighting!r}")
+        self.weighting = weighting
+        self.num_clients = 0
+        self.num_parameters = 0
+        self.seed = 0
+        self.round_metrics: dict[str, float] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def setup_strategy(self, *, num_clients: int, num_parameters: int, seed: int) -> None:
+        """Called once by the server before the first round."""
+        self.num_clients = num_clients
+        self.num_parameters = num_parameters
+        self.seed = seed
+
+    def validate_config(self, *, client_uses_dp_sgd: bool) -> None:
+        """Raises ``ValueError`` naming the field when the run's settings cannot work."""
+
+    def calibrate_noise(
+        self,
+        *,
+        target_epsilon: float | None,
+        delta: float,
+        accountant: str,
+        rounds: int,
+        sample_rate: float,
+    ) -> None:
+        """Sets any unset noise multiplier from the privacy target. Default: nothing to set."""
+
+    # -- client side -------------------------------------------------------------------------
+    def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
+        """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``)."""
+        return {}
+
+    def adjust_local_gradients(
+        self, client_id: int, params: Sequence[torch.nn.Parameter], ctx: RoundContext
+    ) -> None:
+        """Called after each local backward pass, before the optimizer step. Default: no-op."""
+
+    def client_optimizer_state(self, client_id: int) -> dict[str, Any] | None:
+        """Optimizer state to restore for ``client_id`` (None: a fresh optimizer each round)."""
+        return None
+
+    def save_client_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
+        """Receives the client's optimizer state after local training when persisted."""
+
+    @property
+    def persists_client_optimizer_state(self) -> bool:
+        return False
+
+    def process_update(
+        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
+    ) -> ClientUpdate:
+        """Client-side processing before upload (clip, privatise). Default: unchanged."""
+        return update
+
+    # -- server side -------------------------------------------------------------------------
+    def client_weight(self, update: ClientUpdate) -> float:
+        return float(update.num_examples) if self.weighting == "num_examples" else 1.0
+
+    def aggregate(
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Returns the global delta (added to the global weights by the server optimizer)."""
+        total: torch.Tensor | None = None
+        total_weight = 0.0
+        for update in updates:
+            w = self.client_weight(update)
+            total = update.delta * w if total is None else total.add_(update.delta, alpha=w)
+            total_weight += w
+        if total is None or total_weight == 0.0:
+            return torch.zeros_like(ctx.global_params)
+        return total.div_(total_weight)
+
+    def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
+        """Client-level and local-DP spending of this round (record-level comes from clients)."""
+        return RoundPrivacy()
+
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
+        """Called once the global model moved."""
+
+    # -- checkpointing -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
