@@ -24,6 +24,7 @@ def _trainer_defaults() -> dict[str, Any]:
         "num_sanity_val_steps": 0,
         "enable_model_summary": False,
         "max_steps": 20,
+        "default_root_dir": "runs",
         "logger": [
             {
                 "class_path": "lightning.pytorch.loggers.CSVLogger",
