@@ -61,8 +61,9 @@ class DPFLAGN(Strategy):
     round with σ_t.
 
     Args:
-        adaptive_lr: AGN, Adam on the noisy gradient; requires ``client.optimizer: adam``
-            (False requires ``sgd``: the ANR-only ablation and the DP-SGD-FL baseline).
+        adaptive_lr: AGN, Adam on the noisy gradient; True requires ``client.optimizer: adam``,
+            False requires ``sgd`` (the ANR-only ablation and the DP-SGD-FL baseline); None
+            (default) follows ``client.optimizer`` (so a sweep varies the optimizer alone).
         anr: adaptive noise reduction (Eqs. 11–12).
         mu: μ, the loss-decrease threshold that triggers a decay (0.001 in the paper).
         rho: ρ ∈ (0, 1), the decay factor (not reported by the paper; see the module doc).
@@ -76,7 +77,7 @@ class DPFLAGN(Strategy):
     def __init__(
         self,
         *,
-        adaptive_lr: bool = True,
+        adaptive_lr: bool | None = None,
         anr: bool = True,
         mu: float = 1e-3,
         rho: float = 0.9,
@@ -120,6 +121,8 @@ class DPFLAGN(Strategy):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         cfg = pl_module.client.training_config
+        if self.adaptive_lr is None:
+            self.adaptive_lr = cfg.optimizer == "adam"
         wanted = "adam" if self.adaptive_lr else "sgd"
         if cfg.optimizer != wanted:
             raise ValueError(

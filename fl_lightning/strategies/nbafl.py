@@ -55,14 +55,23 @@ def uplink_sigma(*, c: float, exposures: int, clip_norm: float, min_size: int, e
 
 
 def downlink_sigma(
-    *, c: float, rounds: int, exposures: int, num_clients: int, clip_norm: float, min_size: int,
+    *,
+    c: float,
+    rounds: int,
+    exposures: int,
+    num_clients: int,
+    clip_norm: float,
+    min_size: int,
     eps: float,
 ) -> float:
     """σ_D = 2cC·√(T² − L²N)/(m·N·ε) when T > L√N, else 0 (Theorem 2)."""
     if rounds <= exposures * math.sqrt(num_clients):
         return 0.0
     return (
-        2.0 * c * clip_norm * math.sqrt(rounds**2 - exposures**2 * num_clients)
+        2.0
+        * c
+        * clip_norm
+        * math.sqrt(rounds**2 - exposures**2 * num_clients)
         / (min_size * num_clients * eps)
     )
 
@@ -132,7 +141,12 @@ class NbAFL(Strategy):
             )
 
     def calibrate_noise(
-        self, *, target_epsilon: float | None, delta: float, accountant: str, rounds: int,
+        self,
+        *,
+        target_epsilon: float | None,
+        delta: float,
+        accountant: str,
+        rounds: int,
         sample_rate: float,
     ) -> None:
         if self.epsilon is None:
@@ -147,18 +161,29 @@ class NbAFL(Strategy):
         L = self.exposures or rounds
         if self.variant == "published":
             self.sigma_u = uplink_sigma(
-                c=self.c, exposures=L, clip_norm=self.clip_norm, min_size=min_size,
+                c=self.c,
+                exposures=L,
+                clip_norm=self.clip_norm,
+                min_size=min_size,
                 eps=self.epsilon,
             )
         else:
             z = calibrate_noise_multiplier(
-                target_epsilon=self.epsilon, delta=self.delta, sample_rate=1.0, steps=L,
+                target_epsilon=self.epsilon,
+                delta=self.delta,
+                sample_rate=1.0,
+                steps=L,
                 accountant=self.accountant,
             )
             self.sigma_u = z * 2.0 * self.clip_norm
         self.sigma_d = downlink_sigma(
-            c=self.c, rounds=rounds, exposures=L, num_clients=num_clients,
-            clip_norm=self.clip_norm, min_size=min_size, eps=self.epsilon,
+            c=self.c,
+            rounds=rounds,
+            exposures=L,
+            num_clients=num_clients,
+            clip_norm=self.clip_norm,
+            min_size=min_size,
+            eps=self.epsilon,
         )
         self.L = L
 
@@ -214,8 +239,11 @@ class NbAFL(Strategy):
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "epsilon": self.epsilon, "sigma_u": self.sigma_u, "sigma_d": self.sigma_d,
-            "L": getattr(self, "L", None), "uploads": self.uploads,
+            "epsilon": self.epsilon,
+            "sigma_u": self.sigma_u,
+            "sigma_d": self.sigma_d,
+            "L": getattr(self, "L", None),
+            "uploads": self.uploads,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

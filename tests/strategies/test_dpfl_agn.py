@@ -23,8 +23,14 @@ DELTA = 1e-5
 
 def _ctx(round_idx: int, losses: list[float]) -> RoundContext:
     return RoundContext(
-        round_idx=round_idx, total_rounds=10, seed=0, num_clients=2, cohort=[0, 1],
-        expected_cohort_size=2, sample_rate=1.0, global_params=torch.zeros(3),
+        round_idx=round_idx,
+        total_rounds=10,
+        seed=0,
+        num_clients=2,
+        cohort=[0, 1],
+        expected_cohort_size=2,
+        sample_rate=1.0,
+        global_params=torch.zeros(3),
         evaluate=lambda split: {"loss": losses.pop(0)},
     )
 
@@ -65,9 +71,14 @@ def test_anr_respects_the_noise_floor_and_off_switch():
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"rho": 1.0}, "strategy.rho"), ({"rho": 0.0}, "strategy.rho"), ({"mu": -1}, "strategy.mu"),
-     ({"anr_loss": "train"}, "strategy.anr_loss"), ({"adam_state": "x"}, "strategy.adam_state"),
-     ({"noise_floor": -1.0}, "strategy.noise_floor")],
+    [
+        ({"rho": 1.0}, "strategy.rho"),
+        ({"rho": 0.0}, "strategy.rho"),
+        ({"mu": -1}, "strategy.mu"),
+        ({"anr_loss": "train"}, "strategy.anr_loss"),
+        ({"adam_state": "x"}, "strategy.adam_state"),
+        ({"noise_floor": -1.0}, "strategy.noise_floor"),
+    ],
 )
 def test_bad_options_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -78,11 +89,16 @@ def test_bad_options_name_the_field(kwargs, field):
 def _log_a_integer(q: float, sigma: float, alpha: int) -> float:
     """log A_α for integer α (Mironov, Talwar, Zhang 2019): the paper's Eq. 17 with the + sign."""
     j = np.arange(alpha + 1)
-    log_binom = np.array([math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1)
-                          for k in j])
+    log_binom = np.array(
+        [math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1) for k in j]
+    )
     with np.errstate(divide="ignore"):
-        terms = log_binom + j * math.log(q) + (alpha - j) * math.log1p(-q) + (j * j - j) / (
-            2 * sigma**2)
+        terms = (
+            log_binom
+            + j * math.log(q)
+            + (alpha - j) * math.log1p(-q)
+            + (j * j - j) / (2 * sigma**2)
+        )
     return float(logsumexp(terms))
 
 
@@ -90,9 +106,11 @@ def test_integer_order_rdp_matches_the_corrected_formula():
     orders = list(range(2, 65))
     for q, sigma in [(0.01, 1.0), (0.05, 4.0), (0.2, 0.8)]:
         ours = [_log_a_integer(q, sigma, a) / (a - 1) for a in orders]
-        np.testing.assert_allclose(opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma,
-                                                          steps=1, orders=orders), ours,
-                                   rtol=1e-9)
+        np.testing.assert_allclose(
+            opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=orders),
+            ours,
+            rtol=1e-9,
+        )
 
 
 def test_constant_sigma_run_equals_opacus_rdp_accountant():
@@ -126,14 +144,19 @@ def test_sigma_schedule_is_recorded_and_composed_as_the_sum_of_per_step_rdp():
             (s, q, 3) for s in strategy.sigma_history
         ]
         # Independent sum: Σ_t s_t·RDP(q, σ_t) at every order, then RDP → (ε, δ).
-        total = sum(3 * opacus_rdp.compute_rdp(q=q, noise_multiplier=s, steps=1, orders=orders)
-                    for s in strategy.sigma_history)
+        total = sum(
+            3 * opacus_rdp.compute_rdp(q=q, noise_multiplier=s, steps=1, orders=orders)
+            for s in strategy.sigma_history
+        )
         eps, _ = opacus_rdp.get_privacy_spent(orders=orders, rdp=total, delta=DELTA)
         assert acc._record_level_epsilon({cid: acc.record_level[cid]}) == pytest.approx(eps)
         # Integer orders 2..64 with the paper's (corrected) formula and conversion bound it.
         ints = range(2, 65)
-        paper = min((sum(3 * _log_a_integer(q, s, a) for s in strategy.sigma_history)
-                     + math.log(1 / DELTA)) / (a - 1) for a in ints)
+        paper = min(
+            (sum(3 * _log_a_integer(q, s, a) for s in strategy.sigma_history) + math.log(1 / DELTA))
+            / (a - 1)
+            for a in ints
+        )
         assert eps <= paper + 1e-9
 
 
@@ -144,8 +167,9 @@ def test_run_stops_before_exceeding_target_epsilon():
     assert module.stopped_by_budget and eps <= 4.0
     assert 0 < module.rounds_completed < 50
     # One more round at the σ it would have used would have exceeded the target.
-    assert module.accountant.would_exceed(module.planned_privacy(module.round_context(
-        module.rounds_completed)))
+    assert module.accountant.would_exceed(
+        module.planned_privacy(module.round_context(module.rounds_completed))
+    )
 
 
 # -- AGN: Adam on the noisy gradient (Eqs. 6-10) --------------------------------------------
@@ -165,8 +189,14 @@ def test_adam_on_fixed_noisy_gradients_matches_torch_adam():
     grads = [torch.randn(50, generator=g, dtype=torch.float64) * 3 for _ in range(6)]
     p = torch.nn.Parameter(w0.clone())
     opt = torch.optim.Adam([p], lr=1e-3)  # β1 0.9, β2 0.999, ε 1e-8 by default
-    w, state = w0.clone(), {"t": 0, "m": torch.zeros(50, dtype=torch.float64),
-                            "v": torch.zeros(50, dtype=torch.float64)}
+    w, state = (
+        w0.clone(),
+        {
+            "t": 0,
+            "m": torch.zeros(50, dtype=torch.float64),
+            "v": torch.zeros(50, dtype=torch.float64),
+        },
+    )
     for grad in grads:
         p.grad = grad.clone()
         opt.step()
@@ -214,6 +244,12 @@ def test_local_adam_state_persists_per_client_across_rounds(adam_state):
         assert strategy.optimizer_states == {}
 
 
+def test_adaptive_lr_follows_the_client_optimizer_by_default():
+    agn, _ = tiny_run(DPFLAGN(anr=False), optimizer="adam", rounds=1)
+    anr, _ = tiny_run(DPFLAGN(), optimizer="sgd", rounds=1)
+    assert agn.strategy.adaptive_lr is True and anr.strategy.adaptive_lr is False
+
+
 def test_state_dict_round_trip():
     strategy = DPFLAGN(mu=100.0, rho=0.5)
     tiny_run(strategy, rounds=2, sigma=1.0)
@@ -227,7 +263,7 @@ def test_state_dict_round_trip():
 # -- configuration errors -------------------------------------------------------------------
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="client.optimizer"):
-        tiny_run(DPFLAGN(), optimizer="sgd", rounds=1)
+        tiny_run(DPFLAGN(adaptive_lr=True), optimizer="sgd", rounds=1)
     with pytest.raises(ValueError, match="data.val_fraction"):
         tiny_run(DPFLAGN(), val_fraction=0.0, rounds=1)
     with pytest.raises(ValueError, match="client.dp_sgd"):
@@ -237,8 +273,10 @@ def test_config_errors_name_the_field():
 def test_check_fedavg_server_rejects_server_momentum():
     from fl_lightning.strategies.dpfl_agn import check_fedavg_server
 
-    check_fedavg_server(SimpleNamespace(server_optimizer="sgd", server_lr=1.0,
-                                        server_momentum=0.0), name="x")
+    check_fedavg_server(
+        SimpleNamespace(server_optimizer="sgd", server_lr=1.0, server_momentum=0.0), name="x"
+    )
     with pytest.raises(ValueError, match="model.server_optimizer"):
-        check_fedavg_server(SimpleNamespace(server_optimizer="sgd", server_lr=1.0,
-                                            server_momentum=0.9), name="x")
+        check_fedavg_server(
+            SimpleNamespace(server_optimizer="sgd", server_lr=1.0, server_momentum=0.9), name="x"
+        )
