@@ -121,7 +121,7 @@ class SweepRunner:
         parallel: int = 1,
         wandb: bool = False,
         retry_failed: bool = True,
-        out=sys.stdout,  # noqa: ANN001
+        out=None,  # noqa: ANN001 - a text stream; None: sys.stdout at print time
     ) -> None:
         self.spec = spec
         self.store = store
@@ -134,7 +134,7 @@ class SweepRunner:
         self._stopping = False
 
     def print(self, msg: str) -> None:
-        print(msg, file=self.out, flush=True)
+        print(msg, file=self.out or sys.stdout, flush=True)
 
     # -- one point ---------------------------------------------------------------------------
     def command_for(self, point: Point, run_dir: Path) -> list[str]:
