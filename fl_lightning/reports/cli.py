@@ -47,15 +47,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="sweep store (folder or results.jsonl) or a W&B CSV export")
     p.add_argument("--paper", required=True, help="paper id (000..004) or name (GCFL)")
     p.add_argument("--table", required=True, help="table id as printed (IV, 2, ...)")
-    p.add_argument("--where", action="append", default=[], metavar="DIM=VALUE",
-                   help="fix a table dimension (repeatable), e.g. dataset=MNIST")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="DIM=VALUE",
+        help="fix a table dimension (repeatable), e.g. dataset=MNIST",
+    )
     p.add_argument("--metric", default=None, help="our metric key (default: the table's)")
-    p.add_argument("--method-key", default=None, help="parameter naming the method "
-                   "(default: strategy.class_path / strategy if swept)")
-    p.add_argument("--method-map", action="append", default=[], metavar="VALUE=NAME",
-                   help="map a value of the method key to the paper's method name")
-    p.add_argument("--eps-key", default=None,
-                   help="parameter giving the cell's ε (default: privacy.target_epsilon)")
+    p.add_argument(
+        "--method-key",
+        default=None,
+        help="parameter naming the method (default: strategy.class_path / strategy if swept)",
+    )
+    p.add_argument(
+        "--method-map",
+        action="append",
+        default=[],
+        metavar="VALUE=NAME",
+        help="map a value of the method key to the paper's method name",
+    )
+    p.add_argument(
+        "--eps-key",
+        default=None,
+        help="parameter giving the cell's ε (default: privacy.target_epsilon)",
+    )
     p.add_argument("--out", default=None, help="output folder (default reports/<paper>-<table>)")
     return p
 

@@ -163,9 +163,7 @@ def compare(
         cells.values(),
         key=lambda c: (not c.runs, c.epsilon is None, c.epsilon or 0, c.method),
     )
-    return Comparison(
-        paper, table, where, metric, scale, method_key, eps_key, ordered, unmatched
-    )
+    return Comparison(paper, table, where, metric, scale, method_key, eps_key, ordered, unmatched)
 
 
 @dataclass

@@ -38,8 +38,12 @@ def ranking_section(rank: Ranking, higher_is_better: bool) -> str:
         return "No method has both our runs and a paper value: no ranking."
     order = "higher is better" if higher_is_better else "lower is better"
     sign = -1 if higher_is_better else 1
-    ours_rank = {m: i + 1 for i, m in enumerate(
-        sorted(rank.methods, key=lambda m: sign * rank.ours[rank.methods.index(m)]))}
+    ours_rank = {
+        m: i + 1
+        for i, m in enumerate(
+            sorted(rank.methods, key=lambda m: sign * rank.ours[rank.methods.index(m)])
+        )
+    }
     lines = [
         f"Methods ranked by the mean over the ε both sides have ({order}).",
         "",
@@ -47,19 +51,23 @@ def ranking_section(rank: Ranking, higher_is_better: bool) -> str:
         "|---|---|---|---|---|",
     ]
     for i, m in enumerate(rank.methods):
-        lines.append(f"| {m} | {_f(rank.paper[i])} | {i + 1} | {_f(rank.ours[i])} | "
-                     f"{ours_rank[m]} |")
+        lines.append(
+            f"| {m} | {_f(rank.paper[i])} | {i + 1} | {_f(rank.ours[i])} | {ours_rank[m]} |"
+        )
     lines.append("")
     if rank.tau is None:
         lines.append(f"Kendall τ: n/a ({rank.note}).")
     else:
-        lines.append(f"Kendall τ between our ranking and the paper's: **{rank.tau:.3f}** "
-                     f"(p = {rank.p_value:.3g}, {len(rank.methods)} methods).")
+        lines.append(
+            f"Kendall τ between our ranking and the paper's: **{rank.tau:.3f}** "
+            f"(p = {rank.p_value:.3g}, {len(rank.methods)} methods)."
+        )
     return "\n".join(lines)
 
 
-def render(comp: Comparison, rank: Ranking, figures: dict[str, Path | None], *,
-           source: str, out_dir: Path) -> str:
+def render(
+    comp: Comparison, rank: Ranking, figures: dict[str, Path | None], *, source: str, out_dir: Path
+) -> str:
     t, p = comp.table, comp.paper
     where = ", ".join(f"{k} = {v}" for k, v in comp.where.items()) or "none"
     lines = [
@@ -80,8 +88,19 @@ def render(comp: Comparison, rank: Ranking, figures: dict[str, Path | None], *,
     ]
     for r in t.remarks:
         lines.append(f"- Note on the paper's table: {r}")
-    lines += ["", "## Per cell", "", cell_table(comp), "", "## Ranking", "",
-              ranking_section(rank, t.higher_is_better), "", "## Figures", ""]
+    lines += [
+        "",
+        "## Per cell",
+        "",
+        cell_table(comp),
+        "",
+        "## Ranking",
+        "",
+        ranking_section(rank, t.higher_is_better),
+        "",
+        "## Figures",
+        "",
+    ]
     for title, path in figures.items():
         if path is None:
             lines.append(f"- {title}: no data (needs per-round metrics.csv of local runs)")

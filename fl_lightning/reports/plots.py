@@ -45,27 +45,43 @@ def accuracy_vs_epsilon(comp: Comparison, path: Path) -> Path | None:
             ours = [c for c in cells if c.mean is not None]
             if ours:
                 xs = [c.eps_mean if c.eps_mean is not None else c.epsilon for c in ours]
-                ax.errorbar(xs, [c.mean for c in ours], yerr=[c.std or 0 for c in ours],
-                            marker="o", color=colors[m], capsize=3, label=f"{m} (ours)")
+                ax.errorbar(
+                    xs,
+                    [c.mean for c in ours],
+                    yerr=[c.std or 0 for c in ours],
+                    marker="o",
+                    color=colors[m],
+                    capsize=3,
+                    label=f"{m} (ours)",
+                )
                 drawn = True
             paper = [c for c in cells if c.paper is not None]
             if paper:
-                ax.plot([c.epsilon for c in paper], [c.paper for c in paper], ls="--",
-                        marker="s", mfc="none", color=colors[m], label=f"{m} (paper)")
+                ax.plot(
+                    [c.epsilon for c in paper],
+                    [c.paper for c in paper],
+                    ls="--",
+                    marker="s",
+                    mfc="none",
+                    color=colors[m],
+                    label=f"{m} (paper)",
+                )
                 drawn = True
         if not drawn:
             plt.close(fig)
             return None
         ax.set_xlabel("ε (ours: measured by the accountant; paper: stated)")
         ax.set_ylabel(_ylabel(comp))
-        ax.set_title(f"Paper {comp.paper.id} ({comp.paper.name}) Table {comp.table.id}: "
-                     f"{comp.metric} vs ε")
+        ax.set_title(
+            f"Paper {comp.paper.id} ({comp.paper.name}) Table {comp.table.id}: {comp.metric} vs ε"
+        )
         ax.legend(fontsize=8, loc="best")
         return _save(fig, path)
 
 
-def _history_plot(comp: Comparison, column: str, ylabel: str, title: str, path: Path,
-                  scale: float = 1.0) -> Path | None:
+def _history_plot(
+    comp: Comparison, column: str, ylabel: str, title: str, path: Path, scale: float = 1.0
+) -> Path | None:
     methods = comp.methods()
     colors = _colors(methods)
     styles = ["-", "--", ":", "-."]
@@ -98,14 +114,25 @@ def _history_plot(comp: Comparison, column: str, ylabel: str, title: str, path: 
 
 def accuracy_vs_round(comp: Comparison, path: Path) -> Path | None:
     """The global model's test metric per evaluated round (mean over seeds)."""
-    return _history_plot(comp, comp.metric, _ylabel(comp),
-                         f"{comp.metric} vs round (mean over seeds)", path, comp.scale)
+    return _history_plot(
+        comp,
+        comp.metric,
+        _ylabel(comp),
+        f"{comp.metric} vs round (mean over seeds)",
+        path,
+        comp.scale,
+    )
 
 
 def epsilon_vs_round(comp: Comparison, path: Path) -> Path | None:
     """The accountant's ε after every round (mean over seeds)."""
-    return _history_plot(comp, "privacy/epsilon", "ε spent (privacy/epsilon)",
-                         "Privacy spent vs round (mean over seeds)", path)
+    return _history_plot(
+        comp,
+        "privacy/epsilon",
+        "ε spent (privacy/epsilon)",
+        "Privacy spent vs round (mean over seeds)",
+        path,
+    )
 
 
 def ranking_plot(comp: Comparison, rank: Ranking, path: Path) -> Path | None:

@@ -83,9 +83,7 @@ def load_wandb_csv(path: str | Path) -> list[Run]:
             if state.lower() != "finished":
                 continue
             values = {k: _parse(v) for k, v in row.items() if k}
-            metrics = {
-                k: v for k, v in values.items() if isinstance(v, (int, float)) and "/" in k
-            }
+            metrics = {k: v for k, v in values.items() if isinstance(v, (int, float)) and "/" in k}
             name = str(row.get("Name") or row.get("ID") or f"row{i}")
             runs.append(Run(name, values, metrics, None))
     return runs

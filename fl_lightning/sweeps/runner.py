@@ -258,15 +258,16 @@ class SweepRunner:
                             done += 1
                         else:
                             failed += 1
-                        self.print(self._progress_line(point, row, done, failed, total,
-                                                       completed_now, len(todo), start))
+                        self.print(
+                            self._progress_line(
+                                point, row, done, failed, total, completed_now, len(todo), start
+                            )
+                        )
             except KeyboardInterrupt:
                 self.stop()
                 for fut in pending:
                     fut.cancel()
-                self.print(
-                    f"interrupted: {done}/{total} finished; run the same command to resume"
-                )
+                self.print(f"interrupted: {done}/{total} finished; run the same command to resume")
                 raise
         self.print(
             f"sweep {self.spec.name}: {done}/{total} finished, {failed} failed "
@@ -320,8 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="result store: a .jsonl file or a folder (default sweep_results/<spec name>/)",
     )
-    p.add_argument("--wandb", action="store_true", help="also log each point to W&B (offline "
-                   "unless WANDB_MODE=online)")
+    p.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also log each point to W&B (offline unless WANDB_MODE=online)",
+    )
     p.add_argument("--skip-failed", action="store_true", help="do not re-run failed points")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return p

@@ -53,13 +53,13 @@ def test_failing_point_is_recorded_and_the_rest_finish(fake_sweep, tmp_path):
 
 
 def test_killed_sweep_resumes_with_only_the_missing_points(fake_sweep, tmp_path):
-    spec = fake_sweep({"x": {"values": [1, 2, 3, 4, 5]}, "sleep": {"value": 0.4}})
+    spec = fake_sweep({"x": {"values": [1, 2, 3, 4, 5]}, "sleep": {"value": 0.8}})
     store = tmp_path / "store"
     cmd = [sys.executable, "-m", "fl_lightning.cli", "sweep", str(spec), "--store", str(store)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = ResultStore(store)
-    deadline = time.time() + 30
+    deadline = time.time() + 60
     while len(results.finished("fake")) < 2 and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)  # a crash: no clean-up at all

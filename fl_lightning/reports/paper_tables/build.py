@@ -650,8 +650,7 @@ BUILDERS = {
 def build(notes_dir: Path) -> dict[str, dict[str, Any]]:
     """Every paper's tables, parsed from ``<notes_dir>/<paper>.notes.md``."""
     return {
-        stem[:3]: fn((notes_dir / f"{stem}.notes.md").read_text())
-        for stem, fn in BUILDERS.items()
+        stem[:3]: fn((notes_dir / f"{stem}.notes.md").read_text()) for stem, fn in BUILDERS.items()
     }
 
 
