@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -86,14 +87,17 @@ def logger_override(run_dir: Path, *, sweep: str, point: Point, wandb: bool) -> 
     return [f"--trainer.logger={json.dumps(loggers)}"]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child gets SIGTERM if the runner dies (even by SIGKILL)."""
+def _die_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in the child
+    """Linux: the child gets SIGTERM if the runner dies (even by SIGKILL); if the runner died
+    before this ran, the child exits at once."""
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def _error_of(log: Path, returncode: int) -> str:
@@ -121,6 +125,7 @@ class SweepRunner:
         parallel: int = 1,
         wandb: bool = False,
         retry_failed: bool = True,
+        grace_s: float = 10.0,
         out=None,  # noqa: ANN001 - a text stream; None: sys.stdout at print time
     ) -> None:
         self.spec = spec
@@ -128,6 +133,7 @@ class SweepRunner:
         self.parallel = max(1, parallel)
         self.wandb = wandb
         self.retry_failed = retry_failed
+        self.grace_s = grace_s
         self.out = out
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
@@ -170,7 +176,9 @@ class SweepRunner:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid())
+                if sys.platform.startswith("linux")
+                else None,
             )
             with self._lock:
                 self._procs[point.id] = proc
@@ -216,12 +224,22 @@ class SweepRunner:
         return todo, done, failed
 
     def stop(self) -> None:
+        """Terminates the running points; kills those still alive after ``grace_s`` seconds
+        (Lightning catches SIGTERM and may not exit on it)."""
+        grace_s = self.grace_s
         self._stopping = True
         with self._lock:
             procs = list(self._procs.values())
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
+        deadline = time.monotonic() + grace_s
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
 
     def run(self, points: list[Point]) -> int:
         todo, done, failed = self.pending(points)
@@ -327,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also log each point to W&B (offline unless WANDB_MODE=online)",
     )
     p.add_argument("--skip-failed", action="store_true", help="do not re-run failed points")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds a point gets to exit after Ctrl-C / SIGTERM before it is killed",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return p
 
@@ -344,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = ResultStore(args.store or Path("sweep_results") / spec.name)
     runner = SweepRunner(
-        spec, store, parallel=args.parallel, wandb=args.wandb, retry_failed=not args.skip_failed
+        spec,
+        store,
+        parallel=args.parallel,
+        wandb=args.wandb,
+        retry_failed=not args.skip_failed,
+        grace_s=args.grace,
     )
     if args.dry_run:
         todo, done, _ = runner.pending(points)

@@ -12,10 +12,14 @@ import yaml
 
 FAKE = textwrap.dedent(
     """
-    import json, os, sys, time
+    import json, os, signal, sys, time
     args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+    if args.get("ignore_term") == "True":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with open(os.environ["FAKE_CALLS"], "a") as f:
-        f.write(os.environ["FL_SWEEP_POINT"] + "\\n")
+        f.write(f"{os.environ['FL_SWEEP_POINT']} {os.getppid()}\\n")
+    with open(os.environ["FAKE_CALLS"] + ".pids", "a") as f:
+        f.write(f"{os.getpid()}\\n")
     time.sleep(float(args.get("sleep", 0)))
     if args.get("fail") == "True":
         print("error: model.lr: boom", file=sys.stderr)

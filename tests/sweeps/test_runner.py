@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import signal
@@ -10,8 +11,10 @@ from fl_lightning.sweeps import runner
 from fl_lightning.sweeps.store import ResultStore
 
 
-def _calls(make) -> list[str]:
-    return [ln for ln in make.calls.read_text().splitlines() if ln]
+def _calls(make, runner_pid: int | None = None) -> list[str]:
+    """Point ids the fake program was started for (by one runner process, if given)."""
+    lines = [ln.split() for ln in make.calls.read_text().splitlines() if ln]
+    return [pid for pid, ppid in lines if runner_pid is None or int(ppid) == runner_pid]
 
 
 def test_sweep_runs_every_point_and_stores_metrics(fake_sweep, tmp_path, capsys):
@@ -66,10 +69,9 @@ def test_killed_sweep_resumes_with_only_the_missing_points(fake_sweep, tmp_path)
     proc.wait()
     done_before = {r["id"] for r in results.finished("fake")}
     assert 2 <= len(done_before) < 5
-    calls_before = _calls(fake_sweep)
     time.sleep(0.6)  # the orphaned child (if any) got SIGTERM via PDEATHSIG
     assert runner.main([str(spec), "--store", str(store)]) == 0
-    calls_after = _calls(fake_sweep)[len(calls_before) :]
+    calls_after = _calls(fake_sweep, runner_pid=os.getpid())  # this runner's points
     latest = results.latest("fake")
     assert all(r["status"] == "finished" for r in latest.values()) and len(latest) == 5
     assert set(calls_after) == set(latest) - done_before  # only the missing points ran
@@ -77,6 +79,41 @@ def test_killed_sweep_resumes_with_only_the_missing_points(fake_sweep, tmp_path)
     # the interrupted point's first attempt is in the history, its rerun is attempt 2
     reran = [r for r in latest.values() if r["attempt"] == 2]
     assert len(reran) <= 1
+
+
+def test_sigterm_stops_the_sweep_and_kills_points_that_ignore_it(fake_sweep, tmp_path):
+    spec = fake_sweep(
+        {"x": {"values": [1, 2]}, "sleep": {"value": 60}, "ignore_term": {"value": True}}
+    )
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "fl_lightning.cli", "sweep", str(spec), "--store", str(store),
+           "--parallel", "2", "--grace", "1"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    pids_file = Path(str(fake_sweep.calls) + ".pids")
+    deadline = time.time() + 60
+    while time.time() < deadline and (
+        not pids_file.exists() or len(pids_file.read_text().split()) < 2
+    ):
+        time.sleep(0.05)
+    pids = [int(p) for p in pids_file.read_text().split()]
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=30) == 130
+        assert b"run the same command to resume" in proc.stdout.read()
+        time.sleep(0.2)
+        for pid in pids:  # the points are gone (killed after the grace period)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            raise AssertionError(f"point process {pid} survived")
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    latest = ResultStore(store).latest("fake")
+    assert {r["status"] for r in latest.values()} == {"running"}  # both run again on resume
 
 
 def test_torn_last_line_is_ignored(tmp_path):
