@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fl_lightning.reports.compare import Comparison, Ranking  # noqa: E402
 
@@ -106,6 +107,7 @@ def _history_plot(
             plt.close(fig)
             return None
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.legend(fontsize=8, loc="best")
