@@ -142,15 +142,15 @@ def ranking_plot(comp: Comparison, rank: Ranking, path: Path) -> Path | None:
     if not rank.methods:
         return None
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(rank.methods) + 2), 4.5))
+        fig, ax = plt.subplots(figsize=(max(6.5, 1.4 * len(rank.methods) + 2), 4.5))
         xs = range(len(rank.methods))
         w = 0.38
         ax.bar([x - w / 2 for x in xs], rank.paper, w, label="paper", color="#999999")
         ax.bar([x + w / 2 for x in xs], rank.ours, w, label="ours", color="#1f77b4")
         ax.set_xticks(list(xs), rank.methods, rotation=20, ha="right")
-        ax.set_ylabel(_ylabel(comp) + " (mean over common ε)")
+        ax.set_ylabel(_ylabel(comp) + ", mean over ε")
         tau = "n/a" if rank.tau is None else f"{rank.tau:.2f}"
-        ax.set_title(f"Ranking of methods (paper's order); Kendall τ = {tau}")
+        ax.set_title(f"Methods in the paper's order; Kendall τ = {tau}", fontsize=11)
         lo = min(rank.paper + rank.ours)
         hi = max(rank.paper + rank.ours)
         ax.set_ylim(max(0.0, lo - 0.15 * (hi - lo + 1)), hi + 0.1 * (hi - lo + 1))
