@@ -65,6 +65,24 @@ def ranking_section(rank: Ranking, higher_is_better: bool) -> str:
     return "\n".join(lines)
 
 
+def runs_section(comp: Comparison) -> str:
+    """Every matched run: its parameters, final metric, ε and wall time."""
+    lines = [
+        "| Run | Method | Parameters | Ours | ε (measured) | Wall time (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in comp.cells:
+        for run, value in zip(c.runs, c.ours):
+            params = ", ".join(f"`{k}={v}`" for k, v in sorted(run.params.items()))
+            eps = run.metrics.get("privacy/epsilon")
+            eps_s = _f(eps, 3) if isinstance(eps, (int, float)) else "—"
+            lines.append(
+                f"| {run.id} | {c.method} | {params} | {_f(value)} | {eps_s} | "
+                f"{_f(run.wall_time_s, 1)} |"
+            )
+    return "\n".join(lines)
+
+
 def render(
     comp: Comparison, rank: Ranking, figures: dict[str, Path | None], *, source: str, out_dir: Path
 ) -> str:
@@ -107,4 +125,5 @@ def render(
         else:
             rel = path.relative_to(out_dir) if path.is_relative_to(out_dir) else path
             lines += [f"### {title}", "", f"![{title}]({rel.as_posix()})", ""]
+    lines += ["## Runs", "", runs_section(comp), ""]
     return "\n".join(lines).rstrip() + "\n"

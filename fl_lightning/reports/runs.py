@@ -23,6 +23,7 @@ class Run:
     params: dict[str, Any]
     metrics: dict[str, Any]
     run_dir: Path | None = None
+    wall_time_s: float | None = None
 
     def get(self, key: str) -> Any:
         """A parameter or a metric by key (parameters first)."""
@@ -69,7 +70,15 @@ def load_store(path: str | Path) -> list[Run]:
         run_dir = Path(row["run_dir"]) if row.get("run_dir") else None
         if run_dir is not None and not run_dir.is_absolute():
             run_dir = store.root / run_dir
-        runs.append(Run(row["id"], dict(row.get("params", {})), dict(row["metrics"]), run_dir))
+        runs.append(
+            Run(
+                row["id"],
+                dict(row.get("params", {})),
+                dict(row["metrics"]),
+                run_dir,
+                row.get("wall_time_s"),
+            )
+        )
     return runs
 
 
