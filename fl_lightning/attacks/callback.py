@@ -41,7 +41,9 @@ def expand_attacks(attacks: Sequence[str]) -> list[str]:
         group = {"all": ATTACKS, "mia": MIA_ATTACKS, "inversion": INVERSION_ATTACKS}.get(name)
         for a in group or (name,):
             if a not in ATTACKS:
-                raise ValueError(f"audit.attacks: unknown attack {a!r}; choose from {list(ATTACKS)}")
+                raise ValueError(
+                    f"audit.attacks: unknown attack {a!r}; choose from {list(ATTACKS)}"
+                )
             if a not in out:
                 out.append(a)
     return out
@@ -176,8 +178,15 @@ class AuditCallback(Callback):
         self._publish(results, out_dir, loggers)
         return results
 
-    def _mia(self, name: str, target: torch.nn.Module, split: AuditSplit, bank: ShadowBank,
-             *, delta: float):  # noqa: ANN202
+    def _mia(
+        self,
+        name: str,
+        target: torch.nn.Module,
+        split: AuditSplit,
+        bank: ShadowBank,
+        *,
+        delta: float,
+    ):  # noqa: ANN202
         if name == "threshold":
             from fl_lightning.attacks.threshold import threshold_attack
 
@@ -204,8 +213,9 @@ class AuditCallback(Callback):
             )
         return cs_mia_attack(series, split, bank, delta=delta, seed=self.seed)
 
-    def _inversion(self, name: str, module: Any, datamodule: Any, out_dir: Path,
-                   loggers: Sequence[Any]) -> dict[str, Any]:
+    def _inversion(
+        self, name: str, module: Any, datamodule: Any, out_dir: Path, loggers: Sequence[Any]
+    ) -> dict[str, Any]:
         from fl_lightning.attacks.dlg import invert_gradient, upload_gradient
         from fl_lightning.attacks.images import image_metrics, save_grid
 
@@ -220,13 +230,23 @@ class AuditCallback(Callback):
         for i in range(n_batches):
             x, y = x_all[i * b : (i + 1) * b], y_all[i * b : (i + 1) * b]
             grads = upload_gradient(
-                module, x, y, client_id=self.dlg_client, mechanism=self.mechanism,
+                module,
+                x,
+                y,
+                client_id=self.dlg_client,
+                mechanism=self.mechanism,
                 seed=self.seed + i,
             )
             net = module.global_net.cpu()
             res = invert_gradient(
-                net, grads, input_shape=tuple(x.shape[1:]), num_classes=module.num_classes,
-                batch_size=b, method=name, iterations=self.dlg_iterations, seed=self.seed + i,
+                net,
+                grads,
+                input_shape=tuple(x.shape[1:]),
+                num_classes=module.num_classes,
+                batch_size=b,
+                method=name,
+                iterations=self.dlg_iterations,
+                seed=self.seed + i,
             )
             metrics.append(image_metrics(x, res.reconstruction))
             labels_ok.append(float((res.label == y).float().mean()))

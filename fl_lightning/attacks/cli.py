@@ -25,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fl-lightning audit", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="experiment YAML")
     p.add_argument(
-        "--attack", action="append", required=True,
+        "--attack",
+        action="append",
+        required=True,
         help="threshold | ml_leaks | lira | cs_mia | dlg | idlg | mia | inversion | all "
         "(repeatable)",
     )
@@ -38,11 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dlg-examples", type=int, default=4)
     p.add_argument("--dlg-client", type=int, default=0)
     p.add_argument(
-        "--mechanism", choices=["none", "gaussian", "laplace"], default="none",
+        "--mechanism",
+        choices=["none", "gaussian", "laplace"],
+        default="none",
         help="extra mechanism on the attacked upload (on top of the strategy's own)",
     )
-    p.add_argument("--noise", type=float, default=1.0,
-                   help="gaussian: noise multiplier; laplace: ε of one release")
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=1.0,
+        help="gaussian: noise multiplier; laplace: ε of one release",
+    )
     p.add_argument("--sensitivity", type=float, default=1.0)
     p.add_argument("--out", help="output directory (default: the run's log directory)")
     p.add_argument("--seed", type=int, default=0)

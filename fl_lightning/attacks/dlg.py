@@ -102,9 +102,7 @@ def invert_gradient(
         soft = torch.randn((batch_size, num_classes), generator=gen).to(device).requires_grad_(True)
         opt_vars.append(soft)
         label = None
-    optimizer = torch.optim.LBFGS(
-        opt_vars, lr=lr, max_iter=1, history_size=100
-    )
+    optimizer = torch.optim.LBFGS(opt_vars, lr=lr, max_iter=1, history_size=100)
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()

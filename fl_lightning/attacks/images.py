@@ -29,9 +29,7 @@ def image_metrics(original: torch.Tensor, reconstruction: torch.Tensor) -> dict[
     return {"mse": mse, "psnr": psnr, "ssim": float(ssim)}
 
 
-def save_grid(
-    path: Path, original: torch.Tensor, snapshots: list[torch.Tensor]
-) -> Path:
+def save_grid(path: Path, original: torch.Tensor, snapshots: list[torch.Tensor]) -> Path:
     """One row per example: the original, then each snapshot (1/3, 2/3, 3/3 of the attack)."""
     from torchvision.utils import save_image
 

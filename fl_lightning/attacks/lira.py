@@ -38,7 +38,9 @@ def lira_offline_attack(
     seed: int = 0,
 ) -> MIAResult:
     if num_shadows < 2:
-        raise ValueError(f"audit.shadow_models: LiRA needs at least 2 shadow models, got {num_shadows}")
+        raise ValueError(
+            f"audit.shadow_models: LiRA needs at least 2 shadow models, got {num_shadows}"
+        )
     targets = split.targets
     out = np.stack([logit_confidence(s.net, targets.x, targets.y) for s in bank.get(num_shadows)])
     mu = out.mean(axis=0)

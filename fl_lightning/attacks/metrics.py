@@ -22,25 +22,40 @@ from scipy.stats import beta
 from sklearn.metrics import roc_auc_score, roc_curve
 
 
+def _cp_lower(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    k = np.asarray(k, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        lo = beta.ppf(alpha / 2, k, n - k + 1)
+    return np.where(k <= 0, 0.0, lo)
+
+
+def _cp_upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    k = np.asarray(k, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        hi = beta.ppf(1 - alpha / 2, k + 1, n - k)
+    return np.where(k >= n, 1.0, hi)
+
+
 def clopper_pearson(successes: int, trials: int, *, alpha: float = 0.05) -> tuple[float, float]:
     """Two-sided exact binomial confidence interval (Clopper & Pearson 1934)."""
     if trials <= 0:
         return 0.0, 1.0
-    lo = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, trials - successes + 1))
-    hi = 1.0 if successes == trials else float(beta.ppf(1 - alpha / 2, successes + 1, trials - successes))
-    return lo, hi
+    return float(_cp_lower(successes, trials, alpha)), float(_cp_upper(successes, trials, alpha))
 
 
-def _eps_from_rates(tp: int, fp: int, n_pos: int, n_neg: int, *, delta: float, alpha: float) -> float:
-    tpr_lo, _ = clopper_pearson(tp, n_pos, alpha=alpha)
-    _, fpr_hi = clopper_pearson(fp, n_neg, alpha=alpha)
-    tnr_lo, _ = clopper_pearson(n_neg - fp, n_neg, alpha=alpha)
-    _, fnr_hi = clopper_pearson(n_pos - tp, n_pos, alpha=alpha)
-    best = 0.0
+def _eps_from_counts(
+    tp: np.ndarray, fp: np.ndarray, n_pos: int, n_neg: int, *, delta: float, alpha: float
+) -> np.ndarray:
+    """ε lower bounds (vectorised over thresholds) from true / false positive counts."""
+    tp, fp = np.asarray(tp, dtype=np.float64), np.asarray(fp, dtype=np.float64)
+    tpr_lo, fpr_hi = _cp_lower(tp, n_pos, alpha), _cp_upper(fp, n_neg, alpha)
+    tnr_lo, fnr_hi = _cp_lower(n_neg - fp, n_neg, alpha), _cp_upper(n_pos - tp, n_pos, alpha)
+    out = np.zeros_like(tp)
     for num, den in ((tpr_lo - delta, fpr_hi), (tnr_lo - delta, fnr_hi)):
-        if num > 0 and den > 0:
-            best = max(best, math.log(num / den))
-    return best
+        ok = (num > 0) & (den > 0)
+        ratio = np.where(ok, num / np.where(den > 0, den, 1.0), 1.0)
+        out = np.maximum(out, np.where(ok, np.log(np.maximum(ratio, 1e-300)), 0.0))
+    return out
 
 
 def empirical_epsilon(
@@ -53,9 +68,9 @@ def empirical_epsilon(
 ) -> dict[str, float]:
     """A (1 − α)-confidence lower bound on ε from the attack's scores.
 
-    The scores are split in halves (seeded); the threshold maximising the point estimate of the
-    bound is chosen on the first half and the Clopper-Pearson bound computed on the second.
-    Returns the bound and the (TPR, FPR) counts it came from.
+    The scores are split in halves (seeded); the threshold maximising the bound on the first
+    half is chosen there and the Clopper-Pearson bound computed on the second half. Returns
+    the bound and the (TPR, FPR) it came from.
     """
     rng = np.random.default_rng(seed)
     m = rng.permutation(np.asarray(member_scores, dtype=np.float64))
@@ -63,19 +78,21 @@ def empirical_epsilon(
     m_sel, m_eval = m[: len(m) // 2], m[len(m) // 2 :]
     n_sel, n_eval = n[: len(n) // 2], n[len(n) // 2 :]
     thresholds = np.unique(np.concatenate([m_sel, n_sel]))
-    best_t, best = math.inf, -math.inf
-    for t in thresholds:
-        tp, fp = int((m_sel >= t).sum()), int((n_sel >= t).sum())
-        point = _eps_from_rates(tp, fp, len(m_sel), len(n_sel), delta=delta, alpha=alpha)
-        if point > best:
-            best, best_t = point, float(t)
-    tp, fp = int((m_eval >= best_t).sum()), int((n_eval >= best_t).sum())
-    eps = _eps_from_rates(tp, fp, len(m_eval), len(n_eval), delta=delta, alpha=alpha)
+    tp = len(m_sel) - np.searchsorted(np.sort(m_sel), thresholds, side="left")
+    fp = len(n_sel) - np.searchsorted(np.sort(n_sel), thresholds, side="left")
+    sel = _eps_from_counts(tp, fp, len(m_sel), len(n_sel), delta=delta, alpha=alpha)
+    best_t = float(thresholds[int(np.argmax(sel))]) if len(thresholds) else math.inf
+    tp_e, fp_e = int((m_eval >= best_t).sum()), int((n_eval >= best_t).sum())
+    eps = float(
+        _eps_from_counts(
+            np.array([tp_e]), np.array([fp_e]), len(m_eval), len(n_eval), delta=delta, alpha=alpha
+        )[0]
+    )
     return {
         "epsilon_lower_bound": eps,
         "eps_threshold": best_t,
-        "eps_tpr": tp / max(1, len(m_eval)),
-        "eps_fpr": fp / max(1, len(n_eval)),
+        "eps_tpr": tp_e / max(1, len(m_eval)),
+        "eps_fpr": fp_e / max(1, len(n_eval)),
         "eps_n": float(len(m_eval) + len(n_eval)),
         "eps_confidence": 1.0 - alpha,
     }

@@ -68,7 +68,9 @@ def audit_split(datamodule: Any, *, num_targets: int, seed: int) -> AuditSplit:
     datamodule.setup("fit")
     train, test = datamodule.train, datamodule.test
     if test is None or len(test) < 4:
-        raise ValueError("data.test_fraction: the audit needs a held-out test split (>= 4 examples)")
+        raise ValueError(
+            "data.test_fraction: the audit needs a held-out test split (>= 4 examples)"
+        )
     rng = np.random.default_rng([seed, 7919])
     in_clients = torch.cat([ix.cpu() for ix in datamodule.client_indices]).unique().numpy()
     n = min(num_targets, len(test) // 2, len(in_clients))
