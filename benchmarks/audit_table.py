@@ -29,8 +29,8 @@ STRATEGIES = {
         "fl_lightning.strategies.dp_fedavg.DPFedAvg",
         ["--strategy.clip_norm=1.0", "--strategy.noise_multiplier=1.0"],
     ),
-    "DP-FedASGP": ("fl_lightning.strategies.asgp.DPFedASGP", []),
-    "SPM": ("fl_lightning.strategies.spm.SPM", []),
+    "DP-FedASGP": ("fl_lightning.strategies.dp_fedasgp.DPFedASGP", []),
+    "SPM (LDP-FedAvg)": ("fl_lightning.strategies.ldp_fedavg.LDPFedAvg", []),
 }
 
 

@@ -38,7 +38,7 @@ def overfit(tmp_path_factory) -> dict:
         ]
     )
     assert code == 0
-    return json.loads((out / "audit.json").read_text())
+    return {**json.loads((out / "audit.json").read_text()), "_out": str(out)}
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +89,31 @@ def test_empirical_epsilon_never_exceeds_the_accountant(private: dict) -> None:
 def test_bad_audit_arguments_exit_2(args: list[str], message: str, capsys) -> None:
     assert audit_main(["--config", str(CONFIGS / "overfit.yaml"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_audit_of_a_checkpoint_restores_the_run(overfit: dict, tmp_path: Path) -> None:
+    """``--checkpoint`` restores the trained run (no round is run): the same model and the same
+    shadow give exactly the numbers of the audit that trained it."""
+    ckpt = Path(overfit["_out"]) / "checkpoints" / "last.ckpt"
+    assert ckpt.exists()
+    code = audit_main(
+        [
+            "--config",
+            str(CONFIGS / "overfit.yaml"),
+            "--attack",
+            "threshold",
+            "--shadow-models",
+            "1",
+            "--num-targets",
+            "200",
+            "--checkpoint",
+            str(ckpt),
+            "--out",
+            str(tmp_path),
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert code == 0
+    res = json.loads((tmp_path / "audit.json").read_text())
+    assert res["rounds"] == overfit["rounds"]
+    assert res["attacks"]["threshold"]["auc"] == overfit["attacks"]["threshold"]["auc"]
