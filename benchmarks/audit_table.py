@@ -123,9 +123,12 @@ def main() -> None:
     p.add_argument("--shadows", type=int, default=2)
     p.add_argument("--dlg-iterations", type=int, default=100)
     p.add_argument("--dlg-examples", type=int, default=2)
+    p.add_argument("--only", nargs="*", help="method names to run (default: all available)")
     args = p.parse_args()
     rows = {}
     for name, (class_path, extra) in STRATEGIES.items():
+        if args.only and name not in args.only:
+            continue
         if available(class_path):
             rows[name] = run(name, class_path, extra, args)
             print(

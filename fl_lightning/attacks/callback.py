@@ -153,7 +153,8 @@ class AuditCallback(Callback):
             "accountant_epsilon": acc_eps,
             "accountant_delta": delta,
             "guarantee": report.get("privacy/guarantee", "none: no accountant"),
-            "rounds": int(module.rounds_completed),
+            # a restored run has global_step but no rounds_completed (not checkpointed)
+            "rounds": int(module.rounds_completed) or int(module.global_step),
             "num_members": len(split.members),
             "num_nonmembers": len(split.nonmembers),
             "shadow_pool": len(split.shadow_pool),

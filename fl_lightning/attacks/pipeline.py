@@ -98,7 +98,8 @@ def logits_of(net: torch.nn.Module, x: torch.Tensor, batch_size: int = 1024) -> 
         [net(x[i : i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)]
     )
     net.train(was_training)
-    return out
+    # A diverged model (e.g. heavy noise without tuning) outputs NaN: read it as uninformative.
+    return torch.nan_to_num(out, nan=0.0, posinf=1e4, neginf=-1e4)
 
 
 def per_example_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
