@@ -19,6 +19,7 @@ TINY = [
     "--data", str(REPO / "configs" / "data" / "digits.yaml"),
     "--client", str(REPO / "configs" / "client" / "digits_mlp.yaml"),
     "--model.clients_per_round", "3",
+    "--data.num_clients", "10",
     "--model.eval_every", "0",
     "--trainer.logger", "false",
     "--trainer.enable_progress_bar", "false",
