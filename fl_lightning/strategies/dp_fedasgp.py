@@ -25,7 +25,7 @@ local ledger (basic composition), and the paper's per-round figure ε1+ε2+ε3 i
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -83,6 +83,11 @@ class DPFedASGP(Strategy):
             published; True is the sound variant).
         loss_weighting: use the Eq. 16 loss-aware weights (default True, as published). False
             uses n_i/n and keeps the raw loss off the server's decision path.
+        loss_reduction: what L_i is. ``sum`` (default): the client's total loss, n_i × its mean
+            local training loss, so γ_i = n_i/n when every client fits equally well (Eq. 16
+            then reduces to FedAvg, consistent with the objective Eq. 15). ``mean``: the mean
+            local loss as ``ClientUpdate.loss`` reports it; equal losses then give
+            γ_i = ½ n_i/n + 1/(2k). The paper's "L = Σ ΔM(W)_e" leaves this open.
         lr: the local η used to turn the update into g = −delta/η and as the server step.
             ``None``: read from ``client.lr`` at setup.
     """
@@ -101,6 +106,7 @@ class DPFedASGP(Strategy):
         significance: Significance = "signed",
         noise_unselected: bool = False,
         loss_weighting: bool = True,
+        loss_reduction: Literal["sum", "mean"] = "sum",
         lr: float | None = None,
     ) -> None:
         super().__init__(weighting="num_examples")
@@ -123,6 +129,10 @@ class DPFedASGP(Strategy):
             raise ValueError(
                 f"strategy.significance: expected 'signed' or 'magnitude', got {significance!r}"
             )
+        if loss_reduction not in ("sum", "mean"):
+            raise ValueError(
+                f"strategy.loss_reduction: expected 'sum' or 'mean', got {loss_reduction!r}"
+            )
         if lr is not None and lr <= 0:
             raise ValueError(f"strategy.lr: must be > 0, got {lr}")
         self.epsilon = float(epsilon)
@@ -130,6 +140,7 @@ class DPFedASGP(Strategy):
         self.threshold_schedule = threshold_schedule
         self.significance = significance
         self.loss_weighting = loss_weighting
+        self.loss_reduction = loss_reduction
         self.lr = lr
         self.split = split_budget(epsilon=epsilon, q=q, perturb_share=perturb_share)
         self.mechanism = SparseVectorPerturbation(
@@ -188,7 +199,10 @@ class DPFedASGP(Strategy):
             return torch.zeros_like(ctx.global_params)
         sizes = [float(u.num_examples) for u in updates]
         if self.loss_weighting:
-            gammas = asgp_weights(sizes, [u.loss for u in updates])
+            losses = [float(u.loss) for u in updates]
+            if self.loss_reduction == "sum":
+                losses = [loss * n for loss, n in zip(losses, sizes)]
+            gammas = asgp_weights(sizes, losses)
         else:
             gammas = [s / sum(sizes) for s in sizes]
         total = torch.zeros_like(ctx.global_params)
