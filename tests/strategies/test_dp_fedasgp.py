@@ -45,10 +45,9 @@ def test_strategy_gamma_with_equal_losses(reduction):
         ClientUpdate(i, torch.full((3,), float(i + 1)), n, 0.7) for i, n in enumerate([10, 30, 60])
     ]
     agg = s.aggregate(ups, ctx(d=3), generator=generator_for(0, "s"))
-    if reduction == "sum":  # L_i = n_i × mean loss: γ_i = n_i/n exactly
-        gam = [0.1, 0.3, 0.6]
-    else:
-        gam = [0.05 + 1 / 6, 0.15 + 1 / 6, 0.3 + 1 / 6]
+    # sum: L_i = n_i × mean loss, so γ_i = n_i/n exactly; mean: ½ n_i/n + 1/(2k).
+    mean_gam = [0.05 + 1 / 6, 0.15 + 1 / 6, 0.3 + 1 / 6]
+    gam = [0.1, 0.3, 0.6] if reduction == "sum" else mean_gam
     expected = -sum(g * (i + 1) for i, g in enumerate(gam))
     assert torch.allclose(agg, torch.full((3,), expected))
     assert s.round_metrics["gamma_max"] == pytest.approx(max(gam))
