@@ -51,7 +51,10 @@ class FedSMP(Strategy):
         sparsifier: ``top_k`` or ``rand_k``.
         ratio: k/d (default 0.1; not given by the DP-FedASGP paper).
         clip_norm: C.
-        noise_multiplier: σ; ``None`` = calibrated from ``privacy.target_epsilon``.
+        noise_multiplier: σ; ``None`` = calibrated (RDP/PRV/PLD, the run's accountant) to
+            ``epsilon`` over ``trainer.max_steps`` rounds, or to ``privacy.target_epsilon``.
+        epsilon: the run's target ε for the calibration (so sweeps set one key for every
+            method of the DP-FedASGP comparison).
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class FedSMP(Strategy):
         ratio: float = 0.1,
         clip_norm: float = 1.0,
         noise_multiplier: float | None = None,
+        epsilon: float | None = None,
     ) -> None:
         super().__init__(weighting="uniform")
         if sparsifier not in ("top_k", "rand_k"):
@@ -76,11 +80,16 @@ class FedSMP(Strategy):
         self.sparsifier = sparsifier
         self.ratio = float(ratio)
         self.clip_norm = float(clip_norm)
+        if epsilon is not None and epsilon <= 0:
+            raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
         self.noise_multiplier = noise_multiplier
+        self.epsilon = epsilon
 
     def calibrate_noise(self, *, target_epsilon, delta, accountant, rounds, sample_rate) -> None:
         if self.noise_multiplier is not None:
             return
+        if self.epsilon is not None:
+            target_epsilon = self.epsilon
         if target_epsilon is None:
             raise ValueError(
                 "strategy.noise_multiplier: unset, so privacy.target_epsilon is needed to "
