@@ -26,7 +26,9 @@ CONFIG = "configs/experiment/dp_fedasgp/mnist_offline_cnn.yaml"
 METHODS = {
     "DP-FedASGP (published)": ["--strategy", "configs/strategy/dp_fedasgp/dp_fedasgp.yaml"],
     "DP-FedASGP (sound: noise everywhere, n_i/n)": [
-        "--strategy", "configs/strategy/dp_fedasgp/dp_fedasgp_sound.yaml"],
+        "--strategy",
+        "configs/strategy/dp_fedasgp/dp_fedasgp_sound.yaml",
+    ],
     "DP-FedAvg (local Laplace)": ["--strategy", "configs/strategy/dp_fedasgp/dp_fedavg_local.yaml"],
     "cpSGD": ["--strategy", "configs/strategy/dp_fedasgp/cpsgd.yaml"],
     "FedSMP top_k": ["--strategy", "configs/strategy/dp_fedasgp/fedsmp.yaml"],
@@ -37,10 +39,21 @@ METHODS = {
 
 def run(extra: list[str], rounds: int, epsilon: float) -> dict:
     args = [
-        "--config", CONFIG, *extra,
-        "--trainer.max_steps", str(rounds), "--trainer.logger", "false",
-        "--trainer.default_root_dir", tempfile.mkdtemp(), "--model.eval_every", str(rounds),
-        "--client.net.init_args.channels", "[8, 16]", "--client.net.init_args.hidden", "64",
+        "--config",
+        CONFIG,
+        *extra,
+        "--trainer.max_steps",
+        str(rounds),
+        "--trainer.logger",
+        "false",
+        "--trainer.default_root_dir",
+        tempfile.mkdtemp(),
+        "--model.eval_every",
+        str(rounds),
+        "--client.net.init_args.channels",
+        "[8, 16]",
+        "--client.net.init_args.hidden",
+        "64",
     ]
     if "FedAvg" not in extra[-1]:
         args += ["--strategy.init_args.epsilon", str(epsilon)]

@@ -55,10 +55,18 @@ def engine_round_times(strategy: str, rounds: int) -> list[float]:
     make = build_cli_class()
     cli = make(
         [
-            "--config", CONFIG, "--strategy", STRATEGIES[strategy],
-            "--trainer.max_steps", str(rounds), "--trainer.logger", "false",
-
-            "--model.eval_every", "0", "--trainer.default_root_dir", tempfile.mkdtemp(),
+            "--config",
+            CONFIG,
+            "--strategy",
+            STRATEGIES[strategy],
+            "--trainer.max_steps",
+            str(rounds),
+            "--trainer.logger",
+            "false",
+            "--model.eval_every",
+            "0",
+            "--trainer.default_root_dir",
+            tempfile.mkdtemp(),
         ],
         run=False,
     )
