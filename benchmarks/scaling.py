@@ -1,6 +1,6 @@
 """Clients per second with 1 and 2 DDP processes (gloo, CPU, 1 thread each).
 
-Runs the real CLI (digits, MLP, 40 clients, 20 a round, 2 local epochs) and reads the per-round
+Runs the real CLI (digits, MLP, 40 clients, 40 a round, 10 local epochs) and reads the per-round
 wall time ``round/time_s`` that rank 0 logs (it includes waiting for the round's all-reduce);
 the first round is dropped as warm-up. Usage: ``python benchmarks/scaling.py [--rounds 6]``.
 Writes benchmarks/results/scaling.md.
@@ -27,6 +27,7 @@ def run(processes: int, rounds: int, cohort: int, root: Path) -> list[float]:
            "--config", str(REPO / "configs/experiment/quickstart.yaml"),
            "--client", str(REPO / "configs/client/digits_mlp.yaml"),
            "--model.clients_per_round", str(cohort), "--model.eval_every", "0",
+           "--data.num_clients", "40", "--client.local_epochs", "10",
            "--trainer.max_steps", str(rounds), "--trainer.enable_progress_bar", "false",
            "--trainer.enable_checkpointing", "false", "--trainer.accelerator", "cpu",
            "--trainer.devices", str(processes), "--trainer.default_root_dir", str(root),
@@ -45,7 +46,7 @@ def run(processes: int, rounds: int, cohort: int, root: Path) -> list[float]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=6)
-    p.add_argument("--cohort", type=int, default=20)
+    p.add_argument("--cohort", type=int, default=40)
     p.add_argument("--out", default=str(REPO / "benchmarks/results/scaling.md"))
     args = p.parse_args()
     rows = []
@@ -68,7 +69,7 @@ def main() -> None:
         "numbers and the speed-up are noisy (lower bounds of what an idle machine gives).",
         "",
         f"Workload: digits, MLP, 40 clients (Dirichlet 0.5), {args.cohort} clients a round, "
-        f"2 local epochs, DP-FedAvg; median over rounds 2..{args.rounds} of rank 0's round "
+        f"10 local epochs, DP-FedAvg; median over rounds 2..{args.rounds} of rank 0's round "
         "wall time (includes the all-reduce). Reference: the same run in 1 process "
         "(the unsharded engine).",
         "",
@@ -76,8 +77,7 @@ def main() -> None:
         "|---:|---:|---:|---:|",
         *[f"| {p} | {m:.3f} | {c:.1f} | {s:.2f}x |" for p, m, c, s in rows],
         "",
-        "Command: `python benchmarks/scaling.py --rounds "
-        f"{args.rounds} --cohort {args.cohort}`",
+        f"Command: `python benchmarks/scaling.py --rounds {args.rounds} --cohort {args.cohort}`",
         "",
     ]
     Path(args.out).write_text("\n".join(lines))

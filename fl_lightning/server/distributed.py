@@ -105,9 +105,7 @@ def available_devices(accelerator: str) -> int:
     return 0
 
 
-def launch_problem(
-    *, accelerator: str, devices: int, world_size: int, strategy: Any
-) -> str | None:
+def launch_problem(*, accelerator: str, devices: int, world_size: int, strategy: Any) -> str | None:
     """The one-line reason a run cannot start on these processes (None when it can)."""
     have = available_devices(accelerator)
     if accelerator == "cpu" and devices > have:

@@ -69,17 +69,14 @@ def test_two_processes_match_one_sum_based_with_dp_sgd_and_resume(tmp_path):
     one = fit(tmp_path / "one", *SUM_BASED)
     two = fit(tmp_path / "two", *SUM_BASED, ddp=True)
     assert_same_run(one, two)
-    # The weights moved (the comparison is not of two untouched initialisations).
-    init = fit(tmp_path / "zero", *SUM_BASED, rounds=0)
-    moved = any(
-        not torch.allclose(v, global_weights(init)[k]) for k, v in global_weights(one).items()
-    )
-    assert moved
     # Resume the 2-round DDP checkpoint for a 3rd round under DDP == 3 rounds in one process.
     three = fit(tmp_path / "three", *SUM_BASED, rounds=3)
     resumed = fit(tmp_path / "resumed", *SUM_BASED, "--ckpt_path",
                   str(two / "checkpoints" / "last.ckpt"), rounds=3, ddp=True)  # fmt: skip
     assert_same_run(three, resumed)
+    # The weights moved between rounds 2 and 3 (the comparison is not of frozen weights).
+    w2, w3 = global_weights(two), global_weights(three)
+    assert any(not torch.allclose(w2[k], w3[k], atol=1e-4) for k in w2)
 
 
 ALL_UPDATES = [
