@@ -252,6 +252,7 @@ class FederatedModule(pl.LightningModule):
             sample_rate=self.sampler.sample_rate(n),
             global_params=self._global_flat,
         )
+        ctx.cohort = self.strategy.select_clients(ctx)
         ctx.client_config = self.strategy.configure_round(ctx)
         return ctx
 

@@ -3,6 +3,7 @@
 A strategy is a Lightning ``Callback`` (so its state is checkpointed with the run) that owns
 everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 
+* ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
 * ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
 * ``adjust_local_gradients``: optional per-local-step gradient correction (SCAFFOLD, ...).
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
@@ -72,6 +73,14 @@ class Strategy(Callback):
         """Sets any unset noise multiplier from the privacy target. Default: nothing to set."""
 
     # -- client side -------------------------------------------------------------------------
+    def select_clients(self, ctx: RoundContext) -> list[int]:
+        """The clients dispatched this round, given the sampled ``ctx.cohort``. Default: all.
+
+        Asynchronous strategies drop clients still busy with an earlier round (and may top the
+        cohort up); budgeted ones drop clients whose privacy budget is spent.
+        """
+        return list(ctx.cohort)
+
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
         """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``)."""
         return {}
