@@ -44,6 +44,7 @@ class AsyncLocalDP(AsyncStrategy):
         clip_norm: C, the clip norm of the delta (L2 for Gaussian, L1 for Laplace); Δ = 2C.
         delta: δ of each Gaussian upload.
         accountant: ``rdp`` or ``pld`` for the tight per-client composition.
+        rounds: E of Eq. 6 / Eq. 10 (the budget horizon); ``None``: ``trainer.max_steps``.
         log_clients: also log each participating client's ε (``strategy/eps_basic/<id>``).
         **kwargs: the clock and delay model of :class:`AsyncStrategy` (and ``weighting``).
     """
@@ -57,6 +58,7 @@ class AsyncLocalDP(AsyncStrategy):
         clip_norm: float = 1.0,
         delta: float = 1e-5,
         accountant: TightAccountant = "rdp",
+        rounds: int | None = None,
         log_clients: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -71,7 +73,10 @@ class AsyncLocalDP(AsyncStrategy):
                 "strategy.epsilon: a private mechanism needs the total budget ε (or "
                 "upload_epsilon)"
             )
+        if rounds is not None and rounds < 1:
+            raise ValueError(f"strategy.rounds: must be >= 1, got {rounds}")
         self.epsilon = epsilon
+        self.horizon = rounds
         self.upload_epsilon = upload_epsilon
         self.ledger = BudgetLedger(mechanism=self.upload, accountant=accountant)
         self.log_clients = log_clients
@@ -89,11 +94,12 @@ class AsyncLocalDP(AsyncStrategy):
         self, *, target_epsilon: float | None, delta: float, accountant: str, rounds: int,
         sample_rate: float,
     ) -> None:
-        self.rounds, self.rate = int(rounds), float(sample_rate)
+        self.rounds, self.rate = int(self.horizon or rounds), float(sample_rate)
 
     def _ensure_horizon(self, ctx: RoundContext) -> None:
         if not self.rounds:
-            self.rounds, self.rate = int(ctx.total_rounds), float(ctx.sample_rate)
+            self.rounds = int(self.horizon or ctx.total_rounds)
+            self.rate = float(ctx.sample_rate)
 
     def even_budget(self) -> float:
         """ε_i = N·ε/(n·E) (Eq. 10): ε spread over a client's expected n·E/N uploads."""
