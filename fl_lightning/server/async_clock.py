@@ -21,14 +21,19 @@ starts at ``t·P`` and uploads at ``t·P + d`` with compute time ``d`` from a se
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
-
-import numpy as np
 
 from fl_lightning.utils.rng import derive_seed
 
 DelayKind = Literal["constant", "exponential", "lognormal"]
+
+
+@lru_cache(maxsize=1 << 16)
+def _uniform(*keys: int | str) -> float:
+    return random.Random(derive_seed(*keys)).random()
 
 
 @dataclass(frozen=True)
@@ -77,19 +82,19 @@ class DelayModel:
         """Whether ``client_id`` is a straggler in this run (fixed for the whole run)."""
         if self.straggler_fraction <= 0.0:
             return False
-        u = np.random.default_rng(derive_seed(seed, client_id, "straggler")).random()
-        return bool(u < self.straggler_fraction)
+        return _uniform(seed, client_id, "straggler") < self.straggler_fraction
 
     def sample(self, seed: int, round_idx: int, client_id: int) -> float:
         """Compute time of ``client_id`` dispatched in ``round_idx`` (a pure function)."""
         if self.kind == "constant":
             d = self.mean
         else:
-            rng = np.random.default_rng(derive_seed(seed, round_idx, client_id, "delay"))
+            # Python's Mersenne Twister keyed by (seed, round, client): cheap to build per draw.
+            rng = random.Random(derive_seed(seed, round_idx, client_id, "delay"))
             if self.kind == "exponential":
-                d = float(rng.exponential(self.mean))
+                d = rng.expovariate(1.0 / self.mean)
             else:
-                d = float(self.mean * math.exp(self.sigma * rng.standard_normal()))
+                d = self.mean * math.exp(self.sigma * rng.gauss(0.0, 1.0))
         if self.is_straggler(seed, client_id):
             d *= self.straggler_slowdown
         return d
