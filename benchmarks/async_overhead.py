@@ -7,7 +7,8 @@ against a bare-PyTorch FedAvg loop (same model, same per-client steps) as the re
 A second, training-free measurement isolates the bookkeeping: the strategy hooks alone
 (select_clients, configure_round, process_update, aggregate) for 1,000 dispatched clients.
 
-Run from the repository root: ``PYTHONPATH=. python benchmarks/async_overhead.py`` (writes benchmarks/results/async_overhead.md).
+Run from the repository root: ``PYTHONPATH=. python benchmarks/async_overhead.py`` (writes
+benchmarks/results/async_overhead.md).
 """
 
 from __future__ import annotations
@@ -32,14 +33,22 @@ from fl_lightning.utils.rng import generator_for
 
 N, M, ROUNDS, STEPS, BATCH = 1000, 50, 12, 2, 16
 DELAYS = dict(
-    delay_kind="lognormal", delay_mean=0.7, delay_sigma=0.5, straggler_fraction=0.2,
-    straggler_slowdown=4.0, receive_window=1.0, aggregation_window=0.2,
+    delay_kind="lognormal",
+    delay_mean=0.7,
+    delay_sigma=0.5,
+    straggler_fraction=0.2,
+    straggler_slowdown=4.0,
+    receive_window=1.0,
+    aggregation_window=0.2,
 )
 
 
 def data() -> FederatedDataModule:
     return FederatedDataModule(
-        dataset="synthetic", num_clients=N, partitioner="iid", test_fraction=0.05,
+        dataset="synthetic",
+        num_clients=N,
+        partitioner="iid",
+        test_fraction=0.05,
         dataset_options={"num_examples": 40_000, "num_features": 784, "num_classes": 10},
     )
 
@@ -65,8 +74,13 @@ def framework_round_times(strategy) -> list[float]:  # noqa: ANN001
     model = FederatedModule(client=client, strategy=strategy, clients_per_round=M, eval_every=0)
     timer = _RoundTimer()
     trainer = pl.Trainer(
-        max_steps=ROUNDS, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+        max_steps=ROUNDS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
         callbacks=[timer],
     )
     trainer.fit(model, datamodule=data())
@@ -93,7 +107,7 @@ def bare_pytorch_round_times() -> list[float]:
                     p.copy_(g)
             perm = torch.randperm(len(y), generator=generator_for(0, r, cid))
             for s in range(STEPS):
-                idx = perm[(s * BATCH) % len(y):][:BATCH]
+                idx = perm[(s * BATCH) % len(y) :][:BATCH]
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
                 opt.step()
@@ -120,7 +134,8 @@ def bookkeeping_times(strategy, d: int = 50_890, rounds: int = 12) -> list[float
         ctx.client_config = strategy.configure_round(ctx)
         ups = [
             strategy.process_update(
-                ClientUpdate(c, delta.clone(), 40, 0.0, base_round=r), ctx,
+                ClientUpdate(c, delta.clone(), 40, 0.0, base_round=r),
+                ctx,
                 generator=generator_for(0, r, c),
             )
             for c in ctx.cohort

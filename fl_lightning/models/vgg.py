@@ -23,7 +23,10 @@ class VGG9(nn.Module):
     """
 
     def __init__(
-        self, in_channels: int = 3, num_classes: int = 10, image_size: int = 32,
+        self,
+        in_channels: int = 3,
+        num_classes: int = 10,
+        image_size: int = 32,
         dropout: bool = False,
     ) -> None:
         super().__init__()
@@ -33,15 +36,27 @@ class VGG9(nn.Module):
 
         drop2d: list[nn.Module] = [nn.Dropout2d(0.05)] if dropout else []
         self.features = nn.Sequential(
-            *conv(in_channels, 32), *conv(32, 64), nn.MaxPool2d(2),
-            *conv(64, 128), *conv(128, 128), nn.MaxPool2d(2), *drop2d,
-            *conv(128, 256), *conv(256, 256), nn.MaxPool2d(2),
+            *conv(in_channels, 32),
+            *conv(32, 64),
+            nn.MaxPool2d(2),
+            *conv(64, 128),
+            *conv(128, 128),
+            nn.MaxPool2d(2),
+            *drop2d,
+            *conv(128, 256),
+            *conv(256, 256),
+            nn.MaxPool2d(2),
         )
         drop: list[nn.Module] = [nn.Dropout(0.1)] if dropout else []
         side = image_size // 8
         self.classifier = nn.Sequential(
-            *drop, nn.Linear(256 * side * side, 512), nn.ReLU(inplace=True),
-            nn.Linear(512, 512), nn.ReLU(inplace=True), *drop, nn.Linear(512, num_classes),
+            *drop,
+            nn.Linear(256 * side * side, 512),
+            nn.ReLU(inplace=True),
+            nn.Linear(512, 512),
+            nn.ReLU(inplace=True),
+            *drop,
+            nn.Linear(512, num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

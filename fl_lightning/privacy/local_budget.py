@@ -116,12 +116,17 @@ class UploadMechanism:
         scale = self.noise_multiplier(epsilon=epsilon) * self.sensitivity
         if self.mechanism == "gaussian":
             noise = torch.randn(
-                delta_vec.shape, generator=generator, device=delta_vec.device,
+                delta_vec.shape,
+                generator=generator,
+                device=delta_vec.device,
                 dtype=delta_vec.dtype,
             )
             return delta_vec.add_(noise, alpha=scale), norm
         noise = sample_laplace(
-            delta_vec.shape, scale=scale, generator=generator, device=delta_vec.device,
+            delta_vec.shape,
+            scale=scale,
+            generator=generator,
+            device=delta_vec.device,
             dtype=delta_vec.dtype,
         )
         return delta_vec.add_(noise), norm

@@ -57,6 +57,8 @@ class ADPFL(AsyncLocalDP):
         accuracy_examples: how many of the client's examples the callback evaluates on.
         staleness_alpha: α_s ∈ (0, 1], the staleness decay base.
         aggregation: ``eq8`` (ε·λ·|D| weights) or ``num_examples`` (FedAvg weights).
+        baseline: run the paper's even-budget baseline instead (schedule ``even``, FedAvg
+            weights, no accuracy callback: the same as ``EvenBudget``), one switch for sweeps.
         **kwargs: :class:`~fl_lightning.strategies.async_local_dp.AsyncLocalDP` arguments
             (``epsilon``, ``mechanism``, ``clip_norm``, ``delta``, the clock, the delays).
     """
@@ -72,9 +74,12 @@ class ADPFL(AsyncLocalDP):
         accuracy_examples: int = 256,
         staleness_alpha: float = 0.5,
         aggregation: Literal["eq8", "num_examples"] = "eq8",
+        baseline: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("mechanism", "gaussian")
+        if baseline:
+            schedule, aggregation, accuracy_drop, rescale = "even", "num_examples", None, False
         super().__init__(**kwargs)
         if schedule not in ("published", "cooling", "even"):
             raise ValueError(

@@ -103,7 +103,8 @@ class AsyncStrategy(Strategy):
 
     def select_clients(self, ctx: RoundContext) -> list[int]:
         chosen = [
-            c for c in ctx.cohort
+            c
+            for c in ctx.cohort
             if not self.is_busy(c, ctx.round_idx) and self.client_eligible(c, ctx)
         ]
         if self.refill and len(chosen) < len(ctx.cohort):

@@ -29,8 +29,8 @@ from fl_lightning.privacy.local_budget import (
     UploadMechanism,
 )
 from fl_lightning.server.async_buffer import Arrival
-from fl_lightning.strategies.async_base import AsyncStrategy
 from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.async_base import AsyncStrategy
 
 
 class AsyncLocalDP(AsyncStrategy):
@@ -70,8 +70,7 @@ class AsyncLocalDP(AsyncStrategy):
             raise ValueError(f"strategy.upload_epsilon: must be > 0, got {upload_epsilon}")
         if self.upload.private and epsilon is None and upload_epsilon is None:
             raise ValueError(
-                "strategy.epsilon: a private mechanism needs the total budget ε (or "
-                "upload_epsilon)"
+                "strategy.epsilon: a private mechanism needs the total budget ε (or upload_epsilon)"
             )
         if rounds is not None and rounds < 1:
             raise ValueError(f"strategy.rounds: must be >= 1, got {rounds}")
@@ -91,7 +90,12 @@ class AsyncLocalDP(AsyncStrategy):
 
     # -- budget ------------------------------------------------------------------------------
     def calibrate_noise(
-        self, *, target_epsilon: float | None, delta: float, accountant: str, rounds: int,
+        self,
+        *,
+        target_epsilon: float | None,
+        delta: float,
+        accountant: str,
+        rounds: int,
         sample_rate: float,
     ) -> None:
         self.rounds, self.rate = int(self.horizon or rounds), float(sample_rate)

@@ -86,9 +86,7 @@ class FedBuff(AsyncLocalDP):
             for a in group:
                 tau = self.model_version - a.base_version
                 w = self.client_weight(a.update)
-                s = staleness_scale(
-                    self.staleness_fn, tau, a=self.staleness_a, b=self.staleness_b
-                )
+                s = staleness_scale(self.staleness_fn, tau, a=self.staleness_a, b=self.staleness_b)
                 step.add_(a.update.delta, alpha=w * s)
                 total_w += w
             out.add_(step.div_(total_w))

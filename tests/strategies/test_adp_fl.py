@@ -28,7 +28,8 @@ def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
     ctx.client_config = s.configure_round(ctx)
     ups = [
         s.process_update(
-            ClientUpdate(c, torch.ones(D) * 0.1, 50 + c, 0.0, base_round=round_idx), ctx,
+            ClientUpdate(c, torch.ones(D) * 0.1, 50 + c, 0.0, base_round=round_idx),
+            ctx,
             generator=generator_for(0, round_idx, c),
         )
         for c in ctx.cohort
@@ -50,22 +51,21 @@ def test_published_schedule_rises_and_cooling_falls():
 @pytest.mark.parametrize("schedule", ["published", "cooling", "even"])
 def test_rescaled_schedule_spends_the_total_budget_in_expectation(schedule):
     s = ADPFL(epsilon=5.0, schedule=schedule, rescale=True, accuracy_drop=None)
-    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=30,
-                      sample_rate=0.2)
+    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=30, sample_rate=0.2)
     assert 0.2 * sum(s.scheduled_epsilon(r) for r in range(30)) == pytest.approx(5.0)
 
 
 def test_unscaled_base_is_the_even_budget_of_eq_10():
     s = EvenBudget(epsilon=10.0, mechanism="gaussian")
-    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20,
-                      sample_rate=10 / 50)
+    s.calibrate_noise(
+        target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20, sample_rate=10 / 50
+    )
     assert s.even_budget() == pytest.approx(50 * 10.0 / (10 * 20))
 
 
 def test_accuracy_drop_keeps_the_previous_epsilon():
     s = ADPFL(epsilon=100.0, schedule="published", accuracy_drop=0.05)
-    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20,
-                      sample_rate=0.2)
+    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20, sample_rate=0.2)
     accs = iter([0.50, 0.60, 0.40, 0.41])
     s.accuracy_fn = lambda cid: next(accs)
     eps = [s.upload_budget(0, ctx_for(r, [0])) for r in range(4)]
@@ -83,8 +83,9 @@ def test_weights_follow_eq_8():
     eps, sizes = [0.5, 1.0, 2.0], [100, 300, 50]
     deltas = [torch.randn(D, generator=torch.Generator().manual_seed(i)) for i in range(3)]
     arrivals = [
-        Arrival(ClientUpdate(i, deltas[i].clone(), sizes[i], 0.0, extras={"epsilon": eps[i]}),
-                0, 0.1, 0)
+        Arrival(
+            ClientUpdate(i, deltas[i].clone(), sizes[i], 0.0, extras={"epsilon": eps[i]}), 0, 0.1, 0
+        )
         for i in range(3)
     ]
     ctx = ctx_for(3, [0, 1, 2], n=4)
@@ -109,8 +110,14 @@ def test_staleness_resets_on_participation_and_decays_otherwise():
 
 
 def test_budget_exhausted_clients_leave_and_are_logged():
-    s = ADPFL(epsilon=3.0, base_epsilon=1.0, schedule="even", accuracy_drop=None,
-              mechanism="laplace", refill=False)
+    s = ADPFL(
+        epsilon=3.0,
+        base_epsilon=1.0,
+        schedule="even",
+        accuracy_drop=None,
+        mechanism="laplace",
+        refill=False,
+    )
     s.setup_strategy(num_clients=10, num_parameters=D, seed=0)
     for r in range(5):
         ctx, _ = play_round(s, r, [0, 1])
@@ -121,9 +128,18 @@ def test_budget_exhausted_clients_leave_and_are_logged():
 
 
 def test_a_straggler_arrives_with_decayed_lambda():
-    s = ADPFL(epsilon=100.0, schedule="even", accuracy_drop=None, staleness_alpha=0.5,
-              delay_kind="constant", delay_mean=0.5, straggler_fraction=0.5,
-              straggler_slowdown=5.0, receive_window=1.0, refill=False)
+    s = ADPFL(
+        epsilon=100.0,
+        schedule="even",
+        accuracy_drop=None,
+        staleness_alpha=0.5,
+        delay_kind="constant",
+        delay_mean=0.5,
+        straggler_fraction=0.5,
+        straggler_slowdown=5.0,
+        receive_window=1.0,
+        refill=False,
+    )
     s.setup_strategy(num_clients=10, num_parameters=D, seed=0)
     slow = next(c for c in range(10) if s.delay.is_straggler(0, c))
     play_round(s, 0, [slow])
@@ -148,12 +164,22 @@ def test_no_client_ever_exceeds_its_total_budget(
     schedule, rescale, total, base, threshold, mechanism, rounds, data
 ):
     n = 6
-    s = ADPFL(epsilon=total, schedule=schedule, rescale=rescale, base_epsilon=base,
-              accuracy_drop=threshold, mechanism=mechanism, delay_kind="exponential",
-              delay_mean=0.7, receive_window=1.0, aggregation_window=0.3)
+    s = ADPFL(
+        epsilon=total,
+        schedule=schedule,
+        rescale=rescale,
+        base_epsilon=base,
+        accuracy_drop=threshold,
+        mechanism=mechanism,
+        delay_kind="exponential",
+        delay_mean=0.7,
+        receive_window=1.0,
+        aggregation_window=0.3,
+    )
     s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
-    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=rounds,
-                      sample_rate=0.5)
+    s.calibrate_noise(
+        target_epsilon=None, delta=1e-5, accountant="rdp", rounds=rounds, sample_rate=0.5
+    )
     accs = data.draw(st.lists(st.floats(0, 1), min_size=rounds * n, max_size=rounds * n))
     it = iter(accs)
     s.accuracy_fn = lambda cid: next(it)
@@ -181,3 +207,13 @@ def test_bad_settings_name_the_field(kwargs, field):
     base.update(kwargs)
     with pytest.raises(ValueError, match=field):
         ADPFL(**base)
+
+
+def test_baseline_switch_is_the_even_budget_strategy():
+    s = ADPFL(epsilon=5.0, baseline=True, schedule="published", rescale=True)
+    assert (s.schedule, s.aggregation, s.accuracy_drop, s.rescale) == (
+        "even",
+        "num_examples",
+        None,
+        False,
+    )

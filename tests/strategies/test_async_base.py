@@ -1,9 +1,9 @@
-"""AsyncStrategy: dispatch, buffering, staleness, versions (fl_lightning/strategies/async_base.py)."""
+"""AsyncStrategy: dispatch, buffering, staleness, versions (strategies/async_base.py)."""
 
 import torch
 
-from fl_lightning.strategies.async_base import AsyncStrategy
 from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.async_base import AsyncStrategy
 from fl_lightning.utils.rng import generator_for
 
 N, D = 8, 4
@@ -47,8 +47,13 @@ def slow_clients(strategy):
 
 def make(**kw):
     s = Recording(
-        delay_kind="constant", delay_mean=0.5, straggler_fraction=0.5, straggler_slowdown=5.0,
-        receive_window=1.0, aggregation_window=0.0, **kw,
+        delay_kind="constant",
+        delay_mean=0.5,
+        straggler_fraction=0.5,
+        straggler_slowdown=5.0,
+        receive_window=1.0,
+        aggregation_window=0.0,
+        **kw,
     )
     s.setup_strategy(num_clients=N, num_parameters=D, seed=0)
     s.params_at = {}

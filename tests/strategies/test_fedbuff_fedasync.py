@@ -1,4 +1,4 @@
-"""FedBuff and FedAsync on the real round loop (fl_lightning/strategies/fedbuff.py, fedasync.py)."""
+"""FedBuff and FedAsync on the real round loop (strategies/fedbuff.py, fedasync.py)."""
 
 import lightning.pytorch as pl
 import pytest
@@ -19,19 +19,33 @@ M = 4
 def fit(strategy, rounds=2, clients_per_round=M):
     torch.manual_seed(0)
     client = ClientModule(
-        net=MLP(input_dim=16, hidden=(8,), num_classes=3), num_classes=3, lr=0.1,
-        local_steps=2, batch_size=8,
+        net=MLP(input_dim=16, hidden=(8,), num_classes=3),
+        num_classes=3,
+        lr=0.1,
+        local_steps=2,
+        batch_size=8,
     )
     model = FederatedModule(
-        client=client, strategy=strategy, clients_per_round=clients_per_round, eval_every=0,
+        client=client,
+        strategy=strategy,
+        clients_per_round=clients_per_round,
+        eval_every=0,
     )
     data = FederatedDataModule(
-        dataset="synthetic", num_clients=8, partitioner="dirichlet", alpha=1.0,
+        dataset="synthetic",
+        num_clients=8,
+        partitioner="dirichlet",
+        alpha=1.0,
         dataset_options={"num_examples": 400, "num_features": 16, "num_classes": 3},
     )
     trainer = pl.Trainer(
-        max_steps=rounds, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+        max_steps=rounds,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
     )
     trainer.fit(model, datamodule=data)
     params = trainable_parameters(model.global_net)
@@ -53,14 +67,19 @@ def test_fedasync_without_delay_and_full_mixing_of_one_client_is_fedavg():
 
 def test_async_strategies_run_with_stragglers_and_local_noise():
     kw = dict(
-        delay_kind="exponential", delay_mean=0.8, straggler_fraction=0.5, straggler_slowdown=3.0,
-        receive_window=1.0, aggregation_window=0.2,
+        delay_kind="exponential",
+        delay_mean=0.8,
+        straggler_fraction=0.5,
+        straggler_slowdown=3.0,
+        receive_window=1.0,
+        aggregation_window=0.2,
     )
     _, buff = fit(FedBuff(buffer_size=3, mechanism="gaussian", epsilon=50.0, **kw), rounds=4)
     assert buff.round_metrics["async/model_version"] >= 1
     assert buff.round_metrics["eps_basic_max"] <= 50.0 * (1 + 1e-9)
     _, fa = fit(FedAsync(mixing=0.5, **kw), rounds=4)
-    assert fa.versions.keys() <= {r for arr in fa.pending.values() for r in [a.dispatch_round for a in arr]}
+    in_flight = {a.dispatch_round for arr in fa.pending.values() for a in arr}
+    assert set(fa.versions) <= in_flight
 
 
 def test_staleness_functions():

@@ -43,8 +43,10 @@ def overlap_label_k(
     parts = []
     for _ in range(num_clients):
         chosen = rng.choice(classes, size=labels_per_client, replace=False)
-        per = [quota // labels_per_client + (k < quota % labels_per_client)
-               for k in range(labels_per_client)]
+        per = [
+            quota // labels_per_client + (k < quota % labels_per_client)
+            for k in range(labels_per_client)
+        ]
         take = [
             rng.choice(by_label[c], size=min(n, len(by_label[c])), replace=False)
             for c, n in zip(chosen, per)
