@@ -107,10 +107,13 @@ class DPScaffold(ModelBinding, Strategy):
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "control": None if self.control is None else self.control.cpu(),
-            "client_controls": {c: v.cpu() for c, v in self.client_controls.items()},
+            "control": None if self.control is None else self.control.detach().cpu().clone(),
+            "client_controls": {c: v.cpu().clone() for c, v in self.client_controls.items()},
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.control = state_dict["control"]
-        self.client_controls = {int(c): v for c, v in state_dict["client_controls"].items()}
+        control = state_dict["control"]
+        self.control = None if control is None else control.clone()
+        self.client_controls = {
+            int(c): v.clone() for c, v in state_dict["client_controls"].items()
+        }

@@ -107,7 +107,7 @@ class GCFL(ModelBinding, Strategy):
         variant: ``corrected`` (M random references, ‖r‖², sequential PCGrad projection) or
             ``published`` (Algorithm 1: all pairs, ‖r‖, each correction from the original).
         reference_clients: M, the clients assumed correct each round (``corrected`` only;
-            default 1). The published variant compares all pairs and takes no M.
+            default 1). Ignored by the published variant, which compares all pairs.
         threshold: τ; a gradient is corrected when cos < τ (paper: 0; Algorithm 1 leaves it
             blank).
         granularity: ``whole`` (one cosine on the flattened vector, Eq. 11) or ``per_layer``
@@ -129,11 +129,6 @@ class GCFL(ModelBinding, Strategy):
         super().__init__(weighting=weighting)
         if variant not in ("corrected", "published"):
             raise ValueError(f"strategy.variant: expected 'corrected' or 'published', got {variant!r}")
-        if variant == "published" and reference_clients is not None:
-            raise ValueError(
-                "strategy.reference_clients: the published variant compares all pairs "
-                "(Algorithm 1); leave it unset or use variant: corrected"
-            )
         if reference_clients is not None and reference_clients < 1:
             raise ValueError(f"strategy.reference_clients: must be >= 1, got {reference_clients}")
         if not -1.0 <= threshold <= 1.0:

@@ -46,7 +46,7 @@ class Isolate(Strategy):
         return [self.client_models[c] for c in sorted(self.client_models)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"client_models": {c: m.cpu() for c, m in self.client_models.items()}}
+        return {"client_models": {c: m.cpu().clone() for c, m in self.client_models.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.client_models = {int(c): m for c, m in state_dict["client_models"].items()}
+        self.client_models = {int(c): m.clone() for c, m in state_dict["client_models"].items()}
