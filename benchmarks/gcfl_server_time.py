@@ -15,7 +15,7 @@ import argparse
 import platform
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
@@ -51,6 +51,26 @@ def _bare_pcgrad(grads: torch.Tensor, m: int, generator: torch.Generator) -> tor
     return out.mean(0)
 
 
+def _time_round(n: int, d: int, repeats: int) -> dict[str, float]:
+    g = torch.Generator().manual_seed(n)
+    deltas = torch.randn(n, d, generator=g)  # noise-dominated: about half the pairs conflict
+    updates = [ClientUpdate(i, deltas[i], 100, 0.0, metrics={"local_steps": 1.0}) for i in range(n)]
+    ctx = RoundContext(0, 1, 0, n, list(range(n)), float(n), 1.0, torch.zeros(d))
+    fedavg = FedAvg(weighting="uniform")
+    row = {
+        "N": n,
+        "fedavg": _median_time(lambda: fedavg.aggregate(updates, ctx, generator=g), repeats),
+        "bare_mean": _median_time(lambda: deltas.mean(0), repeats),
+    }
+    for m in sorted({1, max(1, n // 2)}):
+        gcfl = GCFL(reference_clients=m, weighting="uniform")
+        row[f"gcfl_M{m}"] = _median_time(
+            lambda gcfl=gcfl: gcfl.aggregate(updates, ctx, generator=g), repeats
+        )
+        row[f"bare_pcgrad_M{m}"] = _median_time(lambda m=m: _bare_pcgrad(deltas, m, g), repeats)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dim", type=int, default=100_000)
@@ -61,38 +81,27 @@ def main() -> None:
     d = args.dim
     rows = []
     for n in (2, 10, 100):
-        g = torch.Generator().manual_seed(n)
-        deltas = torch.randn(n, d, generator=g)  # noise-dominated: about half the pairs conflict
-        updates = [ClientUpdate(i, deltas[i], 100, 0.0, metrics={"local_steps": 1.0})
-                   for i in range(n)]
-        ctx = RoundContext(0, 1, 0, n, list(range(n)), float(n), 1.0, torch.zeros(d))
-        fedavg = FedAvg(weighting="uniform")
-        t_fedavg = _median_time(lambda: fedavg.aggregate(updates, ctx, generator=g), args.repeats)
-        t_bare_mean = _median_time(lambda: deltas.mean(0), args.repeats)
-        row = {"N": n, "fedavg": t_fedavg, "bare_mean": t_bare_mean}
-        for m in sorted({1, max(1, n // 2)}):
-            gcfl = GCFL(reference_clients=m, weighting="uniform")
-            row[f"gcfl_M{m}"] = _median_time(
-                lambda gcfl=gcfl: gcfl.aggregate(updates, ctx, generator=g), args.repeats
-            )
-            row[f"bare_pcgrad_M{m}"] = _median_time(
-                lambda m=m: _bare_pcgrad(deltas, m, g), args.repeats
-            )
-        rows.append(row)
-        print(row, flush=True)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"\nMachine: {platform.machine()} {platform.processor() or ''}, torch "
-          f"{torch.__version__}, {args.threads} thread(s), d = {d:,}, median of "
-          f"{args.repeats}; {now}\n")
-    print("| N clients | FedAvg.aggregate | bare torch mean | GCFL M=1 | bare PCGrad M=1 | "
-          "GCFL M=N/2 | bare PCGrad M=N/2 |")
+        rows.append(_time_round(n, d, args.repeats))
+        print(rows[-1], flush=True)
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    print(
+        f"\nMachine: {platform.machine()} {platform.processor() or ''}, torch "
+        f"{torch.__version__}, {args.threads} thread(s), d = {d:,}, median of "
+        f"{args.repeats}; {now}\n"
+    )
+    print(
+        "| N clients | FedAvg.aggregate | bare torch mean | GCFL M=1 | bare PCGrad M=1 | "
+        "GCFL M=N/2 | bare PCGrad M=N/2 |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         half = max(1, r["N"] // 2)
-        print(f"| {r['N']} | {1e3 * r['fedavg']:.2f} ms | {1e3 * r['bare_mean']:.2f} ms | "
-              f"{1e3 * r['gcfl_M1']:.2f} ms | {1e3 * r['bare_pcgrad_M1']:.2f} ms | "
-              f"{1e3 * r[f'gcfl_M{half}']:.2f} ms (M={half}) | "
-              f"{1e3 * r[f'bare_pcgrad_M{half}']:.2f} ms |")
+        print(
+            f"| {r['N']} | {1e3 * r['fedavg']:.2f} ms | {1e3 * r['bare_mean']:.2f} ms | "
+            f"{1e3 * r['gcfl_M1']:.2f} ms | {1e3 * r['bare_pcgrad_M1']:.2f} ms | "
+            f"{1e3 * r[f'gcfl_M{half}']:.2f} ms (M={half}) | "
+            f"{1e3 * r[f'bare_pcgrad_M{half}']:.2f} ms |"
+        )
 
 
 if __name__ == "__main__":

@@ -354,7 +354,8 @@ class FederatedModule(pl.LightningModule):
             for flat in models:
                 load_flat_(trainable_parameters(net), flat.to(self.device))
                 per_model.append(self._metrics_of(net, x, y, bs))
-            self.last_eval = {k: sum(m[k] for m in per_model) / len(per_model) for k in per_model[0]}
+            n = len(per_model)
+            self.last_eval = {k: sum(m[k] for m in per_model) / n for k in per_model[0]}
             return self.last_eval
         self.last_eval = self._metrics_of(self.global_net, x, y, bs)
         return self.last_eval

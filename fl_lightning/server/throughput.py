@@ -29,7 +29,9 @@ class Throughput(Callback):
         self.train_rates: list[float] = []
         self.test_rate: float | None = None
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._round = int(trainer.global_step)
         self._start = time.perf_counter()
 
@@ -39,7 +41,9 @@ class Throughput(Callback):
         cohort = pl_module.sampler.sample(pl_module.seed, round_idx, n)
         cfg = pl_module.client.training_config
         sizes = data.client_sizes()
-        return int(sum(cfg.steps_for(int(sizes[c])) * min(cfg.batch_size, int(sizes[c])) for c in cohort))
+        return int(
+            sum(cfg.steps_for(int(sizes[c])) * min(cfg.batch_size, int(sizes[c])) for c in cohort)
+        )
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int

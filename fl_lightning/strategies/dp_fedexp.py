@@ -21,9 +21,7 @@ from fl_lightning.server.update import RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
 
 
-def fedexp_step_size(
-    mean_sq_norm: float, mean_delta_sq_norm: float, *, epsilon: float
-) -> float:
+def fedexp_step_size(mean_sq_norm: float, mean_delta_sq_norm: float, *, epsilon: float) -> float:
     """η_g = max(1, Σ p_i‖Δ_i‖² / (2(‖Δ̄‖² + ε))) given Σ p_i‖Δ_i‖² and ‖Δ̄‖²."""
     return max(1.0, mean_sq_norm / (2.0 * (mean_delta_sq_norm + epsilon)))
 

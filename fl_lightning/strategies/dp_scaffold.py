@@ -114,6 +114,4 @@ class DPScaffold(ModelBinding, Strategy):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         control = state_dict["control"]
         self.control = None if control is None else control.clone()
-        self.client_controls = {
-            int(c): v.clone() for c, v in state_dict["client_controls"].items()
-        }
+        self.client_controls = {int(c): v.clone() for c, v in state_dict["client_controls"].items()}

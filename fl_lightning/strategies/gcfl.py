@@ -128,7 +128,9 @@ class GCFL(ModelBinding, Strategy):
     ) -> None:
         super().__init__(weighting=weighting)
         if variant not in ("corrected", "published"):
-            raise ValueError(f"strategy.variant: expected 'corrected' or 'published', got {variant!r}")
+            raise ValueError(
+                f"strategy.variant: expected 'corrected' or 'published', got {variant!r}"
+            )
         if reference_clients is not None and reference_clients < 1:
             raise ValueError(f"strategy.reference_clients: must be >= 1, got {reference_clients}")
         if not -1.0 <= threshold <= 1.0:

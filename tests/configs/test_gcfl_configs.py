@@ -28,7 +28,8 @@ def _data_overrides(config: Path, tmp_path: Path) -> list[str]:
         return [
             "--data.dataset=synthetic",
             "--data.download=false",
-            '--data.dataset_options={"shape": [3, 32, 32], "num_classes": 10, "num_examples": 2000}',
+            '--data.dataset_options={"shape": [3, 32, 32], "num_classes": 10, '
+            '"num_examples": 2000}',
         ]
     if "dataset: covid_radiography" in text:
         root = make_covid_fixture(tmp_path / "covid", per_class=3)
@@ -42,9 +43,14 @@ def _run(config: Path, tmp_path: Path, extra: list[str]) -> dict:
         "init_args": {"save_dir": str(tmp_path / "logs"), "name": "", "version": ""},
     }
     args = [
-        "fit", f"--config={config}", *extra,
-        "--trainer.max_steps=2", "--client.local_steps=1", "--client.batch_size=8",
-        "--model.eval_every=1", f"--trainer.logger={json.dumps(logger)}",
+        "fit",
+        f"--config={config}",
+        *extra,
+        "--trainer.max_steps=2",
+        "--client.local_steps=1",
+        "--client.batch_size=8",
+        "--model.eval_every=1",
+        f"--trainer.logger={json.dumps(logger)}",
     ]
     assert main(args) == 0
     summary = json.loads((tmp_path / "logs" / "summary.json").read_text())

@@ -24,7 +24,9 @@ def test_step_size_formula() -> None:
     s = DPFedExP(epsilon=eps)
     agg = s.aggregate(_ups(deltas), _ctx(20, 5), generator=torch.Generator())
     mean = torch.stack(deltas).mean(0)
-    eta = max(1.0, sum(float(d.norm() ** 2) for d in deltas) / (2 * 5 * (float(mean.norm() ** 2) + eps)))
+    eta = max(
+        1.0, sum(float(d.norm() ** 2) for d in deltas) / (2 * 5 * (float(mean.norm() ** 2) + eps))
+    )
     assert eta > 1.0  # random (noise-like) deltas extrapolate
     assert s.round_metrics["eta_g"] == pytest.approx(eta, rel=1e-5)
     torch.testing.assert_close(agg, eta * mean)

@@ -17,8 +17,14 @@ LR, K = 0.05, 10
 
 def _ctx(x: torch.Tensor, round_idx: int, cohort: list[int]) -> RoundContext:
     return RoundContext(
-        round_idx=round_idx, total_rounds=100, seed=0, num_clients=len(A), cohort=cohort,
-        expected_cohort_size=float(len(cohort)), sample_rate=1.0, global_params=x.clone(),
+        round_idx=round_idx,
+        total_rounds=100,
+        seed=0,
+        num_clients=len(A),
+        cohort=cohort,
+        expected_cohort_size=float(len(cohort)),
+        sample_rate=1.0,
+        global_params=x.clone(),
     )
 
 
@@ -36,8 +42,10 @@ def _local(strategy, cid: int, ctx: RoundContext) -> ClientUpdate:
 
 def _round(strategy, x: torch.Tensor, r: int, cohort: list[int]) -> torch.Tensor:
     ctx = _ctx(x, r, cohort)
-    updates = [strategy.process_update(_local(strategy, c, ctx), ctx, generator=torch.Generator())
-               for c in cohort]
+    updates = [
+        strategy.process_update(_local(strategy, c, ctx), ctx, generator=torch.Generator())
+        for c in cohort
+    ]
     agg = strategy.aggregate(updates, ctx, generator=torch.Generator())
     x = x + agg
     strategy.after_round(ctx, agg)

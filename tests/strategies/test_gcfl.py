@@ -31,8 +31,9 @@ def _ctx(dim: int, cohort: list[int], **client_config) -> RoundContext:
 def _updates(deltas: list[torch.Tensor], sizes: list[int] | None = None) -> list[ClientUpdate]:
     sizes = sizes or [10] * len(deltas)
     return [
-        ClientUpdate(client_id=i, delta=d.clone(), num_examples=n, loss=0.0,
-                     metrics={"local_steps": 1.0})
+        ClientUpdate(
+            client_id=i, delta=d.clone(), num_examples=n, loss=0.0, metrics={"local_steps": 1.0}
+        )
         for i, (d, n) in enumerate(zip(deltas, sizes))
     ]
 
