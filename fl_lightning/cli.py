@@ -11,6 +11,7 @@ before any training.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
@@ -23,6 +24,7 @@ def _trainer_defaults() -> dict[str, Any]:
         "num_sanity_val_steps": 0,
         "enable_model_summary": False,
         "max_steps": 20,
+        "default_root_dir": "runs",
         "logger": [
             {
                 "class_path": "lightning.pytorch.loggers.CSVLogger",
@@ -36,15 +38,23 @@ def _trainer_defaults() -> dict[str, Any]:
     }
 
 
-def _default_callbacks() -> list[Any]:
-    from lightning.pytorch.callbacks import ModelCheckpoint
+def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
+    """A round progress bar and a last-checkpoint writer, unless the config turned them off."""
+    from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
     from fl_lightning.server.progress import RoundProgressBar
 
-    return [
-        RoundProgressBar(),
-        ModelCheckpoint(save_last=True, every_n_train_steps=10, save_top_k=0),
-    ]
+    given = trainer_config.get("callbacks") or []
+    callbacks: list[Any] = []
+    if trainer_config.get("enable_progress_bar") is not False and not any(
+        isinstance(c, ProgressBar) for c in given
+    ):
+        callbacks.append(RoundProgressBar())
+    if trainer_config.get("enable_checkpointing") is not False and not any(
+        isinstance(c, ModelCheckpoint) for c in given
+    ):
+        callbacks.append(ModelCheckpoint(save_last=True, every_n_train_steps=10, save_top_k=0))
+    return callbacks
 
 
 def build_cli_class():  # noqa: ANN201
@@ -78,13 +88,22 @@ def build_cli_class():  # noqa: ANN201
             parser.link_arguments("seed_everything", "model.seed")
             parser.link_arguments("seed_everything", "data.seed")
 
+        def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+            return super()._instantiate_trainer(config, [*callbacks, *_default_callbacks(config)])
+
+        def before_fit(self) -> None:
+            """Checks that need both the model and the data, before the Trainer starts."""
+            data = self.datamodule
+            if data.hparams.partitioner != "natural":
+                self.model.sampler.check_population(data.num_clients)
+
     def make(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
         return FederatedCLI(
             FederatedModule,
             FederatedDataModule,
             save_config_callback=LoggedConfigCallback,
             save_config_kwargs={"overwrite": False},
-            trainer_defaults={**_trainer_defaults(), "callbacks": _default_callbacks()},
+            trainer_defaults=_trainer_defaults(),
             seed_everything_default=0,
             parser_kwargs={"exit_on_error": False},
             args=args,
@@ -109,15 +128,21 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def one_line(err: BaseException) -> str:
-    """The first meaningful line of an error, for ``error: ...`` output."""
+    """The bad field and why, on one line, from a ValueError or a jsonargparse error."""
     text = str(err).strip() or type(err).__name__
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    first = lines[0] if lines else text
-    # jsonargparse nests the real cause: prefer the innermost line naming a key.
-    for line in lines:
-        if line.startswith(("data.", "client.", "strategy.", "model.", "privacy.", "trainer.")):
-            return line
-    return first
+    keys = re.findall(r'Parser key "([^"]+)"', text)
+    if not keys:
+        return lines[0] if lines else text
+    stripped = [ln.lstrip("- ") for ln in lines]
+    reason = next(
+        (ln for ln in stripped if ln.startswith("Expected")),
+        next((ln for ln in stripped if ln.startswith("Problem")), lines[0]),
+    )
+    given = next((ln for ln in lines if ln.startswith("Given value:")), "")
+    given_value = given.split(":", 1)[1].strip() if given else ""
+    got = f" (got {given_value!r})" if given_value and "Got value" not in reason else ""
+    return f"{'.'.join(keys)}: {reason}{got}"
 
 
 def run_lightning(args: list[str] | None = None) -> int:
