@@ -34,7 +34,7 @@ done
 {
   echo "# GCFL and baselines on offline MNIST at epsilon = 2"
   echo
-  echo "Machine: $(uname -m), $(nproc) CPU cores shared with other jobs (OMP_NUM_THREADS=$OMP_NUM_THREADS), torch $(python -c 'import torch;print(torch.__version__)'); date: $(date -u +%F)."
+  echo "Machine: $(uname -m), $(OMP_NUM_THREADS= nproc) CPU cores shared with other jobs (OMP_NUM_THREADS=$OMP_NUM_THREADS), torch $(python -c 'import torch;print(torch.__version__)'); date: $(date -u +%F)."
   echo "Config: \`$config\` (2 IID clients of 4,000 real MNIST test-set images, 2,000 held out;"
   echo "K = 20 DP-SGD steps a round, B = 32, C = 1.5, sigma calibrated for epsilon = 2 at delta = 1e-5 over 10 rounds; seed 0; one run each)."
   echo
