@@ -90,6 +90,11 @@ class Strategy(Callback):
     ) -> None:
         """Called after each local backward pass, before the optimizer step. Default: no-op."""
 
+    def client_start_params(self, client_id: int, ctx: RoundContext) -> torch.Tensor:
+        """Flat weights client ``client_id`` starts local training from (and its delta is taken
+        against). Default: the global model; local-only baselines (Isolate) return their own."""
+        return ctx.global_params
+
     def client_optimizer_state(self, client_id: int) -> dict[str, Any] | None:
         """Optimizer state to restore for ``client_id`` (None: a fresh optimizer each round)."""
         return None
@@ -131,6 +136,11 @@ class Strategy(Callback):
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
         """Called once the global model moved."""
+
+    def evaluation_models(self) -> list[torch.Tensor] | None:
+        """Flat weight vectors whose test metrics are averaged in place of the global model's
+        (e.g. Isolate's per-client models). Default None: evaluate the global model."""
+        return None
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
