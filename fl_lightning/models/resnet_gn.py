@@ -60,7 +60,9 @@ class ResNet18GN(nn.Module):
                 blocks.append(BasicBlock(in_ch, out_ch, 2 if (i > 0 and j == 0) else 1, groups))
                 in_ch = out_ch
         self.layers = nn.Sequential(*blocks)
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_ch, num_classes))
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_ch, num_classes)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.layers(self.stem(x)))

@@ -23,7 +23,11 @@ class SpmCifarCNN(nn.Module):
     """
 
     def __init__(
-        self, in_channels: int = 3, num_classes: int = 10, image_size: int = 32, kernel_size: int = 3
+        self,
+        in_channels: int = 3,
+        num_classes: int = 10,
+        image_size: int = 32,
+        kernel_size: int = 3,
     ) -> None:
         super().__init__()
         if image_size % 4 or kernel_size % 2 == 0:

@@ -13,16 +13,23 @@ from fl_lightning.strategies.ldp_fedavg import LDPFedAvg
 
 def _ctx(global_params: torch.Tensor, cohort=(0, 1, 2)) -> RoundContext:
     return RoundContext(
-        round_idx=0, total_rounds=1, seed=0, num_clients=5, cohort=list(cohort),
-        expected_cohort_size=3.0, sample_rate=0.6, global_params=global_params,
+        round_idx=0,
+        total_rounds=1,
+        seed=0,
+        num_clients=5,
+        cohort=list(cohort),
+        expected_cohort_size=3.0,
+        sample_rate=0.6,
+        global_params=global_params,
     )
 
 
 def _updates(strategy, ctx, locals_):
     out = []
     for cid, local in enumerate(locals_):
-        u = ClientUpdate(client_id=cid, delta=local - ctx.global_params, num_examples=10 * (cid + 1),
-                         loss=0.0)
+        u = ClientUpdate(
+            client_id=cid, delta=local - ctx.global_params, num_examples=10 * (cid + 1), loss=0.0
+        )
         g = torch.Generator().manual_seed(cid)
         out.append(strategy.process_update(u, ctx, generator=g))
     return out

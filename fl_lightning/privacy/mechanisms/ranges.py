@@ -37,7 +37,9 @@ class RangeConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in RANGE_MODES:
-            raise ValueError(f"strategy.input_range: expected one of {RANGE_MODES}, got {self.mode!r}")
+            raise ValueError(
+                f"strategy.input_range: expected one of {RANGE_MODES}, got {self.mode!r}"
+            )
         if not self.clip_bound > 0:
             raise ValueError(f"strategy.clip_bound: must be > 0, got {self.clip_bound}")
         if self.source not in RANGE_SOURCES:

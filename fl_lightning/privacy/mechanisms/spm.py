@@ -49,8 +49,11 @@ def sign_interval_sample(
     b1 = (c - 1.0) / p
     b2 = -(c - 1.0) / (1.0 - p)
     a2 = -1.0 - b2 * p
-    t = torch.where(u < p, u * b1 + 1.0, u * b2 + a2)
-    return t.mul_(w).mul_(scale) if scale != 1.0 else t.mul_(w)
+    keep = u < p
+    kept = u * (b1 * scale)
+    kept.add_(scale)
+    flipped = u.mul_(b2 * scale).add_(a2 * scale)  # reuses u's storage
+    return torch.where(keep, kept, flipped).mul_(w)
 
 
 def sign_interval_moments(*, keep_prob: float, bound: float) -> tuple[float, float]:
