@@ -11,6 +11,7 @@ before any training.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
@@ -78,6 +79,12 @@ def build_cli_class():  # noqa: ANN201
             parser.link_arguments("seed_everything", "model.seed")
             parser.link_arguments("seed_everything", "data.seed")
 
+        def before_fit(self) -> None:
+            """Checks that need both the model and the data, before the Trainer starts."""
+            data = self.datamodule
+            if data.hparams.partitioner != "natural":
+                self.model.sampler.check_population(data.num_clients)
+
     def make(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
         return FederatedCLI(
             FederatedModule,
@@ -109,15 +116,21 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def one_line(err: BaseException) -> str:
-    """The first meaningful line of an error, for ``error: ...`` output."""
+    """The bad field and why, on one line, from a ValueError or a jsonargparse error."""
     text = str(err).strip() or type(err).__name__
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    first = lines[0] if lines else text
-    # jsonargparse nests the real cause: prefer the innermost line naming a key.
-    for line in lines:
-        if line.startswith(("data.", "client.", "strategy.", "model.", "privacy.", "trainer.")):
-            return line
-    return first
+    keys = re.findall(r'Parser key "([^"]+)"', text)
+    if not keys:
+        return lines[0] if lines else text
+    stripped = [ln.lstrip("- ") for ln in lines]
+    reason = next(
+        (ln for ln in stripped if ln.startswith("Expected")),
+        next((ln for ln in stripped if ln.startswith("Problem")), lines[0]),
+    )
+    given = next((ln for ln in lines if ln.startswith("Given value:")), "")
+    given_value = given.split(":", 1)[1].strip() if given else ""
+    got = f" (got {given_value!r})" if given_value and "Got value" not in reason else ""
+    return f"{'.'.join(keys)}: {reason}{got}"
 
 
 def run_lightning(args: list[str] | None = None) -> int:

@@ -399,9 +399,10 @@ class FederatedModule(pl.LightningModule):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
         eps = summary.get("privacy/epsilon", math.inf)
-        self.print(
+        print(
             f"Finished {self.rounds_completed} rounds: test accuracy "
             f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
             f"(δ = {summary.get('privacy/delta', 0):g}); "
-            f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
+            f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}",
+            flush=True,
         )

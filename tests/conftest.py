@@ -1,0 +1,44 @@
+"""Shared fixtures: run the real CLI in-process on tiny offline settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()
+QUICKSTART = REPO / "configs" / "experiment" / "quickstart.yaml"
+
+# Tiny, fast settings of the quickstart shape: digits, MLP, 10 clients, 3 per round.
+TINY = [
+    "--data", str(REPO / "configs" / "data" / "digits.yaml"),
+    "--client", str(REPO / "configs" / "client" / "digits_mlp.yaml"),
+    "--model.clients_per_round", "3",
+    "--model.eval_every", "0",
+    "--trainer.logger", "false",
+    "--trainer.enable_progress_bar", "false",
+]  # fmt: skip
+
+
+@pytest.fixture
+def run_cli(tmp_path, monkeypatch):
+    """Runs ``fl-lightning <args>`` in-process in a temporary directory; returns (rc, output)."""
+    from fl_lightning.cli import main
+
+    monkeypatch.chdir(REPO)
+
+    def run(args: list[str], capsys=None) -> int:
+        return main([*args, "--trainer.default_root_dir", str(tmp_path)]) if args[0] in (
+            "fit", "validate", "test"
+        ) else main(args)
+
+    return run
+
+
+def has_mnist_offline() -> bool:
+    return (SHARED_DATA / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz").is_file()

@@ -1,0 +1,83 @@
+"""Accountant golden numbers: our ε against Opacus and dp-accounting, computed independently."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import pytest
+from opacus.accountants import PRVAccountant, RDPAccountant
+from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
+from fl_lightning.privacy.events import SampledGaussian
+
+DELTA = 1e-5
+
+
+def test_rdp_matches_opacus_rdp_analysis():
+    # Independent: the closed-form RDP of the sampled Gaussian, converted by Opacus' analysis.
+    orders = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+    rdp = compute_rdp(q=0.01, noise_multiplier=1.1, steps=1000, orders=orders)
+    expected, _ = get_privacy_spent(orders=orders, rdp=rdp, delta=DELTA)
+    ours = epsilon([SampledGaussian(1.1, 0.01, 1000)], DELTA, "rdp")
+    assert ours == pytest.approx(expected, rel=1e-6)
+
+
+def test_rdp_agrees_with_dp_accounting_rdp_on_the_abadi_mnist_setting():
+    # Abadi et al. 2016 MNIST: batch 256 of 60,000, σ = 1.1, 60 epochs, δ = 1e-5. A second,
+    # independent RDP implementation (dp-accounting's) must give the same ε up to its order grid.
+    q, steps = 256 / 60_000, 60 * 235
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.1)), steps)
+    ours = epsilon([SampledGaussian(1.1, q, steps)], DELTA, "rdp")
+    assert ours == pytest.approx(acc.get_epsilon(DELTA), rel=0.05)
+    assert 2.0 < ours < 3.5
+
+
+def test_pld_matches_dp_accounting():
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(0.9)), 300)
+    ours = epsilon([SampledGaussian(0.9, 0.05, 300)], DELTA, "pld")
+    assert ours == pytest.approx(acc.get_epsilon(DELTA), rel=1e-6)
+
+
+def test_prv_matches_opacus_prv_and_is_below_rdp():
+    acc = PRVAccountant()
+    acc.history = [(1.0, 0.02, 500)]
+    ours = epsilon([SampledGaussian(1.0, 0.02, 500)], DELTA, "prv")
+    assert ours == pytest.approx(acc.get_epsilon(DELTA), rel=1e-3)
+    assert ours <= epsilon([SampledGaussian(1.0, 0.02, 500)], DELTA, "rdp")
+
+
+def test_three_accountants_agree_roughly():
+    events = [SampledGaussian(1.0, 0.1, 200)]
+    values = {name: epsilon(events, DELTA, name) for name in ("rdp", "prv", "pld")}
+    assert max(values.values()) / min(values.values()) < 1.35, values
+
+
+def test_mixed_history_equals_opacus_history():
+    events = [SampledGaussian(1.2, 0.05, 100), SampledGaussian(0.8, 0.05, 50)]
+    acc = RDPAccountant()
+    acc.history = [(1.2, 0.05, 100), (0.8, 0.05, 50)]
+    assert epsilon(events, DELTA, "rdp") == pytest.approx(acc.get_epsilon(DELTA), rel=1e-9)
+
+
+def test_zero_noise_is_infinite_and_empty_is_zero():
+    assert epsilon([SampledGaussian(0.0, 0.1, 1)], DELTA, "rdp") == math.inf
+    assert epsilon([], DELTA, "rdp") == 0.0
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_calibration_meets_target_tightly(accountant):
+    sigma = calibrate_noise_multiplier(
+        target_epsilon=2.0, delta=DELTA, sample_rate=0.1, steps=100, accountant=accountant
+    )
+    eps = epsilon([SampledGaussian(sigma, 0.1, 100)], DELTA, accountant)
+    assert eps <= 2.0
+    assert epsilon([SampledGaussian(sigma - 0.02, 0.1, 100)], DELTA, accountant) > 2.0 * 0.97
+
+
+def test_unknown_accountant_is_refused():
+    with pytest.raises(ValueError, match="privacy.accountant"):
+        epsilon([SampledGaussian(1.0, 0.1, 1)], DELTA, "moments")

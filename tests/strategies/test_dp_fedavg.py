@@ -1,0 +1,64 @@
+"""DP-FedAvg (McMahan et al. 2018): clipping and the central Gaussian noise's statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.dp_fedavg import DPFedAvg
+
+
+def _ctx(d: int, m: int) -> RoundContext:
+    return RoundContext(
+        round_idx=0, total_rounds=1, seed=0, num_clients=100, cohort=list(range(m)),
+        expected_cohort_size=float(m), sample_rate=m / 100, global_params=torch.zeros(d),
+    )  # fmt: skip
+
+
+def test_clipping_bounds_each_update():
+    s = DPFedAvg(clip_norm=0.5, noise_multiplier=0.0)
+    u = ClientUpdate(client_id=0, delta=torch.full((100,), 1.0), num_examples=5, loss=0.0)
+    out = s.process_update(u, _ctx(100, 1), generator=torch.Generator())
+    assert float(out.delta.norm()) == pytest.approx(0.5, rel=1e-6)
+    small = ClientUpdate(client_id=1, delta=torch.full((100,), 0.01), num_examples=5, loss=0.0)
+    assert torch.equal(s.process_update(small, _ctx(100, 1), generator=None).delta,
+                       torch.full((100,), 0.01))  # fmt: skip
+
+
+def test_zero_updates_give_noise_of_predicted_variance():
+    d, m, sigma, clip = 200_000, 8, 1.3, 0.7
+    s = DPFedAvg(clip_norm=clip, noise_multiplier=sigma)
+    updates = [ClientUpdate(client_id=i, delta=torch.zeros(d), num_examples=1, loss=0.0)
+               for i in range(m)]  # fmt: skip
+    agg = s.aggregate(updates, _ctx(d, m), generator=torch.Generator().manual_seed(1))
+    predicted = (sigma * clip / m) ** 2
+    assert float(agg.mean()) == pytest.approx(0.0, abs=5 * (predicted / d) ** 0.5)
+    # var estimate has relative sd sqrt(2/d) ≈ 0.3%; 2% is > 6 sd.
+    assert float(agg.var()) == pytest.approx(predicted, rel=0.02)
+
+
+def test_aggregate_divides_by_expected_cohort_size_not_actual():
+    d = 10
+    s = DPFedAvg(clip_norm=10.0, noise_multiplier=0.0)
+    ctx = _ctx(d, 4)
+    ctx.expected_cohort_size = 5.0
+    updates = [ClientUpdate(client_id=i, delta=torch.ones(d), num_examples=1, loss=0.0)
+               for i in range(4)]  # fmt: skip
+    agg = s.aggregate(updates, ctx, generator=torch.Generator())
+    assert torch.allclose(agg, torch.full((d,), 4 / 5))
+
+
+def test_round_privacy_is_one_sampled_gaussian_at_the_cohort_rate():
+    s = DPFedAvg(clip_norm=1.0, noise_multiplier=1.1)
+    spent = s.round_privacy(_ctx(10, 10))
+    assert len(spent.client_level) == 1
+    event = spent.client_level[0]
+    assert (event.noise_multiplier, event.sample_rate, event.steps) == (1.1, 0.1, 1)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"clip_norm": 0}, "strategy.clip_norm"),
+                                               ({"noise_multiplier": -1}, "strategy.noise_multiplier")])  # fmt: skip
+def test_bad_settings_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        DPFedAvg(**kwargs)
