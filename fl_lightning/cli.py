@@ -24,6 +24,7 @@ def _trainer_defaults() -> dict[str, Any]:
         "num_sanity_val_steps": 0,
         "enable_model_summary": False,
         "max_steps": 20,
+        "default_root_dir": "runs",
         "logger": [
             {
                 "class_path": "lightning.pytorch.loggers.CSVLogger",
@@ -37,15 +38,23 @@ def _trainer_defaults() -> dict[str, Any]:
     }
 
 
-def _default_callbacks() -> list[Any]:
-    from lightning.pytorch.callbacks import ModelCheckpoint
+def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
+    """A round progress bar and a last-checkpoint writer, unless the config turned them off."""
+    from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
     from fl_lightning.server.progress import RoundProgressBar
 
-    return [
-        RoundProgressBar(),
-        ModelCheckpoint(save_last=True, every_n_train_steps=10, save_top_k=0),
-    ]
+    given = trainer_config.get("callbacks") or []
+    callbacks: list[Any] = []
+    if trainer_config.get("enable_progress_bar") is not False and not any(
+        isinstance(c, ProgressBar) for c in given
+    ):
+        callbacks.append(RoundProgressBar())
+    if trainer_config.get("enable_checkpointing") is not False and not any(
+        isinstance(c, ModelCheckpoint) for c in given
+    ):
+        callbacks.append(ModelCheckpoint(save_last=True, every_n_train_steps=10, save_top_k=0))
+    return callbacks
 
 
 def build_cli_class():  # noqa: ANN201
@@ -79,6 +88,9 @@ def build_cli_class():  # noqa: ANN201
             parser.link_arguments("seed_everything", "model.seed")
             parser.link_arguments("seed_everything", "data.seed")
 
+        def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+            return super()._instantiate_trainer(config, [*callbacks, *_default_callbacks(config)])
+
         def before_fit(self) -> None:
             """Checks that need both the model and the data, before the Trainer starts."""
             data = self.datamodule
@@ -91,7 +103,7 @@ def build_cli_class():  # noqa: ANN201
             FederatedDataModule,
             save_config_callback=LoggedConfigCallback,
             save_config_kwargs={"overwrite": False},
-            trainer_defaults={**_trainer_defaults(), "callbacks": _default_callbacks()},
+            trainer_defaults=_trainer_defaults(),
             seed_everything_default=0,
             parser_kwargs={"exit_on_error": False},
             args=args,

@@ -93,7 +93,10 @@ class PrivacyAccountant(Callback):
         if self.local_epsilon:
             out["privacy/epsilon_local"] = eps_local
             out["privacy/delta_local"] = max(self.local_delta.values(), default=0.0)
-        if self.no_guarantee:
+        if self.rounds == 0:
+            out["privacy/epsilon"] = 0.0
+            out["privacy/guarantee"] = "nothing released: no round completed"
+        elif self.no_guarantee:
             out["privacy/epsilon"] = math.inf
             out["privacy/guarantee"] = f"none: {self.no_guarantee}"
         elif self.client_level:

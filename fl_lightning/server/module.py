@@ -251,6 +251,7 @@ class FederatedModule(pl.LightningModule):
             expected_cohort_size=self.sampler.expected_size(n),
             sample_rate=self.sampler.sample_rate(n),
             global_params=self._global_flat,
+            evaluate=self.evaluate_global,
         )
         ctx.client_config = self.strategy.configure_round(ctx)
         return ctx

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,10 @@ class RoundContext:
         global_params: flat float32 vector of the global model at the start of the round.
         client_config: per-round overrides for the local loop returned by
             ``Strategy.configure_round`` (e.g. ``{"noise_multiplier": 0.9}``).
+        evaluate: ``evaluate(split)`` evaluates the *current* global model on the server's
+            ``"val"`` or ``"test"`` split and returns its metrics (``{}`` when the split does
+            not exist); for strategies whose schedule reacts to the server's loss (e.g.
+            DPFL-AGN's noise decay). None outside a FederatedModule.
     """
 
     round_idx: int
@@ -62,3 +67,4 @@ class RoundContext:
     sample_rate: float
     global_params: torch.Tensor
     client_config: dict[str, Any] = field(default_factory=dict)
+    evaluate: Callable[[str], dict[str, float]] | None = None
