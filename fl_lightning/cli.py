@@ -67,7 +67,21 @@ def build_cli_class():  # noqa: ANN201
     from fl_lightning.strategies import Strategy
 
     class LoggedConfigCallback(SaveConfigCallback):
-        """Writes config.yaml beside the run and logs the resolved config to every logger."""
+        """Writes config.yaml beside the run and logs the resolved config to every logger.
+
+        Refuses (one line, before training) to write into a directory that already holds a run.
+        """
+
+        def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            log_dir = trainer.log_dir
+            if log_dir and not self.overwrite:
+                target = os.path.join(log_dir, self.config_filename)
+                if os.path.exists(target):
+                    raise ValueError(
+                        f"trainer.default_root_dir: {log_dir} already holds a run ({target}); "
+                        "choose another directory so nothing is overwritten"
+                    )
+            super().setup(trainer, pl_module, stage)
 
         def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
             config = self.parser.dump(self.config, skip_none=False, format="yaml")

@@ -66,7 +66,8 @@ class LocalTrainer:
         """Trains client ``client_id`` from ``ctx.global_params``; returns its update."""
         cfg = self.config.with_overrides(ctx.client_config)
         n = len(y)
-        load_flat_(self.params, ctx.global_params)
+        start = strategy.client_start_params(client_id, ctx)
+        load_flat_(self.params, start)
         self._reset_optimizer(cfg, strategy.client_optimizer_state(client_id))
         batch_gen = generator_for(ctx.seed, ctx.round_idx, client_id, "batches", device=x.device)
         dp = cfg.dp_sgd
@@ -113,7 +114,7 @@ class LocalTrainer:
         if strategy.persists_client_optimizer_state:
             strategy.save_client_optimizer_state(client_id, self.optimizer.state_dict())
 
-        delta = flatten_into(self.params, self._local).clone().sub_(ctx.global_params)
+        delta = flatten_into(self.params, self._local).clone().sub_(start)
         return ClientUpdate(
             client_id=client_id,
             delta=delta,

@@ -1,0 +1,101 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from fl_lightning.reports import cli
+from fl_lightning.reports.compare import compare, ranking
+from fl_lightning.reports.runs import load_runs
+from fl_lightning.reports.tables import load_paper
+from fl_lightning.sweeps.store import ResultStore
+
+# (method value, target eps, seed) -> final accuracy (fraction); paper 001 Table III ACC is
+# DP-FedAvg 85.50/88.73/90.51, DP-FedProx 86.28/90.57/92.18, GCFL 91.11/92.76/93.15.
+FAKE = {
+    ("fl_lightning.strategies.dp_fedavg.DPFedAvg", 2.0): (0.85, 0.87),
+    ("fl_lightning.strategies.dp_fedavg.DPFedAvg", 3.0): (0.88, 0.88),
+    ("fl_lightning.strategies.dp_fedavg.DPFedAvg", 4.0): (0.90, 0.92),
+    ("fl_lightning.strategies.gcfl.GCFL", 2.0): (0.80, 0.82),
+    ("fl_lightning.strategies.gcfl.GCFL", 3.0): (0.84, 0.84),
+    ("fl_lightning.strategies.gcfl.GCFL", 4.0): (0.86, 0.86),
+}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    s = ResultStore(tmp_path / "store")
+    for (method, eps), accs in FAKE.items():
+        for seed, acc in enumerate(accs):
+            run_dir = tmp_path / "store" / "runs" / f"{method[-4:]}{eps}{seed}"
+            run_dir.mkdir(parents=True)
+            lines = ["step,round/index,test/accuracy,privacy/epsilon"]
+            lines += [f"{r},{r},,{eps * (r + 1) / 4}" for r in range(4)]
+            lines += [f"3,3,{acc},"]
+            (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+            params = {"strategy.class_path": method, "privacy.target_epsilon": eps,
+                      "seed_everything": seed}  # fmt: skip
+            metrics = {"test/accuracy": acc, "privacy/epsilon": eps * 0.99}
+            row = {"id": f"{method}-{eps}-{seed}", "sweep": "fake", "params": params}
+            s.append({**row, "status": "running"})
+            s.append({**row, "status": "finished", "metrics": metrics, "run_dir": str(run_dir)})
+    s.append({"id": "broken", "sweep": "fake", "params": {}, "status": "failed", "error": "x"})
+    return tmp_path / "store"
+
+
+def test_report_markdown_and_pngs(store: Path, tmp_path: Path):
+    out = tmp_path / "report"
+    rc = cli.main([str(store), "--paper", "001", "--table", "III", "--where", "metric=ACC",
+                   "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    md = (out / "report.md").read_text()
+    assert "| DP-FedAvg | 2 | 1.980 | 86.00 ± 1.41 | 85.50 | +0.50 | 2 |" in md
+    assert "| DP-FedAvg | 3 | 2.970 | 88.00 ± 0.00 | 88.73 | -0.73 | 2 |" in md
+    assert "| GCFL | 4 | 3.960 | 86.00 ± 0.00 | 93.15 | -7.15 | 2 |" in md
+    # paper cells without runs are listed with a dash
+    assert "| DP-FedProx | 2 | — | — | 86.28 | — | 0 |" in md
+    # paper ranks GCFL above DP-FedAvg; ours the reverse: tau = -1
+    assert "Kendall τ between our ranking and the paper's: **-1.000**" in md
+    for name in ("accuracy_vs_epsilon", "accuracy_vs_round", "epsilon_vs_round", "ranking"):
+        png = out / f"{name}.png"
+        assert png.stat().st_size > 5000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({name}.png)" in md
+
+
+def test_comparison_groups_seeds_and_maps_methods(store: Path):
+    paper = load_paper("gcfl")
+    comp = compare(load_runs(store), paper, paper.table("III"), where={"metric": "F1"})
+    assert comp.metric == "test/f1_macro"  # F1 column -> our macro F1
+    comp = compare(load_runs(store), paper, paper.table("III"), where={"metric": "ACC"})
+    cell = next(c for c in comp.cells if c.method == "GCFL" and c.epsilon == 2.0)
+    assert cell.paper == 91.11 and cell.ours == pytest.approx([80.0, 82.0])
+    rank = ranking(comp)
+    assert rank.methods == ["GCFL", "DP-FedAvg"] and rank.tau == pytest.approx(-1.0)
+
+
+def test_method_map_and_wandb_csv_export(tmp_path: Path):
+    csv = tmp_path / "export.csv"
+    rows = ["Name,State,client.prox_mu,privacy.target_epsilon,test/accuracy,privacy/epsilon"]
+    rows += ["a,finished,0.0,2,0.9,1.9", "b,finished,0.01,2,0.8,1.9", "c,crashed,0.0,2,0.1,1"]
+    csv.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "r"
+    rc = cli.main([str(csv), "--paper", "1", "--table", "III", "--where", "metric=ACC",
+                   "--method-key", "client.prox_mu", "--method-map", "0.0=DP-FedAvg",
+                   "--method-map", "0.01=DP-FedProx", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    md = (out / "report.md").read_text()
+    assert "| DP-FedAvg | 2 | 1.900 | 90.00 | 85.50 | +4.50 | 1 |" in md
+    assert "| DP-FedProx | 2 | 1.900 | 80.00 | 86.28 | -6.28 | 1 |" in md
+    assert (out / "accuracy_vs_epsilon.png").stat().st_size > 5000
+    assert not (out / "accuracy_vs_round.png").exists()  # no per-round data in an export
+    assert "no data" in md
+
+
+def test_ambiguous_table_asks_for_where(store: Path, capsys):
+    assert cli.main([str(store), "--paper", "000", "--table", "IV"]) == 2
+    err = capsys.readouterr().err
+    assert "--where" in err and "dataset" in err
+
+
+def test_store_row_is_json_lines(store: Path):
+    lines = (store / "results.jsonl").read_text().splitlines()
+    assert all(isinstance(json.loads(ln), dict) for ln in lines)
