@@ -20,7 +20,6 @@ import copy
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -198,14 +197,17 @@ def main() -> None:
     md = [
         "# Round overhead: fl-lightning vs bare PyTorch",
         "",
-        f"{result['date']}, {result['machine']}, torch threads {args.threads}. {result['setting']}.",
+        f"{result['date']}, {result['machine']}, torch threads {args.threads}. "
+        f"{result['setting']}.",
         f"{args.rounds} rounds a run ({args.warmup} warm-up dropped), {args.repeats} interleaved "
         "repeats; per-round medians.",
         "",
         "| | framework s/round | bare PyTorch s/round | ratio |",
         "|---|---|---|---|",
-        *[f"| repeat {i + 1} | {a:.4f} | {b:.4f} | {a / b:.3f} |" for i, (a, b) in
-          enumerate(zip(fw, bare))],  # fmt: skip
+        *[
+            f"| repeat {i + 1} | {a:.4f} | {b:.4f} | {a / b:.3f} |"
+            for i, (a, b) in enumerate(zip(fw, bare))
+        ],  # fmt: skip
         f"| **median** | {statistics.median(fw):.4f} | {statistics.median(bare):.4f} | "
         f"**{ratio:.3f}** (goal ≤ 1.10) |",
         "",
@@ -214,7 +216,8 @@ def main() -> None:
         "|---|---|---|",
         f"| 100 clients | {mem_small:.0f} | {end_small:.0f} |",
         f"| 10,000 clients | {mem_large:.0f} | {end_large:.0f} |",
-        f"| growth | **{growth * 100:.1f}%** (goal < 10%) | {(end_large / end_small - 1) * 100:.1f}% |",
+        f"| growth | **{growth * 100:.1f}%** (goal < 10%) | "
+        f"{(end_large / end_small - 1) * 100:.1f}% |",
         "",
         "The peak is reached while the dataset is built; per-client state (an index view each, "
         "ledger entries only for clients that ran) adds little on top.",

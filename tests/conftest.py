@@ -38,9 +38,11 @@ def run_cli(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
 
     def run(args: list[str], capsys=None) -> int:
-        return main([*args, "--trainer.default_root_dir", str(tmp_path)]) if args[0] in (
-            "fit", "validate", "test"
-        ) else main(args)
+        return (
+            main([*args, "--trainer.default_root_dir", str(tmp_path)])
+            if args[0] in ("fit", "validate", "test")
+            else main(args)
+        )
 
     return run
 

@@ -48,7 +48,9 @@ class LocalTrainer:
         return self.config.with_overrides(overrides or {}).steps_for(num_examples)
 
     def _reset_optimizer(self, cfg: LocalTrainingConfig, state: dict | None) -> None:
-        self.optimizer.load_state_dict(state if state is not None else self._initial_optimizer_state)
+        self.optimizer.load_state_dict(
+            state if state is not None else self._initial_optimizer_state
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.lr
             if "momentum" in group:

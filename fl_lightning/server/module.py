@@ -297,7 +297,9 @@ class FederatedModule(pl.LightningModule):
         if self.strategy.needs_all_updates:
             updates = list(stats)
         aggregate = self.strategy.aggregate(
-            updates, ctx, generator=generator_for(self.seed, round_idx, "central", device=self.device)
+            updates,
+            ctx,
+            generator=generator_for(self.seed, round_idx, "central", device=self.device),
         )
         self._apply_server_step(aggregate)
         self.strategy.after_round(ctx, aggregate)
