@@ -44,7 +44,7 @@ from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.utils.flat import flatten_into, trainable_parameters
+from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 
 
@@ -289,6 +289,7 @@ class FederatedModule(pl.LightningModule):
             global_params=self._global_flat,
             evaluate=self.evaluate_global,
         )
+        ctx.cohort = self.strategy.select_clients(ctx)
         ctx.client_config = self.strategy.configure_round(ctx)
         return ctx
 
@@ -417,17 +418,32 @@ class FederatedModule(pl.LightningModule):
             return {}
         rank, world = rank_and_world()
         x, y = ds.x.to(self.device), ds.y.to(self.device)
-        self.global_net.eval()
         bs = data.hparams.eval_batch_size
-        if world == 1:
-            logits = torch.cat([self.global_net(x[i : i + bs]) for i in range(0, len(x), bs)])
-            self.last_eval = metrics_from_logits(logits, y, self.num_classes)
-        else:
+        if world > 1:
             x, y = x[rank::world], y[rank::world]
-            logits = torch.cat([self.global_net(x[i : i + bs]) for i in range(0, len(x), bs)])
-            self.last_eval = reduced_metrics(logits, y, self.num_classes)
-        self.global_net.train()
+        models = self.strategy.evaluation_models()
+        if models:
+            # The strategy's own models (e.g. Isolate's per-client ones): mean of their metrics.
+            net = copy.deepcopy(self.global_net)
+            per_model = []
+            for flat in models:
+                load_flat_(trainable_parameters(net), flat.to(self.device))
+                per_model.append(self._metrics_of(net, x, y, bs))
+            n = len(per_model)
+            self.last_eval = {k: sum(m[k] for m in per_model) / n for k in per_model[0]}
+            return self.last_eval
+        self.last_eval = self._metrics_of(self.global_net, x, y, bs)
         return self.last_eval
+
+    def _metrics_of(
+        self, net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bs: int
+    ) -> dict[str, float]:
+        net.eval()
+        logits = torch.cat([net(x[i : i + bs]) for i in range(0, len(x), bs)])
+        net.train()
+        if rank_and_world()[1] > 1:
+            return reduced_metrics(logits, y, self.num_classes)
+        return metrics_from_logits(logits, y, self.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.global_net(x)

@@ -3,6 +3,7 @@
 A strategy is a Lightning ``Callback`` (so its state is checkpointed with the run) that owns
 everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 
+* ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
 * ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
 * ``adjust_local_gradients``: optional per-local-step gradient correction (SCAFFOLD, ...).
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
@@ -85,6 +86,14 @@ class Strategy(Callback):
         """Sets any unset noise multiplier from the privacy target. Default: nothing to set."""
 
     # -- client side -------------------------------------------------------------------------
+    def select_clients(self, ctx: RoundContext) -> list[int]:
+        """The clients dispatched this round, given the sampled ``ctx.cohort``. Default: all.
+
+        Asynchronous strategies drop clients still busy with an earlier round (and may top the
+        cohort up); budgeted ones drop clients whose privacy budget is spent.
+        """
+        return list(ctx.cohort)
+
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
         """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``)."""
         return {}
@@ -93,6 +102,11 @@ class Strategy(Callback):
         self, client_id: int, params: Sequence[torch.nn.Parameter], ctx: RoundContext
     ) -> None:
         """Called after each local backward pass, before the optimizer step. Default: no-op."""
+
+    def client_start_params(self, client_id: int, ctx: RoundContext) -> torch.Tensor:
+        """Flat weights client ``client_id`` starts local training from (and its delta is taken
+        against). Default: the global model; local-only baselines (Isolate) return their own."""
+        return ctx.global_params
 
     def client_optimizer_state(self, client_id: int) -> dict[str, Any] | None:
         """Optimizer state to restore for ``client_id`` (None: a fresh optimizer each round)."""
@@ -183,6 +197,11 @@ class Strategy(Callback):
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
         """Called once the global model moved."""
+
+    def evaluation_models(self) -> list[torch.Tensor] | None:
+        """Flat weight vectors whose test metrics are averaged in place of the global model's
+        (e.g. Isolate's per-client models). Default None: evaluate the global model."""
+        return None
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -46,7 +46,12 @@ class DPFedAvg(Strategy):
         self.noise_multiplier = noise_multiplier
 
     def calibrate_noise(
-        self, *, target_epsilon: float | None, delta: float, accountant: str, rounds: int,
+        self,
+        *,
+        target_epsilon: float | None,
+        delta: float,
+        accountant: str,
+        rounds: int,
         sample_rate: float,
     ) -> None:
         if self.noise_multiplier is not None:
@@ -57,8 +62,11 @@ class DPFedAvg(Strategy):
                 "calibrate it"
             )
         self.noise_multiplier = calibrate_noise_multiplier(
-            target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate,
-            steps=rounds, accountant=accountant,
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=sample_rate,
+            steps=rounds,
+            accountant=accountant,
         )
 
     def process_update(
