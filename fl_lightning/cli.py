@@ -187,7 +187,17 @@ def run_lightning(args: list[str] | None = None) -> int:
         if getattr(rank_zero_only, "rank", 0) == 0:  # one line from rank 0 only
             print(f"error: {one_line(err)}", file=sys.stderr)
         return 2
+    finally:
+        _finish_wandb()
     return 0
+
+
+def _finish_wandb() -> None:
+    """Closes a W&B run started by this command, so its files are complete on return (matters
+    when the CLI runs in-process: tests, notebooks, sweeps)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
 
 
 def main(argv: list[str] | None = None) -> int:

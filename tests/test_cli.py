@@ -37,6 +37,8 @@ def test_missing_data_files_with_download_off(run_cli, capsys, tmp_path):
             "fit",
             "--config",
             str(QUICKSTART),
+            "--data.dataset",
+            "mnist_offline",
             "--data.root",
             str(tmp_path / "none"),
             "--trainer.logger",
