@@ -29,13 +29,28 @@ SHAPES = {
 }
 
 
-def _resolve(path: Path) -> dict:
-    """The experiment's data group (following a relative include)."""
+def _group(path: Path, name: str) -> dict:
+    """One group of the experiment (following a relative include)."""
     cfg = yaml.safe_load(path.read_text()) or {}
-    data = cfg.get("data", {})
-    if isinstance(data, str):
-        data = yaml.safe_load((path.parent / data).read_text()) or {}
-    return data
+    group = cfg.get(name, {}) or {}
+    if isinstance(group, str):
+        group = yaml.safe_load((path.parent / group).read_text()) or {}
+    return group
+
+
+def _resolve(path: Path) -> dict:
+    return _group(path, "data")
+
+
+def _cohort_overrides(path: Path) -> list[str]:
+    """A cohort of about 2 clients: paper-scale cohorts of ResNet-50 clients take minutes."""
+    model, data = _group(path, "model"), _resolve(path)
+    clients = int(data.get("num_clients", 10))
+    if model.get("sampling", "fixed") == "poisson":
+        return ["--model.client_rate", str(min(1.0, 2.0 / clients))]
+    if int(model.get("clients_per_round", 10)) > 2 and clients >= 2:
+        return ["--model.clients_per_round", "2"]
+    return []
 
 
 def _data_overrides(path: Path) -> list[str]:
@@ -63,7 +78,7 @@ def test_there_are_experiment_configs():
 @pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: str(p.relative_to(REPO / "configs")))
 def test_experiment_config_runs_one_round(config, run_cli, tmp_path):
     args = [
-        "fit", "--config", str(config), *_data_overrides(config),
+        "fit", "--config", str(config), *_data_overrides(config), *_cohort_overrides(config),
         "--trainer.max_steps", "1",
         "--trainer.logger", "false",
         "--trainer.enable_checkpointing", "false",
