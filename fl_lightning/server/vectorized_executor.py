@@ -78,7 +78,12 @@ def _without_hooks(net: nn.Module) -> nn.Module:
     its structure is used, weights are passed to ``functional_call``."""
     clone = copy.deepcopy(net)
     for m in clone.modules():
-        for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+        for attr in (
+            "_forward_hooks",
+            "_forward_pre_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+        ):
             getattr(m, attr).clear()
     return clone
 
@@ -197,11 +202,13 @@ class VectorizedExecutor:
                 gather[t, j, : len(b)] = b
                 mask[t, j, : len(b)] = 1.0
         xs, ys = x_all[gather], y_all[gather]
-        active = (torch.arange(n_steps, device=device)[:, None] < torch.tensor(steps, device=device))
+        active = torch.arange(n_steps, device=device)[:, None] < torch.tensor(steps, device=device)
         active = active.float()  # (steps, clients)
 
         global_params = dict(zip(self.names, self.params))
-        stacked = {n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) for n, p in global_params.items()}
+        stacked = {
+            n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) for n, p in global_params.items()
+        }
         offset = 0
         for n, p in global_params.items():
             size = p.numel()
@@ -231,7 +238,9 @@ class VectorizedExecutor:
                 ).norm(2, dim=2)
                 factors = (dp.max_grad_norm / (norms + 1e-6)).clamp(max=1.0) * m
                 count = m.sum(1)
-                losses[t] = torch.where(count > 0, (loss * m).sum(1) / count.clamp(min=1), torch.nan)
+                losses[t] = torch.where(
+                    count > 0, (loss * m).sum(1) / count.clamp(min=1), torch.nan
+                )
                 grads = {}
                 for n in self.names:
                     summed = torch.einsum("kb,kb...->k...", factors, per_ex[n])
@@ -240,7 +249,9 @@ class VectorizedExecutor:
                     if t >= steps[j]:
                         continue
                     for n in self.names:
-                        noise = _generate_noise(std=std, reference=grads[n][j], generator=noise_gens[j])
+                        noise = _generate_noise(
+                            std=std, reference=grads[n][j], generator=noise_gens[j]
+                        )
                         grads[n][j].add_(noise)
                 for n in self.names:
                     grads[n] = grads[n] / expected.view(-1, *[1] * (grads[n].dim() - 1))

@@ -23,7 +23,10 @@ from fl_lightning.utils.flat import flatten, trainable_parameters
 
 
 def _images(c: int, side: int, n: int = 7):
-    return lambda g: (torch.randn(n, c, side, side, generator=g), torch.randint(0, 10, (n,), generator=g))
+    return lambda g: (
+        torch.randn(n, c, side, side, generator=g),
+        torch.randint(0, 10, (n,), generator=g),
+    )
 
 
 def _chars(g: torch.Generator):
@@ -140,8 +143,13 @@ def test_poisson_sampling_is_kept(engine: str, monkeypatch: pytest.MonkeyPatch) 
         g = torch.Generator().manual_seed(3)
         x, y = torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
         ctx = RoundContext(
-            round_idx=0, total_rounds=1, seed=0, num_clients=1, cohort=[0],
-            expected_cohort_size=1.0, sample_rate=1.0,
+            round_idx=0,
+            total_rounds=1,
+            seed=0,
+            num_clients=1,
+            cohort=[0],
+            expected_cohort_size=1.0,
+            sample_rate=1.0,
             global_params=flatten(trainable_parameters(client.net)),
         )
         update = trainer.train(0, x, y, ctx, _Recorder())

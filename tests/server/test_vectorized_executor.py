@@ -41,8 +41,13 @@ def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0) -> SimpleNamespace:
 
 def _ctx(client: ClientModule, cohort: list[int], round_idx: int = 3) -> RoundContext:
     return RoundContext(
-        round_idx=round_idx, total_rounds=5, seed=7, num_clients=len(cohort), cohort=cohort,
-        expected_cohort_size=float(len(cohort)), sample_rate=1.0,
+        round_idx=round_idx,
+        total_rounds=5,
+        seed=7,
+        num_clients=len(cohort),
+        cohort=cohort,
+        expected_cohort_size=float(len(cohort)),
+        sample_rate=1.0,
         global_params=flatten(trainable_parameters(client.net)),
     )
 
