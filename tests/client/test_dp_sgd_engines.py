@@ -95,8 +95,9 @@ def test_engines_release_the_same_gradient(name: str) -> None:
 
 
 def test_auto_rule() -> None:
-    assert auto_engine(MnistCNN(), batch_size=64) == "functorch"
-    assert auto_engine(MnistCNN(), batch_size=1024) == "ghost"
+    assert auto_engine(MnistCNN(), batch_size=64) == "ghost"  # 1.6M linear parameters
+    assert auto_engine(CifarCNN(), batch_size=64) == "functorch"
+    assert auto_engine(ResNet50GN(width=16), batch_size=512) == "ghost"  # memory bound
     assert auto_engine(CharLSTM(dp_lstm=True), batch_size=8) == "opacus"
     assert type(build_engine(MLP(), "auto", batch_size=32)).__name__ == "FunctorchEngine"
 
