@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.cnn import MnistCNN
+from fl_lightning.models.mlp import MLP
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.update import RoundContext
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--examples", type=int, default=60)
     parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("--model", choices=["mnist_cnn", "mlp"], default="mnist_cnn")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -85,10 +87,11 @@ def main() -> None:
 
     def client_module() -> ClientModule:
         torch.manual_seed(0)
-        return ClientModule(MnistCNN(), num_classes=10, lr=lr, batch_size=args.batch)
+        return ClientModule(make_net(), num_classes=10, lr=lr, batch_size=args.batch)
 
+    make_net = MnistCNN if args.model == "mnist_cnn" else MLP
     seq_client, vec_client = client_module(), client_module()
-    bare_net = MnistCNN()
+    bare_net = make_net()
     global_flat = flatten(trainable_parameters(seq_client.net))
     executors = {
         "sequential": SequentialExecutor(LocalTrainer(seq_client)),
@@ -128,16 +131,18 @@ def main() -> None:
     seq = [u.delta for u in executors["sequential"].run(clients, ctx(99), data, strategy)]
     vec = [u.delta for u in executors["vectorized"].run(clients, ctx(99), data, strategy)]
     max_diff = max(float((a - b).abs().max()) for a, b in zip(seq, vec))
+    max_delta = max(float(a.abs().max()) for a in seq)
     lines = [
-        "# Cohort throughput: vectorised vs sequential executor vs bare PyTorch loop",
+        f"## {make_net.__name__}, {torch.get_num_threads()} thread(s)",
         "",
         f"- date: {datetime.date.today()}; machine: {platform.machine()} "
         f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} torch thread(s) "
         f"(2 shared cores, other agents running); torch {torch.__version__}",
-        f"- {args.clients} clients × {args.examples} examples (1×28×28), MnistCNN, 1 local "
-        f"epoch, batch {args.batch}, SGD lr {lr}, FedAvg; median of {args.reps} interleaved "
-        "rounds after one warm-up round",
-        f"- max |Δ_vectorised − Δ_sequential| over all clients: {max_diff:.2e}",
+        f"- {args.clients} clients × {args.examples} examples (1×28×28), "
+        f"{make_net.__name__}, 1 local epoch, batch {args.batch}, SGD lr {lr}, FedAvg; "
+        f"median of {args.reps} interleaved rounds after one warm-up round",
+        f"- max |Δ_vectorised − Δ_sequential| over all clients: {max_diff:.2e} "
+        f"(max |Δ|: {max_delta:.2e})",
         "",
         "| variant | round s | clients/s | ÷ bare |",
         "|---|---|---|---|",
@@ -148,7 +153,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        with open(args.out, "w") as fh:
+        with open(args.out, "a") as fh:
             fh.write(text)
 
 

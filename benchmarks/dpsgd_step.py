@@ -9,9 +9,9 @@ Time: median over ``--reps`` repetitions, variants interleaved within each repet
 machine is shared), after one warm-up step, with a fixed thread count (``--threads``).
 
 Memory: peak resident set size growth (``resource.getrusage().ru_maxrss``) of a fresh
-subprocess per variant, measured from just before the first step to the end of two steps at
-batch 1024. (tracemalloc does not see PyTorch's C++ CPU allocations and the torch profiler
-reports allocations per op, not a peak, so the process's own high-water mark is used.)
+subprocess per variant during two steps at batch 1024, minus the RSS just before them.
+(tracemalloc does not see PyTorch's C++ CPU allocations and the torch profiler reports
+allocations per op, not a peak, so the process's own high-water mark is used.)
 
     python benchmarks/dpsgd_step.py --reps 5 --out benchmarks/results/dpsgd_step.md
 """
@@ -77,7 +77,8 @@ def time_steps(models: list[str], batches: list[int], engines: list[str], reps: 
 def _memory_child(model: str, engine: str, batch: int, physical: int | None, threads: int) -> None:
     torch.set_num_threads(threads)
     step = _setup(model, engine, batch, physical)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/statm") as fh:  # current RSS (pages), not the earlier peak
+        before = int(fh.read().split()[1]) * resource.getpagesize() / 1024
     step()
     step()
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -146,7 +147,8 @@ def main() -> None:
             full = e == "ghost" or m == "CifarCNN"
             for physical in (None, 32, 128) if full else (32, 128):
                 mib = peak_memory(m, e, args.memory_batch, physical, args.threads)
-                lines.append(f"| {m} | {e} | {physical or 'all'} | {mib:.0f} | {mib / base:.2f}x |")
+                ratio = mib / max(base, 1e-9)
+                lines.append(f"| {m} | {e} | {physical or 'all'} | {mib:.0f} | {ratio:.2f}x |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

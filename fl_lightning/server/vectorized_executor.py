@@ -24,11 +24,13 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import per_sample_losses
 from fl_lightning.client.local_loop import LocalTrainer
+from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.update import ClientUpdate, RoundContext
@@ -109,8 +111,14 @@ class VectorizedExecutor:
         self.names = [n for n, p in net.named_parameters() if p.requires_grad]
         self.params = [p for p in trainer.client.net.parameters() if p.requires_grad]
 
+        cross_entropy = type(trainer.client).loss is ClientModule.loss
+
         def batch_loss(params, x, y, m):
-            losses = per_sample_losses(loss_fn, functional_call(net, params, (x,)), y)
+            out = functional_call(net, params, (x,))
+            if cross_entropy:  # the ClientModule's loss: skip the per-example vmap
+                losses = F.cross_entropy(out, y, reduction="none")
+            else:
+                losses = per_sample_losses(loss_fn, out, y)
             count = m.sum()
             loss = (losses * m).sum() / count.clamp(min=1)
             return loss, loss
@@ -294,18 +302,24 @@ class VectorizedExecutor:
         first = momentum_buf is None and cfg.momentum > 0
         if first:
             momentum_buf = {}
+        everyone = bool(active.all())
         for n in self.names:
             p, g = stacked[n], grads[n]
             shape = (-1, *[1] * (p.dim() - 1))
             flag = active.view(shape)
-            d_p = g.add(p, alpha=cfg.weight_decay) if cfg.weight_decay else g
+            d_p = g.add_(p, alpha=cfg.weight_decay) if cfg.weight_decay else g
             if cfg.momentum > 0:
                 assert momentum_buf is not None
                 if first:
                     momentum_buf[n] = d_p.clone()
+                elif everyone:
+                    momentum_buf[n].mul_(cfg.momentum).add_(d_p)
                 else:
                     buf = momentum_buf[n]
                     momentum_buf[n] = torch.where(flag > 0, buf * cfg.momentum + d_p, buf)
                 d_p = momentum_buf[n]
-            p.sub_(d_p * flag, alpha=cfg.lr)
+            if everyone:
+                p.add_(d_p, alpha=-cfg.lr)
+            else:
+                p.addcmul_(d_p, flag, value=-cfg.lr)
         return momentum_buf
