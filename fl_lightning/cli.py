@@ -110,6 +110,17 @@ def build_cli_class():  # noqa: ANN201
             data = self.datamodule
             if data.hparams.partitioner != "natural":
                 self.model.sampler.check_population(data.num_clients)
+            from fl_lightning.server.distributed import launch_problem
+
+            trainer = self.trainer
+            problem = launch_problem(
+                accelerator=type(trainer.accelerator).__name__.lower().replace("accelerator", ""),
+                devices=int(trainer.num_devices),
+                world_size=int(trainer.num_devices) * int(trainer.num_nodes),
+                strategy=self.model.strategy,
+            )
+            if problem:
+                raise ValueError(problem)
 
     def make(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
         return FederatedCLI(
@@ -163,12 +174,30 @@ def run_lightning(args: list[str] | None = None) -> int:
     from jsonargparse import ArgumentError
 
     make = build_cli_class()
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
     try:
         make(args)
-    except (ArgumentError, ValueError, FileNotFoundError, TypeError, KeyError) as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
+    except (
+        ArgumentError, ValueError, FileNotFoundError, TypeError, KeyError,
+        MisconfigurationException,
+    ) as err:  # fmt: skip
+        from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+        if getattr(rank_zero_only, "rank", 0) == 0:  # one line from rank 0 only
+            print(f"error: {one_line(err)}", file=sys.stderr)
         return 2
+    finally:
+        _finish_wandb()
     return 0
+
+
+def _finish_wandb() -> None:
+    """Closes a W&B run started by this command, so its files are complete on return (matters
+    when the CLI runs in-process: tests, notebooks, sweeps)."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,9 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# One intra-op thread: small models gain nothing from more, and a busy 2-core machine loses a lot
+# to oversubscribed OpenMP threads (Opacus steps measured 8x slower).
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()
@@ -34,9 +38,11 @@ def run_cli(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
 
     def run(args: list[str], capsys=None) -> int:
-        return main([*args, "--trainer.default_root_dir", str(tmp_path)]) if args[0] in (
-            "fit", "validate", "test"
-        ) else main(args)
+        return (
+            main([*args, "--trainer.default_root_dir", str(tmp_path)])
+            if args[0] in ("fit", "validate", "test")
+            else main(args)
+        )
 
     return run
 

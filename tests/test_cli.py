@@ -32,23 +32,56 @@ def test_bad_input_is_one_line_naming_the_field(run_cli, capsys, tmp_path, overr
 
 
 def test_missing_data_files_with_download_off(run_cli, capsys, tmp_path):
-    rc = run_cli(["fit", "--config", str(QUICKSTART), "--data.root", str(tmp_path / "none"),
-                  "--trainer.logger", "false"])  # fmt: skip
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            "--data.dataset",
+            "mnist_offline",
+            "--data.root",
+            str(tmp_path / "none"),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     assert rc == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: data.root")
 
 
 def test_torchvision_dataset_without_files_and_download_off(run_cli, capsys, tmp_path):
-    rc = run_cli(["fit", "--config", str(QUICKSTART), "--data.dataset", "cifar10",
-                  "--data.root", str(tmp_path / "none"), "--trainer.logger", "false"])  # fmt: skip
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            "--data.dataset",
+            "cifar10",
+            "--data.root",
+            str(tmp_path / "none"),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     assert rc == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: data.root")
 
 
 def test_batchnorm_model_is_refused_under_dp_sgd(run_cli, capsys):
-    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY,
-                  "--client.net", "torch.nn.BatchNorm1d", "--client.net.num_features", "64",
-                  "--client.dp_sgd.noise_multiplier", "1.0"])  # fmt: skip
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--client.net",
+            "torch.nn.BatchNorm1d",
+            "--client.net.num_features",
+            "64",
+            "--client.dp_sgd.noise_multiplier",
+            "1.0",
+        ]
+    )
     assert rc == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("error: client.net") and "GroupNorm" in line
@@ -66,8 +99,18 @@ def test_fit_prints_accuracy_and_epsilon_and_writes_summary(run_cli, capsys, tmp
 
 
 def test_target_epsilon_stops_before_exceeding(run_cli, tmp_path):
-    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "50",
-                  "--privacy.target_epsilon", "8.0"])  # fmt: skip
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--trainer.max_steps",
+            "50",
+            "--privacy.target_epsilon",
+            "8.0",
+        ]
+    )
     assert rc == 0
     summary = json.loads(next(Path(tmp_path).rglob("summary.json")).read_text())
     assert summary["stopped_by_budget"] is True
@@ -76,8 +119,20 @@ def test_target_epsilon_stops_before_exceeding(run_cli, tmp_path):
 
 
 def test_noise_calibrated_from_target_when_unset(run_cli, tmp_path):
-    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "4",
-                  "--strategy.noise_multiplier", "null", "--privacy.target_epsilon", "2.0"])  # fmt: skip
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--trainer.max_steps",
+            "4",
+            "--strategy.noise_multiplier",
+            "null",
+            "--privacy.target_epsilon",
+            "2.0",
+        ]
+    )
     assert rc == 0
     summary = json.loads(next(Path(tmp_path).rglob("summary.json")).read_text())
     assert summary["rounds"] == 4
@@ -85,10 +140,22 @@ def test_noise_calibrated_from_target_when_unset(run_cli, tmp_path):
 
 
 def test_dp_sgd_clients_report_record_level_epsilon(run_cli, tmp_path):
-    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "2",
-                  "--strategy", "fl_lightning.strategies.fedavg.FedAvg",
-                  "--client.dp_sgd.noise_multiplier", "1.0",
-                  "--client.dp_sgd.max_grad_norm", "1.0"])  # fmt: skip
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--trainer.max_steps",
+            "2",
+            "--strategy",
+            "fl_lightning.strategies.fedavg.FedAvg",
+            "--client.dp_sgd.noise_multiplier",
+            "1.0",
+            "--client.dp_sgd.max_grad_norm",
+            "1.0",
+        ]
+    )
     assert rc == 0
     summary = json.loads(next(Path(tmp_path).rglob("summary.json")).read_text())
     assert summary["privacy/guarantee"].startswith("record-level")
@@ -97,10 +164,24 @@ def test_dp_sgd_clients_report_record_level_epsilon(run_cli, tmp_path):
 
 def test_wandb_offline_logging_writes_a_run(run_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "2",
-                  "--trainer.logger", "lightning.pytorch.loggers.WandbLogger",
-                  "--trainer.logger.save_dir", str(tmp_path), "--trainer.logger.offline", "true",
-                  "--trainer.logger.project", "fl-lightning-test"])  # fmt: skip
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--trainer.max_steps",
+            "2",
+            "--trainer.logger",
+            "lightning.pytorch.loggers.WandbLogger",
+            "--trainer.logger.save_dir",
+            str(tmp_path),
+            "--trainer.logger.offline",
+            "true",
+            "--trainer.logger.project",
+            "fl-lightning-test",
+        ]
+    )
     assert rc == 0
     runs = list(Path(tmp_path).rglob("offline-run-*"))
     assert runs, "an offline W&B run directory must exist"

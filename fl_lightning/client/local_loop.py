@@ -53,7 +53,9 @@ class LocalTrainer:
         return self.config.with_overrides(overrides or {}).steps_for(num_examples)
 
     def _reset_optimizer(self, cfg: LocalTrainingConfig, state: dict | None) -> None:
-        self.optimizer.load_state_dict(state if state is not None else self._initial_optimizer_state)
+        self.optimizer.load_state_dict(
+            state if state is not None else self._initial_optimizer_state
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.lr
             if "momentum" in group:
@@ -71,7 +73,8 @@ class LocalTrainer:
         """Trains client ``client_id`` from ``ctx.global_params``; returns its update."""
         cfg = self.config.with_overrides(ctx.client_config)
         n = len(y)
-        load_flat_(self.params, ctx.global_params)
+        start = strategy.client_start_params(client_id, ctx)
+        load_flat_(self.params, start)
         self._reset_optimizer(cfg, strategy.client_optimizer_state(client_id))
         batch_gen = generator_for(ctx.seed, ctx.round_idx, client_id, "batches", device=x.device)
         dp = cfg.dp_sgd
@@ -118,7 +121,7 @@ class LocalTrainer:
         if strategy.persists_client_optimizer_state:
             strategy.save_client_optimizer_state(client_id, self.optimizer.state_dict())
 
-        delta = flatten_into(self.params, self._local).clone().sub_(ctx.global_params)
+        delta = flatten_into(self.params, self._local).clone().sub_(start)
         return ClientUpdate(
             client_id=client_id,
             delta=delta,

@@ -102,7 +102,9 @@ class ClientModule(pl.LightningModule):
         )
 
     @torch.no_grad()
-    def evaluate(self, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> dict[str, float]:
+    def evaluate(
+        self, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024
+    ) -> dict[str, float]:
         """Loss, accuracy, macro recall and macro F1 of the current weights on (x, y)."""
         was_training = self.net.training
         self.net.eval()
@@ -111,7 +113,9 @@ class ClientModule(pl.LightningModule):
         return metrics_from_logits(logits, y, self.num_classes)
 
 
-def metrics_from_logits(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, float]:
+def metrics_from_logits(
+    logits: torch.Tensor, y: torch.Tensor, num_classes: int
+) -> dict[str, float]:
     """Cross-entropy, accuracy, macro recall and macro F1 (torchmetrics)."""
     preds = logits.argmax(dim=1)
     return {

@@ -76,7 +76,11 @@ def dirichlet(
 
 
 def _dirichlet_equal(
-    labels: np.ndarray, classes: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator
+    labels: np.ndarray,
+    classes: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    rng: np.random.Generator,
 ) -> list[torch.Tensor]:
     pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
     quota = len(labels) // num_clients

@@ -38,7 +38,10 @@ class MnistCNN(nn.Module):
         )
         side = image_size // 4
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(c2 * side * side, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+            nn.Flatten(),
+            nn.Linear(c2 * side * side, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

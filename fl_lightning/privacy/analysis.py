@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Literal
 
 import dp_accounting
+import numpy as np
 
 from fl_lightning.privacy.events import SampledGaussian
 
@@ -37,13 +38,27 @@ def as_history(events: Sequence[SampledGaussian]) -> History:
     return tuple((float(s), float(q), int(k)) for s, q, k in merged)
 
 
+@lru_cache(maxsize=1024)
+def _rdp_per_step(sigma: float, q: float) -> np.ndarray:
+    """Opacus' RDP of one sampled-Gaussian step at its default orders (cached per (σ, q))."""
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    return np.asarray(
+        compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS)
+    )
+
+
 @lru_cache(maxsize=4096)
 def _epsilon_rdp(history: History, delta: float) -> float:
+    """Same result as ``opacus.accountants.RDPAccountant`` with this history (RDP composes
+    additively, so each (σ, q) is computed once and scaled by its steps)."""
     from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import get_privacy_spent
 
-    acc = RDPAccountant()
-    acc.history = list(history)
-    return float(acc.get_epsilon(delta))
+    rdp = sum(steps * _rdp_per_step(sigma, q) for sigma, q, steps in history)
+    eps, _ = get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rdp, delta=delta)
+    return float(eps)
 
 
 @lru_cache(maxsize=256)

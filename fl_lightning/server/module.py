@@ -32,11 +32,19 @@ from fl_lightning.client.module import ClientModule, metrics_from_logits
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.analysis import calibrate_noise_multiplier
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.server.distributed import (
+    all_reduce_sum_,
+    check_ranks_agree,
+    gather_objects,
+    gather_updates,
+    rank_and_world,
+)
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.sampling import CohortSampler
+from fl_lightning.server.sharding import assign_clients
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.utils.flat import flatten_into, trainable_parameters
+from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 
 
@@ -49,17 +57,30 @@ class _UpdateStats:
         self.metrics: dict[str, list[float]] = {}
         self.dp_steps: dict[int, list[SampledGaussian]] = {}
         self.count = 0
+        self.records: list[tuple[int, float, dict[str, float], list[SampledGaussian]]] = []
 
     def __iter__(self) -> Iterator[ClientUpdate]:
         for update in self._updates:
-            self.count += 1
-            if not math.isnan(update.loss):
-                self.losses.append(update.loss)
-            for k, v in update.metrics.items():
-                self.metrics.setdefault(k, []).append(float(v))
-            if update.dp_steps:
-                self.dp_steps[update.client_id] = list(update.dp_steps)
+            self._add(update.client_id, update.loss, update.metrics, update.dp_steps)
             yield update
+
+    def _add(self, cid: int, loss: float, metrics: dict, dp_steps: list) -> None:
+        self.count += 1
+        self.records.append((cid, loss, dict(metrics), list(dp_steps)))
+        if not math.isnan(loss):
+            self.losses.append(loss)
+        for k, v in metrics.items():
+            self.metrics.setdefault(k, []).append(float(v))
+        if dp_steps:
+            self.dp_steps[cid] = list(dp_steps)
+
+    @classmethod
+    def from_records(cls, records: Iterable[tuple]) -> _UpdateStats:
+        """Statistics of every rank's clients, in client order (as one process sees them)."""
+        stats = cls(())
+        for record in sorted(records, key=lambda r: r[0]):
+            stats._add(*record)
+        return stats
 
 
 def _build_executor(name: str, trainer: LocalTrainer):  # noqa: ANN202 - an executor
@@ -187,6 +208,8 @@ class FederatedModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         data = self.data
+        if rank_and_world()[1] > 1:
+            check_ranks_agree(self.resolved_config())
         data.to(self.device)
         self._calibrate_noise()
         self.strategy.setup_strategy(
@@ -236,11 +259,24 @@ class FederatedModule(pl.LightningModule):
 
         self.client.training_config = replace(cfg, dp_sgd=replace(dp, noise_multiplier=sigma))
 
+    def resolved_config(self) -> dict[str, Any]:
+        """What every rank must agree on: round settings, local loop, strategy, data, rounds."""
+        strategy = {k: v for k, v in vars(self.strategy).items() if not k.startswith("_")}
+        return {
+            "model": dict(self.hparams),
+            "client": repr(self.client.training_config),
+            "net": repr(self.client.net),
+            "strategy": [type(self.strategy).__qualname__, repr(sorted(strategy.items()))],
+            "data": dict(self.data.hparams),
+            "rounds": int(self.trainer.max_steps),
+        }
+
     def _log_partition(self) -> None:
         hist = self.data.label_histogram().cpu()
         sizes = hist.sum(dim=1)
-        if self.trainer.is_global_zero and self.trainer.log_dir:
-            path = Path(self.trainer.log_dir) / "label_histogram.csv"
+        log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
+        if self.trainer.is_global_zero and log_dir:
+            path = Path(log_dir) / "label_histogram.csv"
             path.parent.mkdir(parents=True, exist_ok=True)
             rows = ["client," + ",".join(f"label_{c}" for c in range(hist.shape[1]))]
             rows += [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(hist)]
@@ -270,6 +306,7 @@ class FederatedModule(pl.LightningModule):
             global_params=self._global_flat,
             evaluate=self.evaluate_global,
         )
+        ctx.cohort = self.strategy.select_clients(ctx)
         ctx.client_config = self.strategy.configure_round(ctx)
         return ctx
 
@@ -291,7 +328,17 @@ class FederatedModule(pl.LightningModule):
         return spent
 
     def clients_of_this_process(self, ctx: RoundContext) -> list[int]:
-        return list(ctx.cohort)
+        """This rank's share of the cohort (all of it with one process); see ``sharding.py``."""
+        rank, world = rank_and_world()
+        if world == 1:
+            return list(ctx.cohort)
+        cfg = self.client.training_config.with_overrides(ctx.client_config)
+        sizes = self.data.client_sizes()
+        costs = {}
+        for cid in ctx.cohort:
+            n = int(sizes[cid])
+            costs[cid] = float(cfg.steps_for(n) * min(cfg.batch_size, n))
+        return assign_clients(ctx.cohort, costs, world)[rank]
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         start = time.perf_counter()
@@ -309,12 +356,14 @@ class FederatedModule(pl.LightningModule):
         stats = _UpdateStats(
             self._executor.run(self.clients_of_this_process(ctx), ctx, self.data, self.strategy)
         )
-        updates: Iterable[ClientUpdate] = stats
-        if self.strategy.needs_all_updates:
-            updates = list(stats)
-        aggregate = self.strategy.aggregate(
-            updates, ctx, generator=generator_for(self.seed, round_idx, "central", device=self.device)
-        )
+        central = generator_for(self.seed, round_idx, "central", device=self.device)
+        if rank_and_world()[1] == 1:
+            updates: Iterable[ClientUpdate] = stats
+            if self.strategy.needs_all_updates:
+                updates = list(stats)
+            aggregate = self.strategy.aggregate(updates, ctx, generator=central)
+        else:
+            aggregate, stats = self._sharded_aggregate(stats, ctx, central)
         self._apply_server_step(aggregate)
         self.strategy.after_round(ctx, aggregate)
         self.rounds_completed = round_idx + 1
@@ -329,6 +378,27 @@ class FederatedModule(pl.LightningModule):
         if self.eval_every and (round_idx + 1) % self.eval_every == 0:
             metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=1)
+
+    def _sharded_aggregate(
+        self, local: _UpdateStats, ctx: RoundContext, central: torch.Generator
+    ) -> tuple[torch.Tensor, _UpdateStats]:
+        """The aggregate of a round whose clients are spread over processes.
+
+        Sum-based strategies: this rank's partial buffer, one all-reduce, ``finalize`` (every
+        rank holds the same sum and draws the same central noise, so no broadcast follows).
+        Others: every update gathered to every rank, in client order, then ``aggregate``.
+        """
+        if self.strategy.is_sum_based():
+            partial = self.strategy.partial_aggregate(local, ctx)
+            aggregate = self.strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
+            records = [r for rank in gather_objects(local.records) for r in rank]
+            return aggregate, _UpdateStats.from_records(records)
+        everyone = gather_updates(
+            list(local), dim=ctx.global_params.numel(), device=ctx.global_params.device
+        )
+        stats = _UpdateStats(everyone)
+        aggregate = self.strategy.aggregate(list(stats), ctx, generator=central)
+        return aggregate, stats
 
     def _apply_server_step(self, aggregate: torch.Tensor) -> None:
         """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1)."""
@@ -358,17 +428,39 @@ class FederatedModule(pl.LightningModule):
     # -- evaluation --------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate_global(self, split: str = "test") -> dict[str, float]:
+        """Metrics of the global model; under DDP each rank scores a strided slice, reduced."""
         data = self.data
         ds = data.test if split == "test" else data.val
         if ds is None:
             return {}
+        rank, world = rank_and_world()
         x, y = ds.x.to(self.device), ds.y.to(self.device)
-        self.global_net.eval()
         bs = data.hparams.eval_batch_size
-        logits = torch.cat([self.global_net(x[i : i + bs]) for i in range(0, len(x), bs)])
-        self.global_net.train()
-        self.last_eval = metrics_from_logits(logits, y, self.num_classes)
+        if world > 1:
+            x, y = x[rank::world], y[rank::world]
+        models = self.strategy.evaluation_models()
+        if models:
+            # The strategy's own models (e.g. Isolate's per-client ones): mean of their metrics.
+            net = copy.deepcopy(self.global_net)
+            per_model = []
+            for flat in models:
+                load_flat_(trainable_parameters(net), flat.to(self.device))
+                per_model.append(self._metrics_of(net, x, y, bs))
+            n = len(per_model)
+            self.last_eval = {k: sum(m[k] for m in per_model) / n for k in per_model[0]}
+            return self.last_eval
+        self.last_eval = self._metrics_of(self.global_net, x, y, bs)
         return self.last_eval
+
+    def _metrics_of(
+        self, net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bs: int
+    ) -> dict[str, float]:
+        net.eval()
+        logits = torch.cat([net(x[i : i + bs]) for i in range(0, len(x), bs)])
+        net.train()
+        if rank_and_world()[1] > 1:
+            return reduced_metrics(logits, y, self.num_classes)
+        return metrics_from_logits(logits, y, self.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.global_net(x)
@@ -406,14 +498,15 @@ class FederatedModule(pl.LightningModule):
         }
         if self.accountant is not None:
             summary.update(self.accountant.report())
+        log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if not self.trainer.is_global_zero:
             return
         for logger in self.loggers:
             if isinstance(logger, WandbLogger):
                 for k, v in summary.items():
                     logger.experiment.summary[k] = v
-        if self.trainer.log_dir:
-            path = Path(self.trainer.log_dir) / "summary.json"
+        if log_dir:
+            path = Path(log_dir) / "summary.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
         eps = summary.get("privacy/epsilon", math.inf)
@@ -424,3 +517,31 @@ class FederatedModule(pl.LightningModule):
             f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}",
             flush=True,
         )
+
+
+def reduced_metrics(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, float]:
+    """``metrics_from_logits`` over the union of every rank's (logits, y) (torchmetrics sync)."""
+    from torchmetrics import MeanMetric
+    from torchmetrics.classification import (
+        MulticlassAccuracy,
+        MulticlassF1Score,
+        MulticlassRecall,
+    )
+
+    device = logits.device
+    parts = {
+        "accuracy": MulticlassAccuracy(num_classes, average="micro"),
+        "recall_macro": MulticlassRecall(num_classes, average="macro"),
+        "f1_macro": MulticlassF1Score(num_classes, average="macro"),
+    }
+    preds = logits.argmax(dim=1)
+    out: dict[str, float] = {}
+    loss = MeanMetric().to(device)
+    if len(y):
+        loss.update(torch.nn.functional.cross_entropy(logits, y), weight=len(y))
+    out["loss"] = float(loss.compute())
+    for name, metric in parts.items():
+        metric = metric.to(device)
+        metric.update(preds, y)
+        out[name] = float(metric.compute())
+    return out

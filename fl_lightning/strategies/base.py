@@ -3,6 +3,7 @@
 A strategy is a Lightning ``Callback`` (so its state is checkpointed with the run) that owns
 everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 
+* ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
 * ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
 * ``adjust_local_gradients``: optional per-local-step gradient correction (SCAFFOLD, ...).
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
@@ -10,9 +11,19 @@ everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 * ``round_privacy``: what the round spent, for the accountant.
 * ``after_round``: bookkeeping once the global model moved.
 
-The default path is FedAvg: the weighted mean of the clients' deltas. Strategies that only
-need sums (``needs_all_updates = False``) can be sharded with one all-reduce per round;
-strategies that look at individual updates (projections between clients) set it to True.
+The default path is FedAvg: the weighted mean of the clients' deltas. Aggregation is split in
+two so that a round can be sharded over processes (docs/distributed.md):
+
+* ``partial_aggregate(updates, ctx)``: this process's clients summed into one flat buffer
+  (the weighted delta sum followed by ``num_statistics`` scalars, e.g. the total weight);
+* ``finalize(reduced, ctx, generator=)``: the global delta from the buffer summed over all
+  processes (central noise from the generator every rank shares).
+
+``aggregate`` is ``finalize(partial_aggregate(...))``, so a single process behaves exactly as
+before. A strategy that overrides ``aggregate`` without overriding the split, or sets
+``needs_all_updates = True`` (it looks at individual updates, e.g. a projection between
+clients), is run under several processes by gathering every update to every rank
+(``is_sum_based`` is False for it).
 """
 
 from __future__ import annotations
@@ -39,6 +50,9 @@ class Strategy(Callback):
 
     needs_all_updates: ClassVar[bool] = False
     """True when ``aggregate`` must see every individual update (not only their sum)."""
+
+    num_statistics: ClassVar[int] = 1
+    """Scalars after the delta sum in the ``partial_aggregate`` buffer (default: total weight)."""
 
     def __init__(self, *, weighting: Weighting = "num_examples") -> None:
         super().__init__()
@@ -72,6 +86,14 @@ class Strategy(Callback):
         """Sets any unset noise multiplier from the privacy target. Default: nothing to set."""
 
     # -- client side -------------------------------------------------------------------------
+    def select_clients(self, ctx: RoundContext) -> list[int]:
+        """The clients dispatched this round, given the sampled ``ctx.cohort``. Default: all.
+
+        Asynchronous strategies drop clients still busy with an earlier round (and may top the
+        cohort up); budgeted ones drop clients whose privacy budget is spent.
+        """
+        return list(ctx.cohort)
+
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
         """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``)."""
         return {}
@@ -80,6 +102,11 @@ class Strategy(Callback):
         self, client_id: int, params: Sequence[torch.nn.Parameter], ctx: RoundContext
     ) -> None:
         """Called after each local backward pass, before the optimizer step. Default: no-op."""
+
+    def client_start_params(self, client_id: int, ctx: RoundContext) -> torch.Tensor:
+        """Flat weights client ``client_id`` starts local training from (and its delta is taken
+        against). Default: the global model; local-only baselines (Isolate) return their own."""
+        return ctx.global_params
 
     def client_optimizer_state(self, client_id: int) -> dict[str, Any] | None:
         """Optimizer state to restore for ``client_id`` (None: a fresh optimizer each round)."""
@@ -106,15 +133,63 @@ class Strategy(Callback):
         self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> torch.Tensor:
         """Returns the global delta (added to the global weights by the server optimizer)."""
-        total: torch.Tensor | None = None
-        total_weight = 0.0
+        return self.finalize(self.partial_aggregate(updates, ctx), ctx, generator=generator)
+
+    def partial_buffer(self, ctx: RoundContext) -> torch.Tensor:
+        """A zero buffer of the partial-sum layout: [delta sum (d), statistics]."""
+        d = ctx.global_params.numel()
+        return torch.zeros(d + self.num_statistics, device=ctx.global_params.device)
+
+    def partial_aggregate(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
+        """This process's share: [Σ w_i Δ_i, Σ w_i] (summed over processes by one all-reduce)."""
+        buf = self.partial_buffer(ctx)
+        d = ctx.global_params.numel()
+        total = buf[:d]
         for update in updates:
             w = self.client_weight(update)
-            total = update.delta * w if total is None else total.add_(update.delta, alpha=w)
-            total_weight += w
-        if total is None or total_weight == 0.0:
+            total.add_(update.delta, alpha=w)
+            buf[d] += w
+        return buf
+
+    def finalize(
+        self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """The global delta from the all-process sum of ``partial_aggregate``: Σ w_i Δ_i / Σ w_i."""
+        d = ctx.global_params.numel()
+        total_weight = float(reduced[d])
+        if total_weight == 0.0:
             return torch.zeros_like(ctx.global_params)
-        return total.div_(total_weight)
+        return reduced[:d].div(total_weight)
+
+    @classmethod
+    def is_sum_based(cls) -> bool:
+        """True when the aggregate is a function of the sum of per-process partial buffers.
+
+        False when ``needs_all_updates`` is set or when ``aggregate`` is overridden further down
+        the class hierarchy than ``partial_aggregate`` / ``finalize`` (a strategy written
+        against ``aggregate`` alone): such strategies see every update, gathered to every rank.
+        """
+        if cls.needs_all_updates:
+            return False
+
+        def owner(name: str) -> type:
+            return next(k for k in cls.__mro__ if name in vars(k))
+
+        agg = owner("aggregate")
+        return all(issubclass(owner(n), agg) for n in ("partial_aggregate", "finalize"))
+
+    def distributed_problem(self) -> str | None:
+        """Why this strategy cannot run with its clients spread over processes (None: it can).
+
+        Client state kept on the process that trained the client (per-client optimizer state)
+        would be missing on the process that trains the client next time.
+        """
+        if self.persists_client_optimizer_state:
+            return (
+                f"{type(self).__name__} keeps per-client optimizer state on the process that "
+                "trained the client, so it cannot be sharded over processes; run one process"
+            )
+        return None
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """Client-level and local-DP spending of this round (record-level comes from clients)."""
@@ -122,6 +197,11 @@ class Strategy(Callback):
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
         """Called once the global model moved."""
+
+    def evaluation_models(self) -> list[torch.Tensor] | None:
+        """Flat weight vectors whose test metrics are averaged in place of the global model's
+        (e.g. Isolate's per-client models). Default None: evaluate the global model."""
+        return None
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -46,7 +46,12 @@ class DPFedAvg(Strategy):
         self.noise_multiplier = noise_multiplier
 
     def calibrate_noise(
-        self, *, target_epsilon: float | None, delta: float, accountant: str, rounds: int,
+        self,
+        *,
+        target_epsilon: float | None,
+        delta: float,
+        accountant: str,
+        rounds: int,
         sample_rate: float,
     ) -> None:
         if self.noise_multiplier is not None:
@@ -57,8 +62,11 @@ class DPFedAvg(Strategy):
                 "calibrate it"
             )
         self.noise_multiplier = calibrate_noise_multiplier(
-            target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate,
-            steps=rounds, accountant=accountant,
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=sample_rate,
+            steps=rounds,
+            accountant=accountant,
         )
 
     def process_update(
@@ -69,15 +77,24 @@ class DPFedAvg(Strategy):
         update.metrics["clipped"] = float(norm > self.clip_norm)
         return update
 
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
-        total = torch.zeros_like(ctx.global_params)
+    num_statistics = 0
+
+    def partial_aggregate(self, updates, ctx: RoundContext) -> torch.Tensor:  # noqa: ANN001
+        """This process's sum of clipped deltas (Alg. 1's Σ Δ_k over its share of the cohort)."""
+        total = self.partial_buffer(ctx)
         for update in updates:
             total.add_(update.delta)
+        return total
+
+    def finalize(
+        self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """(Σ Δ_k + N(0, σ²C²)) / qN: one central Gaussian, from the generator all ranks share."""
         assert self.noise_multiplier is not None
         mechanism = GaussianMechanism(
             noise_multiplier=self.noise_multiplier, sensitivity=self.clip_norm
         )
-        noisy = mechanism.privatize(total, generator=generator)
+        noisy = mechanism.privatize(reduced, generator=generator)
         return noisy.div_(ctx.expected_cohort_size)
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:

@@ -11,9 +11,15 @@ from fl_lightning.strategies.dp_fedavg import DPFedAvg
 
 def _ctx(d: int, m: int) -> RoundContext:
     return RoundContext(
-        round_idx=0, total_rounds=1, seed=0, num_clients=100, cohort=list(range(m)),
-        expected_cohort_size=float(m), sample_rate=m / 100, global_params=torch.zeros(d),
-    )  # fmt: skip
+        round_idx=0,
+        total_rounds=1,
+        seed=0,
+        num_clients=100,
+        cohort=list(range(m)),
+        expected_cohort_size=float(m),
+        sample_rate=m / 100,
+        global_params=torch.zeros(d),
+    )
 
 
 def test_clipping_bounds_each_update():
@@ -22,15 +28,17 @@ def test_clipping_bounds_each_update():
     out = s.process_update(u, _ctx(100, 1), generator=torch.Generator())
     assert float(out.delta.norm()) == pytest.approx(0.5, rel=1e-6)
     small = ClientUpdate(client_id=1, delta=torch.full((100,), 0.01), num_examples=5, loss=0.0)
-    assert torch.equal(s.process_update(small, _ctx(100, 1), generator=None).delta,
-                       torch.full((100,), 0.01))  # fmt: skip
+    assert torch.equal(
+        s.process_update(small, _ctx(100, 1), generator=None).delta, torch.full((100,), 0.01)
+    )
 
 
 def test_zero_updates_give_noise_of_predicted_variance():
     d, m, sigma, clip = 200_000, 8, 1.3, 0.7
     s = DPFedAvg(clip_norm=clip, noise_multiplier=sigma)
-    updates = [ClientUpdate(client_id=i, delta=torch.zeros(d), num_examples=1, loss=0.0)
-               for i in range(m)]  # fmt: skip
+    updates = [
+        ClientUpdate(client_id=i, delta=torch.zeros(d), num_examples=1, loss=0.0) for i in range(m)
+    ]
     agg = s.aggregate(updates, _ctx(d, m), generator=torch.Generator().manual_seed(1))
     predicted = (sigma * clip / m) ** 2
     assert float(agg.mean()) == pytest.approx(0.0, abs=5 * (predicted / d) ** 0.5)
@@ -43,8 +51,9 @@ def test_aggregate_divides_by_expected_cohort_size_not_actual():
     s = DPFedAvg(clip_norm=10.0, noise_multiplier=0.0)
     ctx = _ctx(d, 4)
     ctx.expected_cohort_size = 5.0
-    updates = [ClientUpdate(client_id=i, delta=torch.ones(d), num_examples=1, loss=0.0)
-               for i in range(4)]  # fmt: skip
+    updates = [
+        ClientUpdate(client_id=i, delta=torch.ones(d), num_examples=1, loss=0.0) for i in range(4)
+    ]
     agg = s.aggregate(updates, ctx, generator=torch.Generator())
     assert torch.allclose(agg, torch.full((d,), 4 / 5))
 
@@ -57,8 +66,13 @@ def test_round_privacy_is_one_sampled_gaussian_at_the_cohort_rate():
     assert (event.noise_multiplier, event.sample_rate, event.steps) == (1.1, 0.1, 1)
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [({"clip_norm": 0}, "strategy.clip_norm"),
-                                               ({"noise_multiplier": -1}, "strategy.noise_multiplier")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"clip_norm": 0}, "strategy.clip_norm"),
+        ({"noise_multiplier": -1}, "strategy.noise_multiplier"),
+    ],
+)
 def test_bad_settings_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         DPFedAvg(**kwargs)

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Multi-node DP-FL with torchrun (no SLURM): run this script on every node with
+# NODE_RANK=0..NNODES-1 and MASTER_ADDR set to node 0's address. Lightning detects torchrun's
+# environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT) and does not launch processes
+# itself; --trainer.devices must equal --nproc_per_node and --trainer.num_nodes NNODES.
+#   NODE_RANK=0 MASTER_ADDR=10.0.0.1 ./torchrun_multinode.sh   # on node 0
+#   NODE_RANK=1 MASTER_ADDR=10.0.0.1 ./torchrun_multinode.sh   # on node 1
+set -euo pipefail
+NNODES=${NNODES:-2}
+NPROC=${NPROC:-4}
+ACCEL=${ACCEL:-gpu}           # cpu works too (gloo): ACCEL=cpu NPROC=2
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export WANDB_MODE=offline
+
+torchrun \
+  --nnodes "${NNODES}" --nproc_per_node "${NPROC}" --node_rank "${NODE_RANK:?set NODE_RANK}" \
+  --master_addr "${MASTER_ADDR:?set MASTER_ADDR}" --master_port "${MASTER_PORT:-29500}" \
+  -m fl_lightning.cli fit \
+  --config configs/experiment/quickstart.yaml \
+  --trainer.accelerator "${ACCEL}" --trainer.strategy ddp \
+  --trainer.devices "${NPROC}" --trainer.num_nodes "${NNODES}" \
+  --trainer.default_root_dir "${RUN_DIR:-runs/torchrun}"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates .venv (Python 3.11+) and installs fl-lightning with its dev tools, pinned by
+# constraints.txt. Re-running is cheap: the install is skipped while pyproject.toml and
+# constraints.txt are unchanged. GPU users: FL_CONSTRAINTS=/path/to/your-constraints.txt
+# (e.g. a CUDA build of torch/torchvision) overrides the CPU pins.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+CONSTRAINTS="${FL_CONSTRAINTS:-constraints.txt}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=".venv/.fl-lightning-installed"
+want="$(cat pyproject.toml "$CONSTRAINTS" | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -c "$CONSTRAINTS" -e '.[dev]'
+  echo "$want" > "$stamp"
+fi

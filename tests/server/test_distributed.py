@@ -1,0 +1,71 @@
+"""Collectives with two real gloo processes: config agreement, update gathering."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from fl_lightning.server.distributed import (
+    check_ranks_agree,
+    gather_updates,
+    launch_problem,
+    rank_and_world,
+)
+from fl_lightning.server.update import ClientUpdate
+from fl_lightning.strategies.fedavg import FedAvg
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, port: int, results) -> None:  # noqa: ANN001
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        out: dict = {"world": rank_and_world()}
+        check_ranks_agree({"lr": 0.1})
+        try:
+            check_ranks_agree({"lr": 0.1 if rank == 0 else 0.2})
+            out["mismatch"] = None
+        except ValueError as err:
+            out["mismatch"] = str(err)
+        mine = [ClientUpdate(client_id=c, delta=torch.full((3,), float(c)), num_examples=c,
+                             loss=float(c)) for c in ([4, 0] if rank == 0 else [2])]  # fmt: skip
+        everyone = gather_updates(mine, dim=3, device=torch.device("cpu"))
+        out["ids"] = [u.client_id for u in everyone]
+        out["deltas"] = [u.delta.tolist() for u in everyone]
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_agree_disagree_and_gather():
+    results = mp.Manager().dict()
+    mp.spawn(_worker, args=(_free_port(), results), nprocs=2, join=True)
+    for rank in (0, 1):
+        r = results[rank]
+        assert r["world"] == (rank, 2)
+        assert r["mismatch"] is not None and r["mismatch"].startswith("config:")
+        assert r["ids"] == [0, 2, 4]
+        assert r["deltas"] == [[0.0] * 3, [2.0] * 3, [4.0] * 3]
+
+
+def test_launch_problems():
+    assert "trainer.devices" in launch_problem(
+        accelerator="cpu", devices=10_000, world_size=10_000, strategy=FedAvg()
+    )
+    assert launch_problem(accelerator="cpu", devices=1, world_size=1, strategy=FedAvg()) is None
+
+    class Persisting(FedAvg):
+        persists_client_optimizer_state = True
+
+    problem = launch_problem(accelerator="cpu", devices=1, world_size=2, strategy=Persisting())
+    assert problem.startswith("strategy:")
+    assert launch_problem(accelerator="cpu", devices=1, world_size=1, strategy=Persisting()) is None

@@ -1,0 +1,219 @@
+"""ADP-FL (fl_lightning/strategies/adp_fl.py): schedule, callback, Eq. 8, staleness, budget."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fl_lightning.server.async_buffer import Arrival
+from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor
+from fl_lightning.strategies.even_budget import EvenBudget
+from fl_lightning.utils.rng import generator_for
+
+D = 6
+
+
+def ctx_for(round_idx, cohort, n=10, rounds=20, rate=0.2, params=None):
+    params = torch.zeros(D) if params is None else params
+    return RoundContext(round_idx, rounds, 0, n, list(cohort), rate * n, rate, params)
+
+
+def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
+    """One round as FederatedModule runs it, with fixed deltas instead of local training."""
+    ctx = ctx_for(round_idx, cohort, n, rounds, rate)
+    ctx.cohort = s.select_clients(ctx)
+    ctx.client_config = s.configure_round(ctx)
+    ups = [
+        s.process_update(
+            ClientUpdate(c, torch.ones(D) * 0.1, 50 + c, 0.0, base_round=round_idx),
+            ctx,
+            generator=generator_for(0, round_idx, c),
+        )
+        for c in ctx.cohort
+    ]
+    agg = s.aggregate(ups, ctx, generator=generator_for(0, round_idx))
+    s.after_round(ctx, agg)
+    return ctx, agg
+
+
+def test_published_schedule_rises_and_cooling_falls():
+    E, a = 20, 0.1
+    pub = [schedule_factor("published", t, E, a) for t in range(1, E + 1)]
+    cool = [schedule_factor("cooling", t, E, a) for t in range(1, E + 1)]
+    assert all(x < y for x, y in zip(pub, pub[1:])) and pub[-1] == pytest.approx(2.0)
+    assert pub[0] == pytest.approx(1 + math.exp(-1.9))
+    assert all(x > y for x, y in zip(cool, cool[1:])) and cool[0] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("schedule", ["published", "cooling", "even"])
+def test_rescaled_schedule_spends_the_total_budget_in_expectation(schedule):
+    s = ADPFL(epsilon=5.0, schedule=schedule, rescale=True, accuracy_drop=None)
+    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=30, sample_rate=0.2)
+    assert 0.2 * sum(s.scheduled_epsilon(r) for r in range(30)) == pytest.approx(5.0)
+
+
+def test_unscaled_base_is_the_even_budget_of_eq_10():
+    s = EvenBudget(epsilon=10.0, mechanism="gaussian")
+    s.calibrate_noise(
+        target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20, sample_rate=10 / 50
+    )
+    assert s.even_budget() == pytest.approx(50 * 10.0 / (10 * 20))
+
+
+def test_accuracy_drop_keeps_the_previous_epsilon():
+    s = ADPFL(epsilon=100.0, schedule="published", accuracy_drop=0.05)
+    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20, sample_rate=0.2)
+    accs = iter([0.50, 0.60, 0.40, 0.41])
+    s.accuracy_fn = lambda cid: next(accs)
+    eps = [s.upload_budget(0, ctx_for(r, [0])) for r in range(4)]
+    sched = [s.scheduled_epsilon(r) for r in range(4)]
+    assert eps[0] == sched[0] and eps[1] == sched[1]  # accuracy rose: follow the schedule
+    assert eps[2] == eps[1]  # fell by 0.2 > λ: keep the previous ε
+    assert eps[3] == sched[3]  # rose again
+    assert s.frozen_total == 1
+
+
+def test_weights_follow_eq_8():
+    s = ADPFL(epsilon=10.0, staleness_alpha=0.5, accuracy_drop=None)
+    s.setup_strategy(num_clients=4, num_parameters=D, seed=0)
+    s.staleness = {0: 1.0, 1: 0.5, 2: 0.25, 3: 1.0}
+    eps, sizes = [0.5, 1.0, 2.0], [100, 300, 50]
+    deltas = [torch.randn(D, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    arrivals = [
+        Arrival(
+            ClientUpdate(i, deltas[i].clone(), sizes[i], 0.0, extras={"epsilon": eps[i]}), 0, 0.1, 0
+        )
+        for i in range(3)
+    ]
+    ctx = ctx_for(3, [0, 1, 2], n=4)
+    out = s.aggregate_arrivals(arrivals, ctx, generator=generator_for(0))
+    raw = [eps[i] * [1.0, 0.5, 0.25][i] * sizes[i] for i in range(3)]
+    expected = sum(w / sum(raw) * d for w, d in zip(raw, deltas))
+    assert torch.allclose(out, expected, atol=1e-6)
+    # λ: participants reset to 1, client 3 (absent) decays by α_s.
+    assert [s.lam(c) for c in range(4)] == [1.0, 1.0, 1.0, 0.5]
+
+
+def test_staleness_resets_on_participation_and_decays_otherwise():
+    s = ADPFL(epsilon=10.0, staleness_alpha=0.3, accuracy_drop=None)
+    pattern = [{0, 1}, {1}, set(), {0}, {2}]
+    expected = {0: 1.0, 1: 1.0, 2: 1.0}
+    for part in pattern:
+        s.update_staleness(part, 3)
+        for c in expected:
+            expected[c] = 1.0 if c in part else expected[c] * 0.3
+            assert s.lam(c) == pytest.approx(expected[c])
+    assert s.lam(1) == pytest.approx(0.3**3)  # rounds since its last participation
+
+
+def test_budget_exhausted_clients_leave_and_are_logged():
+    s = ADPFL(
+        epsilon=3.0,
+        base_epsilon=1.0,
+        schedule="even",
+        accuracy_drop=None,
+        mechanism="laplace",
+        refill=False,
+    )
+    s.setup_strategy(num_clients=10, num_parameters=D, seed=0)
+    for r in range(5):
+        ctx, _ = play_round(s, r, [0, 1])
+        assert ctx.cohort == ([0, 1] if r < 3 else [])
+    assert s.exited == {0, 1}
+    assert s.round_metrics["clients_exited"] == 2.0
+    assert s.ledger.paper_spent(0) == pytest.approx(3.0)
+
+
+def test_a_straggler_arrives_with_decayed_lambda():
+    s = ADPFL(
+        epsilon=100.0,
+        schedule="even",
+        accuracy_drop=None,
+        staleness_alpha=0.5,
+        delay_kind="constant",
+        delay_mean=0.5,
+        straggler_fraction=0.5,
+        straggler_slowdown=5.0,
+        receive_window=1.0,
+        refill=False,
+    )
+    s.setup_strategy(num_clients=10, num_parameters=D, seed=0)
+    slow = next(c for c in range(10) if s.delay.is_straggler(0, c))
+    play_round(s, 0, [slow])
+    play_round(s, 1, [])
+    assert s.lam(slow) == pytest.approx(0.25)  # not aggregated in rounds 0 and 1
+    play_round(s, 2, [])
+    assert s.round_metrics["async/staleness_max"] == 2.0 and s.lam(slow) == 1.0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    schedule=st.sampled_from(["published", "cooling", "even"]),
+    rescale=st.booleans(),
+    total=st.floats(0.5, 20.0),
+    base=st.one_of(st.none(), st.floats(0.05, 8.0)),
+    threshold=st.one_of(st.none(), st.floats(0.0, 0.3)),
+    mechanism=st.sampled_from(["gaussian", "laplace"]),
+    rounds=st.integers(2, 8),
+    data=st.data(),
+)
+def test_no_client_ever_exceeds_its_total_budget(
+    schedule, rescale, total, base, threshold, mechanism, rounds, data
+):
+    n = 6
+    s = ADPFL(
+        epsilon=total,
+        schedule=schedule,
+        rescale=rescale,
+        base_epsilon=base,
+        accuracy_drop=threshold,
+        mechanism=mechanism,
+        delay_kind="exponential",
+        delay_mean=0.7,
+        receive_window=1.0,
+        aggregation_window=0.3,
+    )
+    s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
+    s.calibrate_noise(
+        target_epsilon=None, delta=1e-5, accountant="rdp", rounds=rounds, sample_rate=0.5
+    )
+    accs = data.draw(st.lists(st.floats(0, 1), min_size=rounds * n, max_size=rounds * n))
+    it = iter(accs)
+    s.accuracy_fn = lambda cid: next(it)
+    for r in range(rounds):
+        cohort = data.draw(st.lists(st.integers(0, n - 1), max_size=n, unique=True))
+        play_round(s, r, sorted(cohort), n=n, rounds=rounds, rate=0.5)
+        for c in range(n):
+            assert s.ledger.basic(c)[0] <= total * (1 + 1e-9)
+            assert s.ledger.paper_spent(c) <= total * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"schedule": "warm"}, "schedule"),
+        ({"staleness_alpha": 0.0}, "staleness_alpha"),
+        ({"accuracy_drop": -1.0}, "accuracy_drop"),
+        ({"mechanism": "gaussian", "epsilon": None}, "epsilon"),
+        ({"clip_norm": 0.0}, "clip_norm"),
+        ({"aggregation": "mean"}, "aggregation"),
+    ],
+)
+def test_bad_settings_name_the_field(kwargs, field):
+    base = {"epsilon": 1.0}
+    base.update(kwargs)
+    with pytest.raises(ValueError, match=field):
+        ADPFL(**base)
+
+
+def test_baseline_switch_is_the_even_budget_strategy():
+    s = ADPFL(epsilon=5.0, baseline=True, schedule="published", rescale=True)
+    assert (s.schedule, s.aggregation, s.accuracy_drop, s.rescale) == (
+        "even",
+        "num_examples",
+        None,
+        False,
+    )

@@ -1,0 +1,211 @@
+"""GCFL's server-side correction (Wan et al., Eqs. 11-12, Algorithm 1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.strategies.gcfl import GCFL, project_published, project_sequential
+
+
+def _ctx(dim: int, cohort: list[int], **client_config) -> RoundContext:
+    return RoundContext(
+        round_idx=0,
+        total_rounds=1,
+        seed=0,
+        num_clients=len(cohort),
+        cohort=cohort,
+        expected_cohort_size=float(len(cohort)),
+        sample_rate=1.0,
+        global_params=torch.zeros(dim),
+        client_config=dict(client_config),
+    )
+
+
+def _updates(deltas: list[torch.Tensor], sizes: list[int] | None = None) -> list[ClientUpdate]:
+    sizes = sizes or [10] * len(deltas)
+    return [
+        ClientUpdate(
+            client_id=i, delta=d.clone(), num_examples=n, loss=0.0, metrics={"local_steps": 1.0}
+        )
+        for i, (d, n) in enumerate(zip(deltas, sizes))
+    ]
+
+
+def test_projection_removes_exactly_the_conflicting_component() -> None:
+    g = torch.tensor([1.0, 2.0, -3.0, 0.5])
+    r = torch.tensor([-2.0, 1.0, 1.0, 0.0])
+    assert torch.dot(g, r) < 0
+    out, count, cosines = project_sequential(g, [r], threshold=0.0)
+    assert count == 1
+    assert cosines[0] == pytest.approx(float(torch.dot(g, r) / (g.norm() * r.norm())))
+    assert float(torch.dot(out, r)) == pytest.approx(0.0, abs=1e-6)
+    # What was removed is a multiple of r (the component along r), nothing else.
+    removed = g - out
+    expected = (torch.dot(g, r) / torch.dot(r, r)) * r
+    torch.testing.assert_close(removed, expected)
+
+
+def test_non_conflicting_gradient_untouched() -> None:
+    g = torch.tensor([1.0, 2.0, 3.0])
+    r = torch.tensor([0.5, -0.1, 0.2])
+    assert torch.dot(g, r) > 0
+    for project in (project_sequential, project_published):
+        out, count, _ = project(g, [r], threshold=0.0)
+        assert count == 0
+        assert torch.equal(out, g)
+
+
+def test_threshold_controls_the_test() -> None:
+    g = torch.tensor([1.0, 0.0])
+    r = torch.tensor([1.0, 1.0])  # cos = 0.707
+    assert project_sequential(g, [r], threshold=0.5)[1] == 0
+    out, count, _ = project_sequential(g, [r], threshold=0.8)
+    assert count == 1
+    assert float(torch.dot(out, r)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_published_variant_uses_unsquared_norm() -> None:
+    g = torch.tensor([1.0, 0.0, 1.0])
+    r = torch.tensor([-3.0, 0.0, 1.0])  # ‖r‖ = √10, g·r = −2
+    out, count, _ = project_published(g, [r], threshold=0.0)
+    assert count == 1
+    torch.testing.assert_close(out, g - (-2.0 / math.sqrt(10.0)) * r)
+    # Eq. 12 as printed leaves (g·r)(1 − ‖r‖) along r: not orthogonal unless ‖r‖ = 1.
+    assert float(torch.dot(out, r)) == pytest.approx(-2.0 * (1 - math.sqrt(10.0)), rel=1e-5)
+
+
+def test_published_variant_last_conflict_wins() -> None:
+    g = torch.tensor([1.0, 1.0])
+    r1, r2 = torch.tensor([-1.0, 0.0]), torch.tensor([0.0, -1.0])
+    out, count, _ = project_published(g, [r1, r2], threshold=0.0)
+    assert count == 2
+    torch.testing.assert_close(out, g - (torch.dot(g, r2) / r2.norm()) * r2)
+
+
+def test_sequential_projection_over_several_references() -> None:
+    g = torch.tensor([1.0, 1.0, 0.0])
+    r1, r2 = torch.tensor([-1.0, 0.0, 0.0]), torch.tensor([0.0, -1.0, 1.0])
+    out, count, _ = project_sequential(g, [r1, r2], threshold=0.0)
+    assert count == 2
+    # PCGrad: the second projection starts from the first's result.
+    step1 = g - (torch.dot(g, r1) / torch.dot(r1, r1)) * r1
+    step2 = step1 - (torch.dot(step1, r2) / torch.dot(r2, r2)) * r2
+    torch.testing.assert_close(out, step2)
+    assert float(torch.dot(out, r2)) == pytest.approx(0.0, abs=1e-6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.floats(-10, 10), min_size=6, max_size=6),
+    st.lists(st.floats(-10, 10), min_size=6, max_size=6),
+)
+def test_corrected_never_leaves_a_conflict(gv: list[float], rv: list[float]) -> None:
+    g, r = torch.tensor(gv, dtype=torch.float64), torch.tensor(rv, dtype=torch.float64)
+    if float(r.norm()) < 1e-3 or float(g.norm()) < 1e-3:
+        return
+    out, count, _ = project_sequential(g, [r], threshold=0.0)
+    scale = float(g.norm() * r.norm())
+    if count:
+        assert abs(float(torch.dot(out, r))) <= 1e-9 * max(1.0, scale)
+    else:
+        assert torch.equal(out, g) and float(torch.dot(g, r)) >= 0
+
+
+@pytest.mark.parametrize("variant", ["corrected", "published"])
+@pytest.mark.parametrize("weighting", ["num_examples", "uniform"])
+def test_identical_gradients_equal_fedavg(variant: str, weighting: str) -> None:
+    torch.manual_seed(0)
+    d = torch.randn(50)
+    deltas, sizes = [d.clone() for _ in range(4)], [5, 10, 20, 40]
+    gcfl = GCFL(variant=variant, weighting=weighting)
+    fedavg = FedAvg(weighting=weighting)
+    ctx = _ctx(50, [0, 1, 2, 3])
+    gen = torch.Generator().manual_seed(1)
+    got = gcfl.aggregate(_updates(deltas, sizes), ctx, generator=gen)
+    want = fedavg.aggregate(_updates(deltas, sizes), ctx, generator=gen)
+    torch.testing.assert_close(got, want)
+    assert gcfl.round_metrics["projected"] == 0
+    assert gcfl.round_metrics["mean_cosine"] == pytest.approx(1.0)
+
+
+def test_aggregate_corrects_against_the_reference_and_weights_by_n() -> None:
+    a = torch.tensor([1.0, 0.0])
+    b = torch.tensor([-1.0, 1.0])  # cos(a, b) < 0
+    gcfl = GCFL(reference_clients=1)
+    ctx = _ctx(2, [0, 1])
+    gen = torch.Generator().manual_seed(3)
+    got = gcfl.aggregate(_updates([a, b], [1, 3]), ctx, generator=gen)
+    ref = int(torch.randperm(2, generator=torch.Generator().manual_seed(3))[0])
+    g = [a, b]
+    other = g[1 - ref]
+    corrected = other - (torch.dot(other, g[ref]) / torch.dot(g[ref], g[ref])) * g[ref]
+    fixed = [None, None]
+    fixed[ref], fixed[1 - ref] = g[ref], corrected
+    want = (1 * fixed[0] + 3 * fixed[1]) / 4
+    torch.testing.assert_close(got, want)
+    assert gcfl.round_metrics["projected"] == 1
+    assert gcfl.round_metrics["mean_cosine"] == pytest.approx(-1 / math.sqrt(2), rel=1e-5)
+
+
+def test_reference_choice_follows_the_generator() -> None:
+    torch.manual_seed(0)
+    deltas = [torch.randn(30) for _ in range(10)]
+    ctx = _ctx(30, list(range(10)))
+    gcfl = GCFL(reference_clients=3)
+    outs = [
+        gcfl.aggregate(_updates(deltas), ctx, generator=torch.Generator().manual_seed(s))
+        for s in (5, 5, 6)
+    ]
+    torch.testing.assert_close(outs[0], outs[1])
+    assert not torch.allclose(outs[0], outs[2])
+    assert 0 < gcfl.round_metrics["projected"] <= 7  # references are never projected
+
+
+def test_per_layer_projection() -> None:
+    gcfl = GCFL(granularity="per_layer")
+    gcfl.bind(layer_slices={"w": slice(0, 2), "b": slice(2, 4)}, local_lr=None)
+    a = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    b = torch.tensor([-1.0, 1.0, 2.0, 0.0])  # layer w conflicts, layer b does not
+    corrected, stats = gcfl.correct([a, b], generator=torch.Generator().manual_seed(0))
+    ref = int(torch.randperm(2, generator=torch.Generator().manual_seed(0))[0])
+    other = corrected[1 - ref]
+    refv = [a, b][ref]
+    assert float(torch.dot(other[:2], refv[:2])) == pytest.approx(0.0, abs=1e-6)
+    torch.testing.assert_close(other[2:], [a, b][1 - ref][2:])
+    assert stats["projections"] == 1 and stats["projected"] == 1
+
+
+def test_deltas_are_read_as_gradients_through_local_lr_and_steps() -> None:
+    # Published variant is scale-dependent: it must see ĝ = −Δ/(η_l K), not Δ.
+    lr, steps = 0.1, 4
+    g1, g2 = torch.tensor([1.0, 0.0, 2.0]), torch.tensor([-2.0, 1.0, 0.0])
+    updates = _updates([-lr * steps * g1, -lr * steps * g2])
+    for u in updates:
+        u.metrics["local_steps"] = float(steps)
+    gcfl = GCFL(variant="published", weighting="uniform")
+    gcfl.bind(layer_slices=None, local_lr=lr)
+    got = gcfl.aggregate(updates, _ctx(3, [0, 1]), generator=torch.Generator())
+    c1 = project_published(g1, [g2], threshold=0.0)[0]
+    c2 = project_published(g2, [g1], threshold=0.0)[0]
+    torch.testing.assert_close(got, -lr * steps * (c1 + c2) / 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"variant": "paper"}, "strategy.variant"),
+        ({"reference_clients": 0}, "strategy.reference_clients"),
+        ({"threshold": 2.0}, "strategy.threshold"),
+        ({"granularity": "neuron"}, "strategy.granularity"),
+    ],
+)
+def test_bad_settings_name_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        GCFL(**kwargs)
