@@ -11,9 +11,9 @@ It reproduces the sequential executor (same batches from the same (seed, round, 
 generators, same DP noise drawn parameter by parameter from the client's ``dp_sgd`` generator,
 same SGD update with momentum and weight decay, same client-side ``process_update``) up to
 float rounding. What it cannot run identically is handed to the ``SequentialExecutor`` with a
-logged reason (``vectorization_blocker``): a strategy that adjusts local gradients or keeps
-client optimizer state, FedProx, Adam, a model with buffers (BatchNorm statistics), dropout or
-recurrent Opacus layers.
+logged reason (``vectorization_blocker``): a strategy that adjusts local gradients, keeps
+client optimizer state or starts clients from their own weights; FedProx; Adam; a model with
+buffers (BatchNorm statistics), dropout or recurrent layers.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def vectorization_blocker(
     if reason:
         return reason
     cls = type(strategy)
-    for hook in ("adjust_local_gradients", "client_optimizer_state"):
+    for hook in ("adjust_local_gradients", "client_optimizer_state", "client_start_params"):
         if getattr(cls, hook) is not getattr(Strategy, hook):
             return f"{cls.__name__} overrides {hook} (per-client gradient or optimizer hooks)"
     if strategy.persists_client_optimizer_state:
