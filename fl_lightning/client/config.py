@@ -16,12 +16,17 @@ class DPSGDConfig:
     Attributes:
         noise_multiplier: σ. ``None`` means "calibrate from the accountant's target ε".
         max_grad_norm: C, the per-example clip norm.
-        engine: DP-SGD implementation: ``opacus`` (per-sample gradients through hooks).
+        engine: DP-SGD implementation, same maths, same noise (docs/performance.md):
+            ``opacus`` (per-sample gradients through hooks), ``ghost`` (Opacus ghost / fast
+            gradient clipping), ``functorch`` (``torch.func.vmap(grad)``) or ``auto``.
+        max_physical_batch_size: virtual batches: examples processed at once (None: the whole
+            Poisson batch). Bounds per-example memory; does not change the result.
     """
 
     noise_multiplier: float | None = 1.0
     max_grad_norm: float = 1.0
     engine: str = "opacus"
+    max_physical_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.noise_multiplier is not None and self.noise_multiplier < 0:
@@ -30,6 +35,16 @@ class DPSGDConfig:
             )
         if self.max_grad_norm <= 0:
             raise ValueError(f"client.dp_sgd.max_grad_norm: must be > 0, got {self.max_grad_norm}")
+        engines = ("opacus", "ghost", "functorch", "auto")
+        if self.engine not in engines:
+            raise ValueError(
+                f"client.dp_sgd.engine: unknown engine {self.engine!r}; choose from {list(engines)}"
+            )
+        if self.max_physical_batch_size is not None and self.max_physical_batch_size < 1:
+            raise ValueError(
+                "client.dp_sgd.max_physical_batch_size: must be >= 1, got "
+                f"{self.max_physical_batch_size}"
+            )
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,12 @@ class LocalTrainer:
         self.device = torch.device(device)
         self.config = client.training_config
         dp = self.config.dp_sgd
-        self.engine = build_engine(client.net, dp.engine if dp is not None else None)
+        self.engine = build_engine(
+            client.net,
+            dp.engine if dp is not None else None,
+            max_physical_batch_size=dp.max_physical_batch_size if dp is not None else None,
+            batch_size=self.config.batch_size,
+        )
         self.params = trainable_parameters(client.net)
         self.optimizer = client.configure_optimizers()
         self._local = torch.empty(sum(p.numel() for p in self.params), device=self.device)

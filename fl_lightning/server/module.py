@@ -83,6 +83,14 @@ class _UpdateStats:
         return stats
 
 
+def _build_executor(name: str, trainer: LocalTrainer):  # noqa: ANN202 - an executor
+    from fl_lightning.server.vectorized_executor import VectorizedExecutor, model_blocker
+
+    if name == "auto":
+        name = "vectorized" if model_blocker(trainer.client.net) is None else "sequential"
+    return VectorizedExecutor(trainer) if name == "vectorized" else SequentialExecutor(trainer)
+
+
 class FederatedModule(pl.LightningModule):
     """The federated round loop.
 
@@ -100,6 +108,9 @@ class FederatedModule(pl.LightningModule):
         server_eps: Adam ε (FedAdam uses a large one, e.g. 1e-3; Reddi et al. 2021).
         eval_every: evaluate the global model every this many rounds (0: only at the end).
         seed: seed of every generator of the run (cohorts, batches, noise).
+        executor: ``sequential`` (one client at a time), ``vectorized`` (vmapped cohorts,
+            ``server/vectorized_executor.py``; falls back to sequential with a logged reason)
+            or ``auto`` (vectorized when the model can be vmapped, docs/performance.md).
     """
 
     def __init__(
@@ -117,8 +128,14 @@ class FederatedModule(pl.LightningModule):
         server_eps: float = 1e-3,
         eval_every: int = 5,
         seed: int = 0,
+        executor: Literal["sequential", "vectorized", "auto"] = "sequential",
     ) -> None:
         super().__init__()
+        if executor not in ("sequential", "vectorized", "auto"):
+            raise ValueError(
+                f"model.executor: expected 'sequential', 'vectorized' or 'auto', got {executor!r}"
+            )
+        self.executor_name = executor
         if server_optimizer not in ("sgd", "adam"):
             raise ValueError(
                 f"model.server_optimizer: expected 'sgd' or 'adam', got {server_optimizer!r}"
@@ -201,7 +218,7 @@ class FederatedModule(pl.LightningModule):
             seed=self.seed,
         )
         self._local_trainer = LocalTrainer(self.client, self.device)
-        self._executor = SequentialExecutor(self._local_trainer)
+        self._executor = _build_executor(self.executor_name, self._local_trainer)
         self._global_flat = torch.empty(
             sum(p.numel() for p in trainable_parameters(self.global_net)), device=self.device
         )

@@ -1,0 +1,139 @@
+"""The vectorised executor produces the sequential executor's updates (FedAvg, DP-FedAvg,
+DP-SGD clients, momentum, unequal client sizes) and falls back, saying why, where it cannot."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from fl_lightning.client.config import DPSGDConfig
+from fl_lightning.client.local_loop import LocalTrainer
+from fl_lightning.client.module import ClientModule
+from fl_lightning.models.cnn import MnistCNN
+from fl_lightning.models.mlp import MLP
+from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.update import RoundContext
+from fl_lightning.server.vectorized_executor import VectorizedExecutor
+from fl_lightning.strategies.dp_fedavg import DPFedAvg
+from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.utils.flat import flatten, trainable_parameters
+
+
+def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0) -> SimpleNamespace:
+    g = torch.Generator().manual_seed(seed)
+    total = sum(sizes)
+    x = torch.randn(total, *shape, generator=g)
+    y = torch.randint(0, 10, (total,), generator=g)
+    perm = torch.randperm(total, generator=g)
+    bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
+    indices = [perm[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return SimpleNamespace(
+        train=SimpleNamespace(x=x, y=y),
+        client_indices=indices,
+        client_data=lambda c: (x[indices[c]], y[indices[c]]),
+    )
+
+
+def _ctx(client: ClientModule, cohort: list[int], round_idx: int = 3) -> RoundContext:
+    return RoundContext(
+        round_idx=round_idx,
+        total_rounds=5,
+        seed=7,
+        num_clients=len(cohort),
+        cohort=cohort,
+        expected_cohort_size=float(len(cohort)),
+        sample_rate=1.0,
+        global_params=flatten(trainable_parameters(client.net)),
+    )
+
+
+def _both(net: nn.Module, strategy_factory, data, cohort, **client_kw):
+    out = {}
+    for name, cls in (("seq", SequentialExecutor), ("vec", VectorizedExecutor)):
+        torch.manual_seed(0)
+        client = ClientModule(copy.deepcopy(net), num_classes=10, **client_kw)
+        trainer = LocalTrainer(client)
+        executor = cls(trainer)
+        ctx = _ctx(client, cohort)
+        out[name] = list(executor.run(cohort, ctx, data, strategy_factory()))
+        if cls is VectorizedExecutor:
+            assert executor.last_fallback_reason is None
+    return out["seq"], out["vec"]
+
+
+CASES = {
+    "fedavg_mlp": (lambda: MLP(input_dim=64, hidden=(16,)), FedAvg, {}),
+    "fedavg_cnn_momentum_wd": (
+        lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
+        FedAvg,
+        {"momentum": 0.9, "weight_decay": 1e-3, "local_epochs": 2},
+    ),
+    "dp_fedavg_cnn": (
+        lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
+        lambda: DPFedAvg(clip_norm=0.5, noise_multiplier=1.0),
+        {},
+    ),
+    "dp_sgd_clients": (
+        lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
+        FedAvg,
+        {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.5, engine="functorch")},
+    ),
+    "dp_sgd_opacus_momentum": (
+        lambda: MLP(input_dim=64, hidden=(16,)),
+        lambda: DPFedAvg(clip_norm=0.5, noise_multiplier=1.0),
+        {"momentum": 0.5, "dp_sgd": DPSGDConfig(noise_multiplier=0.8, engine="opacus")},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_same_updates_as_sequential(case: str) -> None:
+    make_net, strategy, kw = CASES[case]
+    torch.manual_seed(1)
+    net = make_net()
+    sizes = [13, 30, 7, 30, 22]
+    data = _data(sizes)
+    cohort = [3, 0, 4, 1]
+    seq, vec = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, **kw)
+    assert [u.client_id for u in vec] == cohort
+    for s, v in zip(seq, vec):
+        assert s.num_examples == v.num_examples
+        assert s.metrics.keys() == v.metrics.keys()
+        for key in s.metrics:
+            assert v.metrics[key] == pytest.approx(s.metrics[key], rel=1e-4, abs=1e-6)
+        assert s.dp_steps == v.dp_steps
+        torch.testing.assert_close(v.delta, s.delta, rtol=1e-4, atol=2e-5)
+        assert v.loss == pytest.approx(s.loss, rel=1e-4, nan_ok=True)
+        assert s.delta.abs().sum() > 0
+
+
+def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
+    net = MLP(input_dim=64, hidden=(16,))
+    data = _data([10, 12])
+    client = ClientModule(net, num_classes=10, prox_mu=0.1)
+    executor = VectorizedExecutor(LocalTrainer(client))
+    with caplog.at_level(logging.WARNING):
+        updates = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
+    assert len(updates) == 2
+    assert "prox_mu" in executor.last_fallback_reason
+    assert "falling back to sequential" in caplog.text
+
+    class Scaffoldish(FedAvg):
+        def adjust_local_gradients(self, client_id, params, ctx):  # noqa: ANN001
+            pass
+
+    client = ClientModule(MLP(input_dim=64, hidden=(16,)), num_classes=10)
+    executor = VectorizedExecutor(LocalTrainer(client))
+    list(executor.run([0], _ctx(client, [0]), data, Scaffoldish()))
+    assert "adjust_local_gradients" in executor.last_fallback_reason
+
+    dropout_net = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(64, 10))
+    client = ClientModule(dropout_net, num_classes=10)
+    executor = VectorizedExecutor(LocalTrainer(client))
+    list(executor.run([0], _ctx(client, [0]), data, FedAvg()))
+    assert "Dropout" in executor.last_fallback_reason
