@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export WANDB_MODE=offline
 .venv/bin/ruff check fl_lightning tests benchmarks
-.venv/bin/python -m pytest "$@"
+# Two workers: the suite is dominated by short CLI runs that parallelise well on 2 cores.
+.venv/bin/python -m pytest -n "${FL_TEST_WORKERS:-2}" "$@"
