@@ -134,3 +134,30 @@ def calibrate_noise_multiplier(
         else:
             high = mid
     return high
+
+
+def resolve_noise_multiplier(
+    noise_multiplier: float | None,
+    *,
+    target_epsilon: float | None,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    field: str = "strategy.noise_multiplier",
+) -> float:
+    """``noise_multiplier`` when set, else σ calibrated to ``target_epsilon`` over ``steps``.
+
+    Raises ``ValueError`` naming ``field`` when neither is given.
+    """
+    if noise_multiplier is not None:
+        return noise_multiplier
+    if target_epsilon is None:
+        raise ValueError(f"{field}: unset, so privacy.target_epsilon is needed to calibrate it")
+    return calibrate_noise_multiplier(
+        target_epsilon=target_epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        steps=steps,
+        accountant=accountant,
+    )

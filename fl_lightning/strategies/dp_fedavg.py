@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier
+from fl_lightning.privacy.analysis import resolve_noise_multiplier
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.server.update import ClientUpdate, RoundContext
@@ -54,14 +54,8 @@ class DPFedAvg(Strategy):
         rounds: int,
         sample_rate: float,
     ) -> None:
-        if self.noise_multiplier is not None:
-            return
-        if target_epsilon is None:
-            raise ValueError(
-                "strategy.noise_multiplier: unset, so privacy.target_epsilon is needed to "
-                "calibrate it"
-            )
-        self.noise_multiplier = calibrate_noise_multiplier(
+        self.noise_multiplier = resolve_noise_multiplier(
+            self.noise_multiplier,
             target_epsilon=target_epsilon,
             delta=delta,
             sample_rate=sample_rate,

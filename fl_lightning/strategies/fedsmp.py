@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier
+from fl_lightning.privacy.analysis import resolve_noise_multiplier
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
@@ -86,17 +86,9 @@ class FedSMP(Strategy):
         self.epsilon = epsilon
 
     def calibrate_noise(self, *, target_epsilon, delta, accountant, rounds, sample_rate) -> None:
-        if self.noise_multiplier is not None:
-            return
-        if self.epsilon is not None:
-            target_epsilon = self.epsilon
-        if target_epsilon is None:
-            raise ValueError(
-                "strategy.noise_multiplier: unset, so privacy.target_epsilon is needed to "
-                "calibrate it"
-            )
-        self.noise_multiplier = calibrate_noise_multiplier(
-            target_epsilon=target_epsilon,
+        self.noise_multiplier = resolve_noise_multiplier(
+            self.noise_multiplier,
+            target_epsilon=self.epsilon if self.epsilon is not None else target_epsilon,
             delta=delta,
             sample_rate=sample_rate,
             steps=rounds,
