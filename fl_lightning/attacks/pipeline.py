@@ -119,17 +119,7 @@ def restrict_datamodule(datamodule: Any, train: Examples, test: Examples) -> Non
     datamodule.test = TensorDataset(test.x.clone(), test.y.clone(), num_classes)
     datamodule.val = None
     partitioner = hp.partitioner if hp.partitioner in PARTITIONERS else "iid"
-    datamodule.client_indices = PARTITIONERS[partitioner](
-        train.y.numpy(),
-        datamodule.num_clients,
-        hp.seed,
-        alpha=hp.alpha,
-        equal_size=hp.equal_size,
-        num_shards=hp.num_shards,
-        shards_per_client=hp.shards_per_client,
-        labels_per_client=hp.labels_per_client,
-        groups=hp.label_groups,
-    )
+    datamodule.client_indices = datamodule.partition(train.y, datamodule.num_clients, partitioner)
 
 
 _EXPERIMENT_KEYS = ("seed_everything", "trainer", "model", "data", "client", "strategy", "privacy")

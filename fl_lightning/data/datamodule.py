@@ -129,21 +129,28 @@ class FederatedDataModule(pl.LightningDataModule):
             self.client_indices = spec.natural_clients(train)  # type: ignore[misc]
             self.num_clients = len(self.client_indices)
         else:
-            self.client_indices = PARTITIONERS[hp.partitioner](
-                train.y.numpy(),
-                hp.num_clients,
-                hp.seed,
-                alpha=hp.alpha,
-                equal_size=hp.equal_size,
-                num_shards=hp.num_shards,
-                shards_per_client=hp.shards_per_client,
-                labels_per_client=hp.labels_per_client,
-                groups=hp.label_groups,
-            )
+            self.client_indices = self.partition(train.y, hp.num_clients, hp.partitioner)
         if len(self.client_indices) != self.num_clients:
             raise ValueError(
                 f"data.num_clients: partition produced {len(self.client_indices)} clients"
             )
+
+    def partition(
+        self, labels: torch.Tensor, num_clients: int, partitioner: str
+    ) -> list[torch.Tensor]:
+        """Splits ``labels``' indices among ``num_clients`` with this module's partition options."""
+        hp = self.hparams
+        return PARTITIONERS[partitioner](
+            labels.cpu().numpy(),
+            num_clients,
+            hp.seed,
+            alpha=hp.alpha,
+            equal_size=hp.equal_size,
+            num_shards=hp.num_shards,
+            shards_per_client=hp.shards_per_client,
+            labels_per_client=hp.labels_per_client,
+            groups=hp.label_groups,
+        )
 
     @property
     def num_classes(self) -> int:
