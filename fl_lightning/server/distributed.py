@@ -7,7 +7,9 @@ Lightning launches the processes (``--trainer.strategy ddp``, SLURM, torchrun) a
   buffer, plus one small ``all_gather_object`` of the per-client records (loss, metrics,
   DP-SGD steps) that logging and the accountant need on every rank;
 * other strategies: one ``all_gather_object`` of the update metadata and one ``all_gather`` of
-  the (padded) flat deltas, after which every rank aggregates the full list.
+  the (padded) flat deltas, after which every rank aggregates the full list;
+* strategies with per-client state kept by client-side hooks (``Strategy.has_client_state``):
+  the state of the clients a rank trained rides along in the same ``all_gather_object``.
 
 Every helper is a no-op with one process, so the single-process path is unchanged.
 """
@@ -51,17 +53,21 @@ def gather_objects(obj: Any) -> list[Any]:
     return out
 
 
-def gather_updates(updates: Sequence[ClientUpdate], *, dim: int, device: torch.device):
-    """All ranks' updates on every rank, sorted by client id (two collectives).
+def gather_updates(
+    updates: Sequence[ClientUpdate], *, dim: int, device: torch.device, payload: Any = None
+) -> tuple[list[ClientUpdate], list[Any]]:
+    """All ranks' updates on every rank, sorted by client id, and every rank's ``payload``
+    (in rank order) riding along with the metadata (two collectives).
 
     The metadata travels with ``all_gather_object``; the deltas as one padded
     ``[max clients per rank, dim]`` tensor per rank through ``all_gather``.
     """
     world = rank_and_world()[1]
     if world == 1:
-        return sorted(updates, key=lambda u: u.client_id)
+        return sorted(updates, key=lambda u: u.client_id), [payload]
     meta = [replace(u, delta=torch.empty(0)) for u in updates]
-    gathered_meta = gather_objects(meta)
+    gathered = gather_objects((meta, payload))
+    gathered_meta = [g[0] for g in gathered]
     rows = max(len(m) for m in gathered_meta)
     local = torch.zeros(max(rows, 1), dim, device=device)
     for i, u in enumerate(updates):
@@ -73,7 +79,7 @@ def gather_updates(updates: Sequence[ClientUpdate], *, dim: int, device: torch.d
         for i, m in enumerate(metas):
             m.delta = buf[i].clone()
             out.append(m)
-    return sorted(out, key=lambda u: u.client_id)
+    return sorted(out, key=lambda u: u.client_id), [g[1] for g in gathered]
 
 
 def fingerprint(config: Any) -> str:

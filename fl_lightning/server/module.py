@@ -209,6 +209,11 @@ class FederatedModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         data = self.data
         if rank_and_world()[1] > 1:
+            # Every rank raises the same error before any collective (no rank left waiting);
+            # the CLI checks this before launching, this covers runs built in Python.
+            problem = self.strategy.distributed_problem()
+            if problem:
+                raise ValueError(f"strategy: {problem}")
             check_ranks_agree(self.resolved_config())
         data.to(self.device)
         self._calibrate_noise()
@@ -391,14 +396,37 @@ class FederatedModule(pl.LightningModule):
         if self.strategy.is_sum_based():
             partial = self.strategy.partial_aggregate(local, ctx)
             aggregate = self.strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
-            records = [r for rank in gather_objects(local.records) for r in rank]
+            gathered = gather_objects((local.records, self._client_states(local.records)))
+            self._load_client_states([g[1] for g in gathered])
+            records = [r for rank_records, _ in gathered for r in rank_records]
             return aggregate, _UpdateStats.from_records(records)
-        everyone = gather_updates(
-            list(local), dim=ctx.global_params.numel(), device=ctx.global_params.device
+        mine = list(local)
+        everyone, states = gather_updates(
+            mine,
+            dim=ctx.global_params.numel(),
+            device=ctx.global_params.device,
+            payload=self._client_states(local.records),
         )
+        self._load_client_states(states)
         stats = _UpdateStats(everyone)
         aggregate = self.strategy.aggregate(list(stats), ctx, generator=central)
         return aggregate, stats
+
+    def _client_states(self, records: list[tuple]) -> dict[int, Any] | None:
+        """The per-client state (``Strategy.client_state``) of the clients this rank trained."""
+        if not self.strategy.has_client_state:
+            return None
+        return {r[0]: self.strategy.client_state(r[0]) for r in records}
+
+    def _load_client_states(self, per_rank: list[dict[int, Any] | None]) -> None:
+        """Copies the other ranks' clients' state into this rank's strategy (same round), so
+        whichever rank trains a client next starts from its latest state."""
+        rank = rank_and_world()[0]
+        for r, states in enumerate(per_rank):
+            if r == rank or not states:
+                continue
+            for cid, state in states.items():
+                self.strategy.load_client_state(cid, state)
 
     def _apply_server_step(self, aggregate: torch.Tensor) -> None:
         """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1)."""

@@ -119,6 +119,24 @@ class Strategy(Callback):
     def persists_client_optimizer_state(self) -> bool:
         return False
 
+    # -- per-client state kept by client-side hooks (synced across processes) ---------------
+    @property
+    def has_client_state(self) -> bool:
+        """True when client-side hooks (``process_update``, ``save_client_optimizer_state``,
+        ...) keep per-client state that a later round of the same client reads (SCAFFOLD's c_i,
+        per-client Adam state). Under DDP the client may train on another process next time,
+        so after every round the server copies each trained client's ``client_state`` to every
+        other process (``load_client_state``), inside the round's existing gather."""
+        return False
+
+    def client_state(self, client_id: int) -> Any:
+        """The per-client state this process holds for ``client_id`` after training it this
+        round (picklable; sent to the other processes). Default: None."""
+        return None
+
+    def load_client_state(self, client_id: int, state: Any) -> None:
+        """Stores ``client_state(client_id)`` received from the process that trained it."""
+
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
@@ -182,12 +200,14 @@ class Strategy(Callback):
         """Why this strategy cannot run with its clients spread over processes (None: it can).
 
         Client state kept on the process that trained the client (per-client optimizer state)
-        would be missing on the process that trains the client next time.
+        would be missing on the process that trains the client next time, unless the strategy
+        syncs it (``has_client_state`` with ``client_state`` / ``load_client_state``).
         """
-        if self.persists_client_optimizer_state:
+        if self.persists_client_optimizer_state and not self.has_client_state:
             return (
                 f"{type(self).__name__} keeps per-client optimizer state on the process that "
-                "trained the client, so it cannot be sharded over processes; run one process"
+                "trained the client and does not sync it (has_client_state / client_state / "
+                "load_client_state), so it cannot be sharded over processes; run one process"
             )
         return None
 

@@ -81,6 +81,19 @@ class DPScaffold(ModelBinding, Strategy):
         self.client_controls[update.client_id] = c_i_new
         return update
 
+    # Under DDP, c_i⁺ is copied from the process that trained client i to every other one after
+    # the round (docs/distributed.md): the next process to train i starts from the same c_i.
+    @property
+    def has_client_state(self) -> bool:
+        return True
+
+    def client_state(self, client_id: int) -> torch.Tensor | None:
+        return self.client_controls.get(client_id)
+
+    def load_client_state(self, client_id: int, state: torch.Tensor | None) -> None:
+        if state is not None:
+            self.client_controls[client_id] = state
+
     # -- server side -------------------------------------------------------------------------
     def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
         total = torch.zeros_like(ctx.global_params)

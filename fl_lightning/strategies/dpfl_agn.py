@@ -193,6 +193,19 @@ class DPFLAGN(Strategy):
     def save_client_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
         self.optimizer_states[client_id] = copy.deepcopy(state)
 
+    # Under DDP the client's Adam state is copied to every process after each round
+    # (docs/distributed.md), so whichever process trains the client next resumes it.
+    @property
+    def has_client_state(self) -> bool:
+        return self.adam_state == "persist"
+
+    def client_state(self, client_id: int) -> dict[str, Any] | None:
+        return self.optimizer_states.get(client_id)
+
+    def load_client_state(self, client_id: int, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.optimizer_states[client_id] = state
+
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -38,7 +38,10 @@ def _worker(rank: int, port: int, results) -> None:  # noqa: ANN001
             out["mismatch"] = str(err)
         mine = [ClientUpdate(client_id=c, delta=torch.full((3,), float(c)), num_examples=c,
                              loss=float(c)) for c in ([4, 0] if rank == 0 else [2])]  # fmt: skip
-        everyone = gather_updates(mine, dim=3, device=torch.device("cpu"))
+        everyone, payloads = gather_updates(
+            mine, dim=3, device=torch.device("cpu"), payload=rank * 10
+        )
+        out["payloads"] = payloads
         out["ids"] = [u.client_id for u in everyone]
         out["deltas"] = [u.delta.tolist() for u in everyone]
         results[rank] = out
@@ -55,6 +58,7 @@ def test_two_ranks_agree_disagree_and_gather():
         assert r["mismatch"] is not None and r["mismatch"].startswith("config:")
         assert r["ids"] == [0, 2, 4]
         assert r["deltas"] == [[0.0] * 3, [2.0] * 3, [4.0] * 3]
+        assert r["payloads"] == [0, 10]
 
 
 def test_launch_problems():
