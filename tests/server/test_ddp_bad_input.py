@@ -17,7 +17,8 @@ def test_more_cpu_processes_than_cores(run_cli, capsys, tmp_path):
 
 
 def test_strategy_with_per_client_state_refuses_several_processes(run_cli, capsys, tmp_path):
-    strategy = ('{"class_path": "fl_lightning.strategies.dpfl_agn.DPFLAGN", '
+    # DPFLAGN itself syncs its per-client Adam state; this subclass does not (test double).
+    strategy = ('{"class_path": "tests.server.test_ddp_client_state.UnsyncedAdam", '
                 '"init_args": {"adam_state": "persist"}}')  # fmt: skip
     rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--strategy", strategy,
                   "--client.optimizer", "adam", "--trainer.strategy", "ddp",
@@ -25,5 +26,5 @@ def test_strategy_with_per_client_state_refuses_several_processes(run_cli, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err[-1].startswith("error: strategy:"), err[-1]
-    assert "DPFLAGN" in err[-1]
+    assert "UnsyncedAdam" in err[-1]
     assert not list(Path(tmp_path).rglob("*.ckpt"))

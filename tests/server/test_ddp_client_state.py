@@ -1,0 +1,129 @@
+"""Strategies with per-client state kept by client-side hooks, under DDP (docs/distributed.md).
+
+Clients move between ranks from round to round (the cohort changes, so the sharding does): the
+state a client left on the rank that trained it (SCAFFOLD's control variate c_i, DPFL-AGN's
+per-client Adam state) must be on whichever rank trains it next. 1 process and 2 gloo processes
+must end with the same global weights (1e-5) and ε; without the sync they do not (negative
+control). A strategy that keeps such state without syncing it is refused on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+
+from fl_lightning.strategies.dp_scaffold import DPScaffold
+from fl_lightning.strategies.dpfl_agn import DPFLAGN
+from tests.conftest import QUICKSTART, REPO, TINY
+from tests.server.test_ddp_equivalence import assert_same_run, fit, global_weights
+
+ROUNDS = 3
+LOCAL = ["--client.local_steps", "3", "--client.dp_sgd.noise_multiplier", "1.0",
+         "--client.dp_sgd.max_grad_norm", "1.0"]  # fmt: skip
+SCAFFOLD = ["--strategy", "fl_lightning.strategies.dp_scaffold.DPScaffold", *LOCAL]
+AGN = [
+    "--strategy",
+    '{"class_path": "fl_lightning.strategies.dpfl_agn.DPFLAGN", "init_args": '
+    '{"adam_state": "persist", "anr": true, "mu": 10.0, "rho": 0.5}}',
+    "--client.optimizer", "adam", "--client.lr", "0.01", "--data.val_fraction", "0.1",
+    *LOCAL,
+]  # fmt: skip
+
+
+class UnsyncedScaffold(DPScaffold):
+    """Negative control: SCAFFOLD without the cross-rank copy of c_i."""
+
+    @property
+    def has_client_state(self) -> bool:
+        return False
+
+
+class UnsyncedAdam(DPFLAGN):
+    """A strategy that persists per-client optimizer state but does not sync it."""
+
+    @property
+    def has_client_state(self) -> bool:
+        return False
+
+
+def _ranks_of_clients(val_fraction: float) -> list[dict[int, int]]:
+    """Which rank trains which client in each round of the runs below (same code path)."""
+    from fl_lightning.data.datamodule import FederatedDataModule
+    from fl_lightning.server.sampling import CohortSampler
+    from fl_lightning.server.sharding import assign_clients
+
+    data = FederatedDataModule(dataset="digits", num_clients=8, partitioner="dirichlet",
+                               alpha=0.5, val_fraction=val_fraction, seed=0)  # fmt: skip
+    data.setup("fit")
+    sizes = data.client_sizes()
+    out = []
+    for r in range(ROUNDS):
+        cohort = CohortSampler("fixed", 5).sample(0, r, 8)
+        costs = {c: 3.0 * min(16, int(sizes[c])) for c in cohort}
+        shards = assign_clients(cohort, costs, 2)
+        out.append({c: rank for rank, shard in enumerate(shards) for c in shard})
+    return out
+
+
+def _moved(val_fraction: float) -> set[int]:
+    rounds = _ranks_of_clients(val_fraction)
+    seen: dict[int, int] = {}
+    moved = set()
+    for ranks in rounds:
+        for c, rank in ranks.items():
+            if c in seen and seen[c] != rank:
+                moved.add(c)
+            seen[c] = rank
+    return moved
+
+
+def test_clients_move_between_ranks_in_these_runs():
+    assert _moved(0.0) and _moved(0.1)
+
+
+def test_scaffold_two_processes_match_one(tmp_path):
+    one = fit(tmp_path / "one", *SCAFFOLD, rounds=ROUNDS)
+    two = fit(tmp_path / "two", *SCAFFOLD, rounds=ROUNDS, ddp=True)
+    assert_same_run(one, two)
+    # Negative control: without the sync a moved client trains from a stale c_i on its new rank.
+    unsynced = ["--strategy", "tests.server.test_ddp_client_state.UnsyncedScaffold", *LOCAL]
+    bad = fit(tmp_path / "bad", *unsynced, rounds=ROUNDS, ddp=True)
+    wa, wb = global_weights(one), global_weights(bad)
+    assert any(not torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+
+
+def test_dpfl_agn_persisted_adam_two_processes_match_one(tmp_path):
+    one = fit(tmp_path / "one", *AGN, rounds=ROUNDS)
+    two = fit(tmp_path / "two", *AGN, rounds=ROUNDS, ddp=True)
+    assert_same_run(one, two)
+
+
+def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(tmp_path):
+    """torchrun-style launch (every rank runs the CLI): every rank exits 2, rank 0 says why."""
+    strategy = ('{"class_path": "tests.server.test_ddp_client_state.UnsyncedAdam", '
+                '"init_args": {"adam_state": "persist"}}')  # fmt: skip
+    cmd = [sys.executable, "-m", "fl_lightning.cli", "fit", "--config", str(QUICKSTART), *TINY,
+           "--strategy", strategy, "--client.optimizer", "adam", "--trainer.strategy", "ddp",
+           "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+           "--trainer.default_root_dir", str(tmp_path)]  # fmt: skip
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29533", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "refusal-test"}  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE,
+                         env={**base, "RANK": str(r), "LOCAL_RANK": str(r)})  # fmt: skip
+        for r in (0, 1)
+    ]
+    errs = []
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 2, err[-2000:]
+        errs.append([line for line in err.splitlines() if line.startswith("error:")])
+    # The one line comes from rank 0 only; rank 1 exits with the same status, silently.
+    assert len(errs[0]) == 1 and errs[1] == [], errs
+    assert errs[0][0].startswith("error: strategy:") and "UnsyncedAdam" in errs[0][0]
+    assert not list(tmp_path.rglob("*.ckpt"))
