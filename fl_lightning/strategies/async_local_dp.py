@@ -157,9 +157,14 @@ class AsyncLocalDP(AsyncStrategy):
         # Per-client time (Table 5 analogue): local training + clipping + noise of this client.
         now = time.perf_counter()
         update.metrics["client_time_s"] = now - self._mark
-        self.client_time_total += now - self._mark
         self._mark = now
         return update
+
+    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:  # noqa: ANN001
+        # Summed over the round's uploads on the server (under DDP: every rank's clients).
+        updates = list(updates)
+        self.client_time_total += sum(u.metrics.get("client_time_s", 0.0) for u in updates)
+        return super().aggregate(updates, ctx, generator=generator)
 
     # -- accounting --------------------------------------------------------------------------
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
