@@ -83,6 +83,31 @@ class _UpdateStats:
         return stats
 
 
+_SKIP = object()
+
+
+def describe_setting(value: Any, depth: int = 0) -> Any:
+    """A rank-independent description of a strategy attribute for the config hash (plain
+    values as they are, objects by their public attributes); ``_SKIP`` for what describes no
+    setting (callables, tensors, process-local handles whose repr carries a memory address)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if depth > 4 or callable(value) or isinstance(value, torch.Tensor):
+        return _SKIP
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [describe_setting(v, depth + 1) for v in value]
+        items = [v for v in items if v is not _SKIP]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, dict):
+        out = {repr(k): describe_setting(v, depth + 1) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not _SKIP}
+    if hasattr(value, "__dict__"):
+        public = {k: v for k, v in vars(value).items() if not k.startswith("_")}
+        return [type(value).__qualname__, describe_setting(public, depth + 1)]
+    text = repr(value)
+    return _SKIP if " at 0x" in text else text
+
+
 def _build_executor(name: str, trainer: LocalTrainer):  # noqa: ANN202 - an executor
     from fl_lightning.server.vectorized_executor import VectorizedExecutor, model_blocker
 
@@ -266,12 +291,13 @@ class FederatedModule(pl.LightningModule):
 
     def resolved_config(self) -> dict[str, Any]:
         """What every rank must agree on: round settings, local loop, strategy, data, rounds."""
-        strategy = {k: v for k, v in vars(self.strategy).items() if not k.startswith("_")}
+        public = {k: v for k, v in vars(self.strategy).items() if not k.startswith("_")}
+        strategy = describe_setting(public)
         return {
             "model": dict(self.hparams),
             "client": repr(self.client.training_config),
             "net": repr(self.client.net),
-            "strategy": [type(self.strategy).__qualname__, repr(sorted(strategy.items()))],
+            "strategy": [type(self.strategy).__qualname__, strategy],
             "data": dict(self.data.hparams),
             "rounds": int(self.trainer.max_steps),
         }

@@ -113,9 +113,14 @@ def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(tmp_path)
             "MASTER_PORT": "29533", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
             "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "refusal-test"}  # fmt: skip
     procs = [
-        subprocess.Popen(cmd, cwd=REPO, text=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE,
-                         env={**base, "RANK": str(r), "LOCAL_RANK": str(r)})  # fmt: skip
+        subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+        )  # fmt: skip
         for r in (0, 1)
     ]
     errs = []
@@ -127,3 +132,17 @@ def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(tmp_path)
     assert len(errs[0]) == 1 and errs[1] == [], errs
     assert errs[0][0].startswith("error: strategy:") and "UnsyncedAdam" in errs[0][0]
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_async_adp_fl_two_processes_match_one(tmp_path):
+    """Async state (clock, buffered late uploads, per-client budgets, staleness, accuracy
+    callback) is written by server-side hooks that run on every rank with every update, so it
+    needs no sync; this checks it (ADP-FL with stragglers: late uploads cross rounds)."""
+    from fl_lightning.strategies.adp_fl import ADPFL
+
+    assert not ADPFL.is_sum_based() and not ADPFL(epsilon=1.0).has_client_state
+    adp = ["--strategy", str(REPO / "configs" / "strategy" / "adp_fl.yaml"),
+           "--strategy.init_args.epsilon", "50.0", "--client.local_steps", "3"]  # fmt: skip
+    one = fit(tmp_path / "one", *adp, rounds=ROUNDS)
+    two = fit(tmp_path / "two", *adp, rounds=ROUNDS, ddp=True)
+    assert_same_run(one, two)
