@@ -29,6 +29,7 @@ generator; chunked, in-cache arithmetic).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -46,10 +47,10 @@ from fl_lightning.privacy.mechanisms.ldp import (
 )
 
 
-def sign_interval_chunk(
-    c: Chunk, *, keep_prob: float, bound: float, scale: float, like: torch.Tensor
-) -> None:
-    """Writes scale·w·t* for one chunk (``c.u[0]``: the uniforms, two scratch buffers).
+def sign_interval_kernel(
+    *, keep_prob: float, bound: float, scale: float, like: torch.Tensor
+) -> Callable[[Chunk], None]:
+    """The per-chunk kernel writing scale·w·t* (``c.u[0]``: the uniforms; two scratch buffers).
 
     t = s + b1·u on the kept branch (u < p), t = a2 + b2·u on the flipped one (both affine in
     u). The branch is selected exactly with {0, 1} masks, t = kept·[u < p] + flipped·[u ≥ p]
@@ -59,14 +60,19 @@ def sign_interval_chunk(
     b1 = (cb - 1.0) / p
     b2 = -(cb - 1.0) / (1.0 - p)
     a2 = -1.0 - b2 * p
-    u, kept_mask, flip_mask = c.u[0], c.tmp[0], c.tmp[1]
-    torch.lt(u, p, out=kept_mask)
-    torch.ge(u, p, out=flip_mask)
-    torch.add(scalar(scale, like), u, alpha=b1 * scale, out=c.out)  # kept branch
-    c.out.mul_(kept_mask)
-    torch.add(scalar(a2 * scale, like), u, alpha=b2 * scale, out=u)  # flipped branch
-    torch.addcmul(c.out, u, flip_mask, out=c.out)
-    c.out.mul_(c.x)
+    kept_at_0, flipped_at_0 = scalar(scale, like), scalar(a2 * scale, like)
+
+    def kernel(c: Chunk) -> None:
+        u, kept_mask, flip_mask = c.u[0], c.tmp[0], c.tmp[1]
+        torch.lt(u, p, out=kept_mask)
+        torch.ge(u, p, out=flip_mask)
+        torch.add(kept_at_0, u, alpha=b1 * scale, out=c.out)  # kept branch
+        c.out.mul_(kept_mask)
+        torch.add(flipped_at_0, u, alpha=b2 * scale, out=u)  # flipped branch
+        torch.addcmul(c.out, u, flip_mask, out=c.out)
+        c.out.mul_(c.x)
+
+    return kernel
 
 
 def sign_interval_sample(
@@ -74,11 +80,13 @@ def sign_interval_sample(
 ) -> torch.Tensor:
     """scale·|w|·t* with t* ~ U[1, C]·sign(w) w.p. ``keep_prob``, else U[−C, −1]·sign(w).
 
-    Uniforms from :mod:`fast_random` (derived from ``generator``), processed in chunks."""
+    Uniforms from :mod:`fast_random` (derived from ``generator``), processed in chunks.
+    ``keep_prob`` is rounded down to the uniforms' grid (exact, never above the nominal p)."""
     p = grid_probability(keep_prob, w.dtype)
+    kernel = sign_interval_kernel(keep_prob=p, bound=bound, scale=scale, like=w)
     run = ChunkedUniforms(w, generator=generator, draws=1, scratch=2)
     for c in run:
-        sign_interval_chunk(c, keep_prob=p, bound=bound, scale=scale, like=w)
+        kernel(c)
     return run.result()
 
 
