@@ -32,12 +32,14 @@ Bernoulli draw ``u < p`` has probability p rounded up to the 2^-23 grid (float64
 p is a fixed keep-probability the mechanisms round it *down* first (:func:`grid_probability`),
 so the realised probability is exact and never above the nominal one.
 
-Non-CPU tensors and dtypes numpy cannot fill (half, bfloat16) fall back to ``torch.rand`` with
-the caller's generator, chunk by chunk, through the same code path.
+Non-CPU tensors, dtypes numpy cannot fill (half, bfloat16) and small tensors (fewer than
+:data:`NUMPY_MIN_SIZE` coordinates, where seeding SFC64 costs more than it saves) use
+``torch.rand`` with the caller's generator, chunk by chunk, through the same code path.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,9 +75,14 @@ def numpy_generator(generator: torch.Generator) -> np.random.Generator:
     return np.random.Generator(np.random.SFC64(np.random.SeedSequence(entropy)))
 
 
+NUMPY_MIN_SIZE = 1 << 15
+"""Below this many coordinates ``torch.rand`` is used: seeding SFC64 costs ~0.1 ms, more than
+``torch.rand`` needs for 30k uniforms (this matters for per-layer calls on small layers)."""
+
+
 def uses_numpy(x: torch.Tensor) -> bool:
-    """True when uniforms for ``x`` come from numpy (CPU, float32/float64)."""
-    return x.device.type == "cpu" and x.dtype in _NUMPY_DTYPES
+    """True when uniforms for ``x`` come from numpy (CPU, float32/float64, not tiny)."""
+    return x.device.type == "cpu" and x.dtype in _NUMPY_DTYPES and x.numel() >= NUMPY_MIN_SIZE
 
 
 @dataclass
@@ -165,5 +172,11 @@ class ChunkedUniforms:
 
 
 def scalar(value: float, like: torch.Tensor) -> torch.Tensor:
-    """A 0-d tensor for ``torch.add(scalar, u, alpha=b, out=...)`` (= value + b·u in one op)."""
-    return torch.tensor(value, dtype=like.dtype, device=like.device)
+    """A 0-d tensor for ``torch.add(scalar, u, alpha=b, out=...)`` (= value + b·u in one op).
+    Cached (read-only use): building a tensor costs more than a small chunk's arithmetic."""
+    return _scalar(float(value), like.dtype, like.device)
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.tensor(value, dtype=dtype, device=device)

@@ -15,7 +15,11 @@ import math
 import torch
 
 from fl_lightning.privacy.mechanisms.duchi import DuchiMechanism, duchi_chunk, duchi_sample
-from fl_lightning.privacy.mechanisms.fast_random import ChunkedUniforms, grid_probability
+from fl_lightning.privacy.mechanisms.fast_random import (
+    ChunkedUniforms,
+    grid_probability,
+    scalar,
+)
 from fl_lightning.privacy.mechanisms.ldp import LocalMechanism, as_tensor
 from fl_lightning.privacy.mechanisms.pm import PiecewiseMechanism, pm_chunk
 
@@ -39,7 +43,7 @@ class HybridMechanism(LocalMechanism):
     def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         if self.alpha == 0.0:
             return duchi_sample(x, epsilon=self.epsilon, generator=generator)
-        alpha = grid_probability(self.alpha, x.dtype)
+        alpha_t = scalar(grid_probability(self.alpha, x.dtype), x)
         run = ChunkedUniforms(x, generator=generator, draws=2, scratch=3)
         for c in run:
             choice, u = c.u
@@ -48,8 +52,8 @@ class HybridMechanism(LocalMechanism):
             duchi_chunk(c, c.x, u, duchi, epsilon=self.epsilon)
             pm_chunk(c, c.x, u, c.out, epsilon=self.epsilon)
             use_pm, use_duchi = c.tmp[0], c.tmp[1]
-            torch.lt(choice, alpha, out=use_pm)
-            torch.ge(choice, alpha, out=use_duchi)
+            torch.lt(choice, alpha_t, out=use_pm)
+            torch.ge(choice, alpha_t, out=use_duchi)
             c.out.mul_(use_pm)
             torch.addcmul(c.out, duchi, use_duchi, out=c.out)
         return run.result()

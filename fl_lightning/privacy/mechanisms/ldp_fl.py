@@ -6,8 +6,9 @@ c + r·(e^ε+1)/(e^ε−1) with probability [(w−c)(e^ε−1) + r(e^ε+1)] / [2
 c − r·(e^ε+1)/(e^ε−1): Duchi's mechanism on (w−c)/r. Unbiased, Var = r²B² − (w−c)².
 The per-layer c, r are chosen by the strategy (``ranges.py``: ``adaptive`` mode); here they are
 constructor arguments (defaults c = 0, r = 1, i.e. plain Duchi on [−1, 1]). Inputs outside the
-range are clamped first. Sampling as in ``duchi.py`` (chunked, :mod:`fast_random` uniforms). Sun et al.'s parameter shuffling (splitting a report across anonymous
-uploads) is not implemented: the guarantee here is per coordinate, composed over d and T.
+range are clamped first. Sampling as in ``duchi.py`` (chunked, :mod:`fast_random` uniforms).
+Sun et al.'s parameter shuffling (splitting a report across anonymous uploads) is not
+implemented: the guarantee here is per coordinate, composed over d and T.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ class LDPFLMechanism(DuchiMechanism):
         for c in run:
             torch.clamp(c.x, lo, hi, out=c.out)
             duchi_chunk(
-                c, c.out, c.u[0], c.out, epsilon=self.epsilon, centre=self.centre, radius=self.radius
+                c,
+                c.out,
+                c.u[0],
+                c.out,
+                epsilon=self.epsilon,
+                centre=self.centre,
+                radius=self.radius,
             )
         return run.result()
 

@@ -36,7 +36,7 @@ def pm_chunk(
     left, mask = c.tmp[0], c.tmp[1]
     torch.add(scalar(-(cb - 1.0) / 2.0, t), t, alpha=(cb + 1.0) / 2.0, out=left)
     torch.add(left, u, alpha=(cb - 1.0) / p, out=out)  # inside: U[l, r]
-    torch.lt(u, p, out=mask)
+    torch.lt(u, scalar(p, t), out=mask)
     out.mul_(mask)
     torch.add(scalar(1.0, t), mask, alpha=-1.0, out=mask)  # [u ≥ p]
     # Outside: position v ∈ [0, C+1) on [−C, l) ∪ (r, C], skipping the interval of length C−1.

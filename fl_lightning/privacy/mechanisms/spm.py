@@ -61,11 +61,12 @@ def sign_interval_kernel(
     b2 = -(cb - 1.0) / (1.0 - p)
     a2 = -1.0 - b2 * p
     kept_at_0, flipped_at_0 = scalar(scale, like), scalar(a2 * scale, like)
+    p_t = scalar(p, like)  # 0-d tensors: cheaper per call than Python scalars
 
     def kernel(c: Chunk) -> None:
         u, kept_mask, flip_mask = c.u[0], c.tmp[0], c.tmp[1]
-        torch.lt(u, p, out=kept_mask)
-        torch.ge(u, p, out=flip_mask)
+        torch.lt(u, p_t, out=kept_mask)
+        torch.ge(u, p_t, out=flip_mask)
         torch.add(kept_at_0, u, alpha=b1 * scale, out=c.out)  # kept branch
         c.out.mul_(kept_mask)
         torch.add(flipped_at_0, u, alpha=b2 * scale, out=u)  # flipped branch

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from fl_lightning.privacy.mechanisms.fast_random import (
+    NUMPY_MIN_SIZE,
     UNIFORM_BITS,
     ChunkedUniforms,
     grid_probability,
+    uses_numpy,
 )
 
 N = 1_000_000
@@ -76,7 +78,7 @@ def test_determinism_and_distinct_streams():
     assert not torch.equal(a, _uniforms(8)[0])
     # Two runs in a row on one generator get different streams (the seed draw advances it).
     g = torch.Generator().manual_seed(7)
-    x = torch.zeros(1000)
+    x = torch.zeros(NUMPY_MIN_SIZE)
     first = [c.u[0].clone() for c in ChunkedUniforms(x, generator=g)][0]
     second = [c.u[0].clone() for c in ChunkedUniforms(x, generator=g)][0]
     assert not torch.equal(first, second)
@@ -90,6 +92,16 @@ def test_chunk_size_does_not_change_the_stream(dtype):
         assert torch.equal(_uniforms(9, n=n, dtype=dtype, chunk_size=cs)[0], ref)
     with pytest.raises(ValueError, match="chunk_size"):
         ChunkedUniforms(torch.zeros(4), generator=torch.Generator(), chunk_size=3)
+
+
+def test_small_inputs_use_torch_rand_on_its_24_bit_grid():
+    n = NUMPY_MIN_SIZE - 2
+    x = torch.zeros(n)
+    (u,) = _uniforms(5, n=n)
+    assert torch.equal(u, torch.rand(n, generator=torch.Generator().manual_seed(5)))
+    assert not uses_numpy(x) and uses_numpy(torch.zeros(NUMPY_MIN_SIZE))
+    q = grid_probability(0.7310585786300049, torch.float32)  # on the 2^-24 grid too
+    assert abs(float((u < q).double().mean()) - q) < 5 * math.sqrt(q * (1 - q) / n)
 
 
 def test_torch_fallback_for_other_dtypes():
