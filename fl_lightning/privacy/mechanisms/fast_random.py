@@ -5,8 +5,9 @@ generator (mt19937, one thread) produces them at ~60-170 M/s, which caps every s
 below the 100 M coordinates/s/core goal. Here numpy's ``SFC64`` bit generator emits raw 64-bit
 words (``random_raw``), each split into two 32-bit halves; the top 23 bits of a half become the
 mantissa of a float in [1, 2) (bits ``(h >> 9) | 0x3F800000``), minus 1: a float32 uniform
-k·2^-23 on [0, 1). That is 3-5x faster than ``torch.rand``. float64 tensors use numpy's
-``random`` (53 bits). The per-coordinate arithmetic is cheap only if it stays in cache, so
+k·2^-23 on [0, 1). That is 3-5x faster than ``torch.rand``. float64 tensors use one word per
+uniform, (w >> 11)·2^-53. Only ``SeedSequence`` and ``random_raw`` are used, whose streams numpy
+keeps stable across releases. The per-coordinate arithmetic is cheap only if it stays in cache, so
 the mechanisms work on chunks of :data:`CHUNK_SIZE` coordinates with preallocated buffers
 (``out=`` / in-place ops, branch-free 0/1 masks instead of ``torch.where``): every elementwise
 op then reads L2 cache, not main memory. The output is allocated through numpy, which asks the
@@ -54,6 +55,8 @@ _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 _SHIFT = np.uint32(32 - 23)
 _ONE_BITS = np.uint32(0x3F800000)  # float32 1.0: exponent 127, mantissa 0
 _ONE = np.float32(1.0)
+_SHIFT64 = np.uint64(64 - 53)
+_ULP64 = 2.0**-53
 
 UNIFORM_BITS = {torch.float32: 23, torch.float64: 53}
 """Random bits per uniform: float32 uniforms are k·2^-23, float64 ones k·2^-53 (0 ≤ k < 2^b)."""
@@ -144,8 +147,10 @@ class ChunkedUniforms:
         if self._rng is None:
             return torch.rand(m, generator=self.generator, out=self._u[k][:m])
         buf = self._u_np[k][:m]
-        if buf.dtype == np.float64:
-            self._rng.random(out=buf)
+        if buf.dtype == np.float64:  # (w >> 11)·2^-53, as numpy's Generator.random
+            raw = self._rng.bit_generator.random_raw(m)
+            np.right_shift(raw, _SHIFT64, out=raw)
+            np.multiply(raw, _ULP64, out=buf, casting="unsafe")
         else:  # two float32 uniforms per 64-bit word: high 23 bits of each half, [1, 2) - 1
             bits = buf.view(np.uint32)
             raw = self._rng.bit_generator.random_raw((m + 1) // 2).view(np.uint32)[:m]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -12,6 +13,7 @@ from fl_lightning.privacy.mechanisms.fast_random import (
     UNIFORM_BITS,
     ChunkedUniforms,
     grid_probability,
+    numpy_generator,
     uses_numpy,
 )
 
@@ -119,3 +121,14 @@ def test_output_shape_and_empty_input():
     assert out.shape == (3, 5) and torch.all(out < 1) and torch.equal(x, torch.ones(3, 5))
     empty = ChunkedUniforms(torch.zeros(0), generator=torch.Generator())
     assert list(empty) == [] and empty.result().numel() == 0
+
+
+def test_uniforms_are_the_documented_functions_of_the_raw_sfc64_words():
+    """float32: top 23 bits of each 32-bit half of a word; float64: numpy's Generator.random."""
+    n = NUMPY_MIN_SIZE + 2
+    (u32,) = _uniforms(6, n=n)
+    words = numpy_generator(torch.Generator().manual_seed(6)).bit_generator.random_raw(n // 2)
+    expected = (words.view(np.uint32) >> 9).astype(np.float64)
+    assert np.array_equal(u32.double().numpy() * 2.0**23, expected)
+    (u64,) = _uniforms(6, n=n, dtype=torch.float64)
+    assert np.array_equal(u64.numpy(), numpy_generator(torch.Generator().manual_seed(6)).random(n))
