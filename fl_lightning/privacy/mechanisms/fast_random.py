@@ -1,37 +1,43 @@
 """Fast, reproducible uniforms for the per-coordinate local-DP mechanisms (paper 003).
 
-Why: one ``privatize`` call on a 10M-coordinate vector must draw 10M uniforms. PyTorch's CPU
-generator (mt19937, one thread) produces them at ~60-170 M/s, which caps every sign mechanism
-below the 100 M coordinates/s/core goal. Here numpy's ``SFC64`` bit generator emits raw 64-bit
-words (``random_raw``), each split into two 32-bit halves; the top 23 bits of a half become the
-mantissa of a float in [1, 2) (bits ``(h >> 9) | 0x3F800000``), minus 1: a float32 uniform
-k·2^-23 on [0, 1). That is 3-5x faster than ``torch.rand``. float64 tensors use one word per
-uniform, (w >> 11)·2^-53. Only ``SeedSequence`` and ``random_raw`` are used, whose streams numpy
-keeps stable across releases. The per-coordinate arithmetic is cheap only if it stays in cache, so
-the mechanisms work on chunks of :data:`CHUNK_SIZE` coordinates with preallocated buffers
-(``out=`` / in-place ops, branch-free 0/1 masks instead of ``torch.where``): every elementwise
-op then reads L2 cache, not main memory. The output is allocated through numpy, which asks the
-kernel for transparent huge pages (first-touch page faults of a fresh 40 MB tensor otherwise
-cost as much as the whole computation).
+Why: one ``privatize`` call on a 10M-coordinate vector must draw 10M uniforms. With one
+thread, ``torch.rand`` (mt19937) takes ~60 ms for them and ``torch.where`` with a random mask
+~90 ms more (a mispredicted branch per element), which capped every sign mechanism below the
+100 M coordinates/s/core goal (``benchmarks/results/mechanism_throughput.md``).
+
+How: numpy's ``SFC64`` bit generator emits raw 64-bit words (``random_raw``), each split into
+two 32-bit halves; the top 23 bits of a half become the mantissa of a float in [1, 2) (bits
+``(h >> 9) | 0x3F800000``), minus 1: a float32 uniform k·2^-23 on [0, 1), 3-4x cheaper than
+``torch.rand`` (CPU time). float64 tensors use one word per uniform, (w >> 11)·2^-53 (the same
+as numpy's ``Generator.random``). Only ``SeedSequence`` and ``random_raw`` are used, whose
+streams numpy keeps stable across releases. The arithmetic is cheap only if it stays in cache,
+so the mechanisms work on chunks of :data:`CHUNK_SIZE` coordinates with preallocated buffers
+(``out=`` / in-place ops, branch-free {0, 1} masks instead of ``torch.where``). The output is
+allocated through numpy, which asks the kernel for transparent huge pages (first-touch page
+faults of a fresh 40 MB tensor otherwise cost as much as the whole computation).
 
 Reproducibility contract (unchanged ``privatize(x, *, generator)``): the stream is derived
-deterministically from the caller's ``torch.Generator``: one small ``torch.randint`` call
-draws 126 bits of seed entropy (advancing the torch generator, so two calls in a row get
-different streams), fed to ``np.random.SeedSequence`` and ``SFC64``. Same torch generator
-state -> same uniforms -> same output; different states -> unrelated streams. The chunk size
-does not change the stream (numpy fills consecutive ``out=`` buffers with the same sequence a
-single call would produce, for even chunk lengths), so results do not depend on it.
+deterministically from the caller's ``torch.Generator``: one small ``torch.randint`` call draws
+126 bits of seed entropy (advancing the torch generator, so two calls in a row get different
+streams), fed to ``np.random.SeedSequence`` and ``SFC64``. Same torch generator state -> same
+uniforms -> same output; different states -> unrelated streams. With one draw per coordinate
+the (even) chunk size does not change the stream; with several draws (HM) the draws are taken
+chunk by chunk, so the output is deterministic for the fixed :data:`CHUNK_SIZE`.
 
-Statistical argument: SFC64 (Chris Doty-Humphrey's Small Fast Chaotic PRNG, 256-bit state)
-passes PractRand to at least 32 TB and TestU01 BigCrush; numpy ships it as a recommended
-alternative to its default PCG64. Like PyTorch's mt19937 it is **not cryptographically
+Statistical argument: SFC64 is Chris Doty-Humphrey's Small Fast Chaotic PRNG (he wrote the
+PractRand test suite; the SFC family is reported to pass PractRand and TestU01 BigCrush). Per
+numpy's documentation it has a 256-bit state with a 64-bit counter (minimum period 2^64,
+expected ~2^255; distinct seeds do not overlap for at least 2^64 draws), and a fixed seed gives
+the same raw stream across numpy releases. ``SeedSequence`` hashes the seed, so nearby torch
+seeds give unrelated streams. Like PyTorch's mt19937, SFC64 is **not cryptographically
 secure**: an adversary who saw enough raw outputs could in principle predict the others. The
-mechanisms' ε-LDP guarantees assume ideal randomness, exactly as they did with mt19937, so this
-changes the speed, not the threat model. A deployment that must resist an adversary inspecting
-the generator needs a CSPRNG for both. float32 uniforms have 23 random bits (``torch.rand``: 24); a
-Bernoulli draw ``u < p`` has probability p rounded up to the 2^-23 grid (float64: 2^-53). Where
-p is a fixed keep-probability the mechanisms round it *down* first (:func:`grid_probability`),
-so the realised probability is exact and never above the nominal one.
+mechanisms' ε-LDP guarantees assume ideal randomness, exactly as they did with mt19937, so
+this changes the speed, not the threat model; a deployment that must resist an adversary
+inspecting the generator needs a CSPRNG for both. float32 uniforms have 23 random bits
+(``torch.rand``: 24): a Bernoulli draw ``u < p`` has probability p rounded up to the 2^-23
+grid (float64: 2^-53). Where p is a fixed keep-probability the mechanisms round it *down*
+first (:func:`grid_probability`), so the realised probability is exact and never above the
+nominal one.
 
 Non-CPU tensors, dtypes numpy cannot fill (half, bfloat16) and small tensors (fewer than
 :data:`NUMPY_MIN_SIZE` coordinates, where seeding SFC64 costs more than it saves) use
@@ -49,7 +55,7 @@ import numpy as np
 import torch
 
 CHUNK_SIZE = 1 << 16
-"""Coordinates per chunk: a few float32 buffers of this length fit in a 1 MiB L2 cache."""
+"""Coordinates per chunk: float32 buffers of 256 KiB, so a chunk's working set stays in cache."""
 
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 _SHIFT = np.uint32(32 - 23)
@@ -115,7 +121,8 @@ class ChunkedUniforms:
         generator: the torch generator the stream derives from.
         draws: independent uniforms per coordinate.
         scratch: number of scratch buffers of the chunk's length.
-        chunk_size: coordinates per chunk (even; does not change the output).
+        chunk_size: coordinates per chunk (even; with ``draws=1`` it does not change the
+            output). Non-CPU tensors are processed in one chunk.
     """
 
     def __init__(
@@ -136,6 +143,8 @@ class ChunkedUniforms:
         else:
             self.out = torch.empty_like(self.x)
         self.generator = generator
+        if x.device.type != "cpu":  # one kernel launch per op, not per chunk
+            chunk_size = max(chunk_size, self.x.numel() + self.x.numel() % 2)
         self.chunk_size = chunk_size
         size = min(chunk_size, self.x.numel())
         self._u = [torch.empty(size, dtype=x.dtype, device=x.device) for _ in range(draws)]
