@@ -73,3 +73,20 @@ def test_launch_problems():
     problem = launch_problem(accelerator="cpu", devices=1, world_size=2, strategy=Persisting())
     assert problem.startswith("strategy:")
     assert launch_problem(accelerator="cpu", devices=1, world_size=1, strategy=Persisting()) is None
+
+
+def test_config_hash_describes_strategy_settings_not_process_local_objects():
+    """Closures, ledgers and other objects whose repr carries a memory address must not make
+    the ranks disagree; a different setting must."""
+    from fl_lightning.server.distributed import fingerprint
+    from fl_lightning.server.module import describe_setting
+    from fl_lightning.strategies.adp_fl import ADPFL
+
+    def desc(strategy) -> str:  # noqa: ANN001
+        return fingerprint(describe_setting(dict(vars(strategy))))
+
+    a, b = ADPFL(epsilon=10.0), ADPFL(epsilon=10.0)
+    a.accuracy_fn, b.accuracy_fn = (lambda c: 0.0), (lambda c: 1.0)
+    assert desc(a) == desc(b)
+    assert desc(a) != desc(ADPFL(epsilon=11.0))
+    assert desc(a) != desc(ADPFL(epsilon=10.0, clip_norm=2.0))  # inside the UploadMechanism
