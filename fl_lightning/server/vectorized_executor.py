@@ -33,6 +33,7 @@ from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.stacked_chain import StackedChain, build_chain
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
@@ -127,6 +128,13 @@ class VectorizedExecutor:
             loss = loss_fn(functional_call(net, params, (x.unsqueeze(0),)), y.unsqueeze(0))
             return loss, loss
 
+        # Fast path (no DP): hand-written stacked forward/backward of chain-shaped models.
+        self.chain: StackedChain | None = None
+        self.chain_blocker: str | None = "client.loss is not ClientModule's cross-entropy"
+        if cross_entropy:
+            self.chain, self.chain_blocker = build_chain(net, self.names)
+        if self.chain_blocker is not None:
+            log.info("executor: vmap path (no stacked chain: %s)", self.chain_blocker)
         # client axis over (params, x, y, mask)
         self._client_grads = vmap(grad(batch_loss, has_aux=True))
         # client axis over (params, x, y); example axis over (x, y)
@@ -213,15 +221,12 @@ class VectorizedExecutor:
         active = torch.arange(n_steps, device=device)[:, None] < torch.tensor(steps, device=device)
         active = active.float()  # (steps, clients)
 
-        global_params = dict(zip(self.names, self.params))
-        stacked = {
-            n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) for n, p in global_params.items()
-        }
+        stacked = {}
         offset = 0
-        for n, p in global_params.items():
+        for n, p in zip(self.names, self.params):
             size = p.numel()
             view = ctx.global_params[offset : offset + size].view_as(p)
-            stacked[n].copy_(view.unsqueeze(0).expand_as(stacked[n]))
+            stacked[n] = view.unsqueeze(0).repeat(k, *[1] * p.dim())
             offset += size
         momentum_buf: dict[str, torch.Tensor] | None = None
         dp = cfg.dp_sgd
@@ -234,9 +239,22 @@ class VectorizedExecutor:
             noise_gens = [generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd") for c in bucket]
             std = dp.noise_multiplier * dp.max_grad_norm
         losses = torch.empty(n_steps, k, device=device)
+        chain = self.chain if dp is None else None
+        fused = cfg.momentum == 0 and cfg.weight_decay == 0
+        grad_buf = None
+        if chain is not None and not fused:
+            grad_buf = {n: torch.empty_like(p) for n, p in stacked.items()}
         for t in range(n_steps):
             x, y, m = xs[t], ys[t], mask[t]
-            if dp is None:
+            if chain is not None:
+                # plain SGD: the chain applies the step in place (frozen clients have zero
+                # gradients); otherwise it writes gradients for the momentum/decay step below
+                loss = chain.step(stacked, x, y, m, lr=cfg.lr, grads=grad_buf)
+                losses[t] = torch.where(m.sum(1) > 0, loss, torch.nan)
+                if fused:
+                    continue
+                grads = dict(grad_buf)
+            elif dp is None:
                 grads, loss = self._client_grads(stacked, x, y, m)
                 losses[t] = torch.where(m.sum(1) > 0, loss, torch.nan)
             else:
