@@ -100,8 +100,8 @@ class _Conv2d(_Layer):
     layout_in = GROUPED
 
     def __init__(self, prefix: str, m: nn.Conv2d) -> None:
-        self.names = (f"{prefix}weight", f"{prefix}bias") if m.bias is not None else (
-            f"{prefix}weight",
+        self.names = (
+            (f"{prefix}weight", f"{prefix}bias") if m.bias is not None else (f"{prefix}weight",)
         )
         padding = (0, 0) if m.padding == "valid" else m.padding
         self.stride, self.padding, self.dilation = list(m.stride), list(padding), list(m.dilation)

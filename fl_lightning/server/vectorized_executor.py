@@ -106,6 +106,7 @@ class VectorizedExecutor:
         self.sequential = SequentialExecutor(trainer)
         self.max_clients = max_clients
         self.last_fallback_reason: str | None = None
+        self.last_path: str | None = None  # "chain", "vmap" or "sequential" (last round)
         self._logged: set[str] = set()
         net = _without_hooks(trainer.client.net)
         loss_fn = trainer.client.loss
@@ -156,6 +157,7 @@ class VectorizedExecutor:
             if reason not in self._logged:
                 self._logged.add(reason)
                 log.warning("executor: falling back to sequential training: %s", reason)
+            self.last_path = "sequential"
             yield from self.sequential.run(clients, ctx, data, strategy)
             return
         sizes = {cid: len(data.client_indices[cid]) for cid in clients}
@@ -240,6 +242,7 @@ class VectorizedExecutor:
             std = dp.noise_multiplier * dp.max_grad_norm
         losses = torch.empty(n_steps, k, device=device)
         chain = self.chain if dp is None else None
+        self.last_path = "chain" if chain is not None else "vmap"
         fused = cfg.momentum == 0 and cfg.weight_decay == 0
         grad_buf = None
         if chain is not None and not fused:
