@@ -108,6 +108,7 @@ class VectorizedExecutor:
         self.last_fallback_reason: str | None = None
         self.last_path: str | None = None  # "chain", "vmap" or "sequential" (last round)
         self._logged: set[str] = set()
+        self._buffers: dict[str, dict[str, torch.Tensor]] = {}
         net = _without_hooks(trainer.client.net)
         loss_fn = trainer.client.loss
         self.names = [n for n, p in net.named_parameters() if p.requires_grad]
@@ -172,6 +173,20 @@ class VectorizedExecutor:
             yield strategy.process_update(updates[cid], ctx, generator=g)
 
     # -- internals ---------------------------------------------------------------------------
+    def _reused(self, purpose: str, k: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """(k, *shape) buffers per parameter, kept across rounds (re-allocated only for a larger
+        bucket or another device), so that a round does not page in clients × weights of fresh
+        memory (measured: ~0.1 s a round for 10 MNIST CNNs)."""
+        bufs = self._buffers.get(purpose)
+        first = next(iter(bufs.values())) if bufs else None
+        if first is None or first.shape[0] < k or first.device != torch.device(device):
+            bufs = {
+                n: torch.empty(k, *p.shape, dtype=p.dtype, device=device)
+                for n, p in zip(self.names, self.params)
+            }
+            self._buffers[purpose] = bufs
+        return {n: b[:k] for n, b in bufs.items()}
+
     @staticmethod
     def _batches(cfg: LocalTrainingConfig, n: int, gen: torch.Generator, device) -> list:
         """The local loop's batch indices, drawn exactly as ``LocalTrainer.train`` does."""
@@ -223,12 +238,12 @@ class VectorizedExecutor:
         active = torch.arange(n_steps, device=device)[:, None] < torch.tensor(steps, device=device)
         active = active.float()  # (steps, clients)
 
-        stacked = {}
+        stacked = self._reused("weights", k, device)
         offset = 0
         for n, p in zip(self.names, self.params):
             size = p.numel()
             view = ctx.global_params[offset : offset + size].view_as(p)
-            stacked[n] = view.unsqueeze(0).repeat(k, *[1] * p.dim())
+            stacked[n].copy_(view.unsqueeze(0).expand_as(stacked[n]))
             offset += size
         momentum_buf: dict[str, torch.Tensor] | None = None
         dp = cfg.dp_sgd
@@ -246,7 +261,7 @@ class VectorizedExecutor:
         fused = cfg.momentum == 0 and cfg.weight_decay == 0
         grad_buf = None
         if chain is not None and not fused:
-            grad_buf = {n: torch.empty_like(p) for n, p in stacked.items()}
+            grad_buf = self._reused("grads", k, device)
         for t in range(n_steps):
             x, y, m = xs[t], ys[t], mask[t]
             if chain is not None:

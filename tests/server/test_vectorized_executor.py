@@ -172,3 +172,25 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
     executor = VectorizedExecutor(LocalTrainer(client))
     list(executor.run([0], _ctx(client, [0]), data, FedAvg()))
     assert "Dropout" in executor.last_fallback_reason
+
+
+def test_reused_buffers_across_rounds() -> None:
+    """One executor, rounds with different cohorts and bucket sizes: the weight buffers kept
+    between rounds leak nothing into the next round, and earlier updates are not overwritten."""
+    torch.manual_seed(2)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    data = _data([13, 30, 7, 30, 22])
+    runs = {}
+    for name, cls in (("seq", SequentialExecutor), ("vec", VectorizedExecutor)):
+        client = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6)
+        executor = cls(LocalTrainer(client))
+        if cls is VectorizedExecutor:
+            executor.max_clients = 3  # buckets of 3 and 1, then 2
+        runs[name] = [
+            list(executor.run(cohort, _ctx(client, cohort, round_idx=r), data, FedAvg()))
+            for r, cohort in enumerate([[3, 0, 4, 1], [2, 1]])
+        ]
+    for seq_round, vec_round in zip(runs["seq"], runs["vec"]):
+        for s, v in zip(seq_round, vec_round):
+            assert s.client_id == v.client_id
+            torch.testing.assert_close(v.delta, s.delta, rtol=1e-4, atol=2e-5)
