@@ -186,10 +186,10 @@ def test_reused_buffers_across_rounds() -> None:
         executor = cls(LocalTrainer(client))
         if cls is VectorizedExecutor:
             executor.max_clients = 3  # buckets of 3 and 1, then 2
-        runs[name] = [
-            list(executor.run(cohort, _ctx(client, cohort, round_idx=r), data, FedAvg()))
-            for r, cohort in enumerate([[3, 0, 4, 1], [2, 1]])
-        ]
+        runs[name] = []
+        for r, cohort in enumerate([[3, 0, 4, 1], [2, 1]]):
+            ctx = _ctx(ClientModule(copy.deepcopy(net), num_classes=10), cohort, round_idx=r)
+            runs[name].append(list(executor.run(cohort, ctx, data, FedAvg())))
     for seq_round, vec_round in zip(runs["seq"], runs["vec"]):
         for s, v in zip(seq_round, vec_round):
             assert s.client_id == v.client_id
