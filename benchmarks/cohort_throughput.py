@@ -202,7 +202,7 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> str:
     for v in variants:
         cps = args.clients / med[v]
         lines.append(f"| {v} | {med[v]:.3f} | {cps:.1f} | {med['bare'] / med[v]:.2f}x |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
 if __name__ == "__main__":
