@@ -35,7 +35,7 @@ from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
 
 MODELS = {"MnistCNN": (MnistCNN, (1, 28, 28)), "CifarCNN": (CifarCNN, (3, 32, 32))}
-ENGINES = ["plain", "opacus", "ghost", "functorch"]
+ENGINES = ["plain", "opacus", "ghost", "functorch", "bk"]
 
 
 def _setup(model: str, engine: str, batch: int, physical: int | None):

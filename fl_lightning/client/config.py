@@ -18,14 +18,15 @@ class DPSGDConfig:
         max_grad_norm: C, the per-example clip norm.
         engine: DP-SGD implementation, same maths, same noise (docs/performance.md):
             ``opacus`` (per-sample gradients through hooks), ``ghost`` (Opacus ghost / fast
-            gradient clipping), ``functorch`` (``torch.func.vmap(grad)``) or ``auto``.
+            gradient clipping), ``functorch`` (``torch.func.vmap(grad)``), ``bk`` (single-backward
+            book-keeping clipping, Bu et al. 2023) or ``auto``.
         max_physical_batch_size: virtual batches: examples processed at once (None: the whole
             Poisson batch). Bounds per-example memory; does not change the result.
     """
 
     noise_multiplier: float | None = 1.0
     max_grad_norm: float = 1.0
-    engine: str = "opacus"
+    engine: str = "auto"
     max_physical_batch_size: int | None = None
 
     def __post_init__(self) -> None:
@@ -35,7 +36,7 @@ class DPSGDConfig:
             )
         if self.max_grad_norm <= 0:
             raise ValueError(f"client.dp_sgd.max_grad_norm: must be > 0, got {self.max_grad_norm}")
-        engines = ("opacus", "ghost", "functorch", "auto")
+        engines = ("opacus", "ghost", "functorch", "bk", "auto")
         if self.engine not in engines:
             raise ValueError(
                 f"client.dp_sgd.engine: unknown engine {self.engine!r}; choose from {list(engines)}"

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fl_lightning.client.book_keeping import unsupported_layers
 from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.dp_sgd import DP_SGD_ENGINES, auto_engine, build_engine
 from fl_lightning.client.local_loop import LocalTrainer
@@ -98,6 +99,10 @@ def test_engines_release_the_same_gradient(name: str) -> None:
         for physical in (None, 2):
             if name in RECURRENT and engine != "opacus":
                 continue  # DPLSTM: only Opacus' hooks (see auto_engine); checked below
+            if engine == "bk" and unsupported_layers(ZOO[name][0]()):
+                with pytest.raises(ValueError, match="client.dp_sgd.engine: bk supports"):
+                    _released(name, engine, physical)
+                continue
             clipped, noised = _released(name, engine, physical)
             torch.testing.assert_close(clipped, ref_clipped, rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(noised, ref_noised, rtol=1e-4, atol=1e-5)
@@ -106,11 +111,14 @@ def test_engines_release_the_same_gradient(name: str) -> None:
 
 
 def test_auto_rule() -> None:
-    assert auto_engine(MnistCNN(), batch_size=64) == "ghost"  # 1.6M linear parameters
-    assert auto_engine(CifarCNN(), batch_size=64) == "functorch"
-    assert auto_engine(ResNet50GN(width=16), batch_size=512) == "ghost"  # memory bound
+    assert auto_engine(MnistCNN(), batch_size=64) == "bk"  # Linear and Conv2d only
+    assert auto_engine(CifarCNN(), batch_size=64) == "bk"
+    assert auto_engine(ResNet50GN(width=16), batch_size=512) == "bk"  # GroupNorm is supported
     assert auto_engine(CharLSTM(dp_lstm=True), batch_size=8) == "opacus"
-    assert type(build_engine(MLP(), "auto", batch_size=32)).__name__ == "FunctorchEngine"
+    assert type(build_engine(MLP(), "auto", batch_size=32)).__name__ == "BookKeepingEngine"
+    # An embedding (not supported by bk) with >= 1M parameters: ghost norms.
+    assert auto_engine(nn.Sequential(nn.Embedding(20_000, 64), nn.Linear(64, 2))) == "ghost"
+    assert auto_engine(nn.Sequential(nn.Embedding(20, 4), nn.Linear(4, 2))) == "functorch"
 
 
 def test_unknown_engine_is_a_config_error() -> None:

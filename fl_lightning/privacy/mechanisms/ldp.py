@@ -34,11 +34,6 @@ def check_epsilon(epsilon: float) -> float:
     return float(epsilon)
 
 
-def uniform(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """U[0, 1) draws with the shape, device and dtype of ``x``."""
-    return torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-
-
 class LocalMechanism(Mechanism, abc.ABC):
     """A per-coordinate ε-LDP mechanism with closed-form moments.
 

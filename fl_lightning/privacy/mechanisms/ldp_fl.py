@@ -6,15 +6,17 @@ c + r·(e^ε+1)/(e^ε−1) with probability [(w−c)(e^ε−1) + r(e^ε+1)] / [2
 c − r·(e^ε+1)/(e^ε−1): Duchi's mechanism on (w−c)/r. Unbiased, Var = r²B² − (w−c)².
 The per-layer c, r are chosen by the strategy (``ranges.py``: ``adaptive`` mode); here they are
 constructor arguments (defaults c = 0, r = 1, i.e. plain Duchi on [−1, 1]). Inputs outside the
-range are clamped first. Sun et al.'s parameter shuffling (splitting a report across anonymous
-uploads) is not implemented: the guarantee here is per coordinate, composed over d and T.
+range are clamped first. Sampling as in ``duchi.py`` (chunked, :mod:`fast_random` uniforms).
+Sun et al.'s parameter shuffling (splitting a report across anonymous uploads) is not
+implemented: the guarantee here is per coordinate, composed over d and T.
 """
 
 from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.mechanisms.duchi import DuchiMechanism, duchi_sample
+from fl_lightning.privacy.mechanisms.duchi import DuchiMechanism, duchi_chunk
+from fl_lightning.privacy.mechanisms.fast_random import ChunkedUniforms
 from fl_lightning.privacy.mechanisms.ldp import as_tensor
 
 
@@ -37,9 +39,20 @@ class LDPFLMechanism(DuchiMechanism):
         self.radius = float(radius)
 
     def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
-        t = ((x - self.centre) / self.radius).clamp_(-1.0, 1.0)
-        out = duchi_sample(t, epsilon=self.epsilon, generator=generator)
-        return out.mul_(self.radius).add_(self.centre)
+        lo, hi = self.centre - self.radius, self.centre + self.radius
+        run = ChunkedUniforms(x, generator=generator, draws=1, scratch=1)
+        for c in run:
+            torch.clamp(c.x, lo, hi, out=c.out)
+            duchi_chunk(
+                c,
+                c.out,
+                c.u[0],
+                c.out,
+                epsilon=self.epsilon,
+                centre=self.centre,
+                radius=self.radius,
+            )
+        return run.result()
 
     def mean(self, w):
         return as_tensor(w) * 1.0

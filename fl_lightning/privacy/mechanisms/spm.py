@@ -21,39 +21,74 @@ respect to the weight value.
 
 Sampling uses one uniform u per coordinate: u < p keeps the sign with t* = 1 + (C−1)·u/p,
 otherwise t* = −(1 + (C−1)(u−p)/(1−p)); conditionally on the branch u is uniform, so this is
-Algorithm 2 exactly, at the cost of one random number.
+Algorithm 2 exactly, at the cost of one random number. The uniforms come from
+:mod:`fl_lightning.privacy.mechanisms.fast_random` (SFC64 seeded from the caller's torch
+generator; chunked, in-cache arithmetic).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
+from fl_lightning.privacy.mechanisms.fast_random import (
+    Chunk,
+    ChunkedUniforms,
+    grid_probability,
+    scalar,
+)
 from fl_lightning.privacy.mechanisms.ldp import (
     SPM_VARIANTS,
     LocalMechanism,
     as_tensor,
     check_epsilon,
-    uniform,
 )
+
+
+def sign_interval_kernel(
+    *, keep_prob: float, bound: float, scale: float, like: torch.Tensor
+) -> Callable[[Chunk], None]:
+    """The per-chunk kernel writing scale·w·t* (``c.u[0]``: the uniforms; two scratch buffers).
+
+    t = s + b1·u on the kept branch (u < p), t = a2 + b2·u on the flipped one (both affine in
+    u). The branch is selected exactly with {0, 1} masks, t = kept·[u < p] + flipped·[u ≥ p]
+    (products by 0/1 and sums with 0 are exact), which is branch-free; ``torch.where`` with a
+    random mask is ~10x slower on CPU. Seven in-cache ops per chunk."""
+    p, cb = keep_prob, bound
+    b1 = (cb - 1.0) / p
+    b2 = -(cb - 1.0) / (1.0 - p)
+    a2 = -1.0 - b2 * p
+    kept_at_0, flipped_at_0 = scalar(scale, like), scalar(a2 * scale, like)
+    p_t = scalar(p, like)  # 0-d tensors: cheaper per call than Python scalars
+
+    def kernel(c: Chunk) -> None:
+        u, kept_mask, flip_mask = c.u[0], c.tmp[0], c.tmp[1]
+        torch.lt(u, p_t, out=kept_mask)
+        torch.ge(u, p_t, out=flip_mask)
+        torch.add(kept_at_0, u, alpha=b1 * scale, out=c.out)  # kept branch
+        c.out.mul_(kept_mask)
+        torch.add(flipped_at_0, u, alpha=b2 * scale, out=u)  # flipped branch
+        torch.addcmul(c.out, u, flip_mask, out=c.out)
+        c.out.mul_(c.x)
+
+    return kernel
 
 
 def sign_interval_sample(
     w: torch.Tensor, *, keep_prob: float, bound: float, scale: float, generator: torch.Generator
 ) -> torch.Tensor:
-    """scale·|w|·t* with t* ~ U[1, C]·sign(w) w.p. ``keep_prob``, else U[−C, −1]·sign(w)."""
-    p, c = keep_prob, bound
-    u = uniform(w, generator)
-    # t = 1 + b1·u on the kept branch, t = a2 + b2·u on the flipped branch (both affine in u).
-    b1 = (c - 1.0) / p
-    b2 = -(c - 1.0) / (1.0 - p)
-    a2 = -1.0 - b2 * p
-    keep = u < p
-    kept = u * (b1 * scale)
-    kept.add_(scale)
-    flipped = u.mul_(b2 * scale).add_(a2 * scale)  # reuses u's storage
-    return torch.where(keep, kept, flipped).mul_(w)
+    """scale·|w|·t* with t* ~ U[1, C]·sign(w) w.p. ``keep_prob``, else U[−C, −1]·sign(w).
+
+    Uniforms from :mod:`fast_random` (derived from ``generator``), processed in chunks.
+    ``keep_prob`` is rounded down to the uniforms' grid (exact, never above the nominal p)."""
+    p = grid_probability(keep_prob, w.dtype)
+    kernel = sign_interval_kernel(keep_prob=p, bound=bound, scale=scale, like=w)
+    run = ChunkedUniforms(w, generator=generator, draws=1, scratch=2)
+    for c in run:
+        kernel(c)
+    return run.result()
 
 
 def sign_interval_moments(*, keep_prob: float, bound: float) -> tuple[float, float]:

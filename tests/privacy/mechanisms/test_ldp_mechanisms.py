@@ -175,3 +175,41 @@ def test_unknown_names_rejected():
         make_local_mechanism("nope", epsilon=1.0)
     with pytest.raises(ValueError, match="strategy.variant"):
         make_local_mechanism("spm", epsilon=1.0, variant="nope")
+
+
+SIGN_CASES = [c for c in CASES if c[0] not in ("laplace", "gaussian")]
+
+
+@pytest.mark.parametrize("epsilon", [0.6, 3.9])
+@pytest.mark.parametrize(("name", "variant"), SIGN_CASES)
+def test_float32_fast_path_moments(name, variant, epsilon):
+    """float32 inputs take the 23-bit SFC64 bit path (``fast_random``); same checks."""
+    mech = make_local_mechanism(name, epsilon=epsilon, variant=variant)
+    ws = UNIT_WS if mech.unit_input else RAW_WS
+    w = torch.tensor(ws, dtype=torch.float32).repeat_interleave(N)
+    g = torch.Generator().manual_seed(zlib.crc32(f"f32/{name}/{variant}/{epsilon}".encode()))
+    out = mech.privatize(w, generator=g)
+    assert out.dtype == torch.float32
+    out = out.double().view(len(ws), N)
+    for i, wi in enumerate(ws):
+        x = out[i]
+        mean, var = float(mech.mean(wi)), float(mech.variance(wi))
+        se = math.sqrt(var / N)
+        assert abs(float(x.mean()) - mean) <= max(0.02 * abs(mean), 5 * se), (wi, mean)
+        assert abs(float(x.var()) - var) <= 0.02 * var, (wi, var)
+        lo, hi = mech.support(wi)
+        assert float(x.min()) >= float(lo) * (1 + 1e-6) - 1e-6
+        assert float(x.max()) <= float(hi) * (1 + 1e-6) + 1e-6
+
+
+@pytest.mark.parametrize("n", [1001, 200_001])  # torch.rand and SFC64 paths (fast_random)
+@pytest.mark.parametrize(("name", "variant"), SIGN_CASES)
+def test_same_generator_state_same_output_input_unchanged(name, variant, n):
+    mech = make_local_mechanism(name, epsilon=1.5, variant=variant)
+    x = torch.linspace(-1, 1, n).view(1, -1)
+    before = x.clone()
+    a = mech.privatize(x, generator=torch.Generator().manual_seed(11))
+    b = mech.privatize(x, generator=torch.Generator().manual_seed(11))
+    c = mech.privatize(x, generator=torch.Generator().manual_seed(12))
+    assert a.shape == x.shape and torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(x, before)

@@ -1,0 +1,312 @@
+"""Single-backward DP-SGD: book-keeping clipping (Bu, Wang, Zha & Karypis 2023, "Differentially
+Private Optimization on Large Model at Small Cost", ICML, Alg. 1 "BK").
+
+For a layer s_i = W a_i + b (``nn.Linear``; ``nn.Conv2d`` after ``unfold``, where a_i is a
+T × D matrix of patches and s_i is T × O) the per-example gradient is
+
+    ∇_W ℓ_i = (∂ℓ_i/∂s_i)ᵀ a_i = G_iᵀ a_i,        ∇_b ℓ_i = Σ_t G_i[t]          (BK eq. 2)
+
+so one forward pass that books the layer inputs a_i and ONE backward pass for the output
+gradients G_i (``torch.autograd.grad`` with respect to the layer outputs, which skips every
+weight gradient) are enough for everything:
+
+- per-example norms, per layer either from the instantiated G_iᵀ a_i (cost T·D·O per example) or
+  from the ghost norm ‖G_iᵀ a_i‖²_F = ⟨a_i a_iᵀ, G_i G_iᵀ⟩ (cost T²·(D+O), memory T² instead of
+  D·O; Li et al. 2022, eq. 4), whichever is cheaper (Bu et al.'s "hybrid" rule, §3.3);
+- the clipped sum Σ_i c_i G_iᵀ a_i = (c ⊙ G)ᵀ a with c_i = min(1, C / (‖g_i‖ + 1e-6)), one matrix
+  product per layer, or Σ_i c_i (G_iᵀ a_i) from the instantiated per-example gradients.
+
+Normalisation layers y = x̂ ⊙ γ + β (``nn.GroupNorm``, ``nn.LayerNorm``) have per-example
+gradients ∇_γ ℓ_i = Σ_positions G_i ⊙ x̂_i and ∇_β ℓ_i = Σ_positions G_i, with x̂ recomputed from
+the booked input; they are small and always instantiated.
+
+The backward pass is ``torch.autograd.grad(Σ_i ℓ_i, x)`` with respect to the model *input*:
+autograd then computes activation gradients only (no weight gradient, the expensive half of a
+conv backward), and tensor hooks on the layer outputs catch G_i. Tensor hooks receive the
+gradient of the value the layer produced even when a later op (``ReLU(inplace=True)``) modifies
+it in place.
+
+Compared with ghost clipping (two backward passes) this saves a whole backward; compared with
+Opacus hooks it never stores per-example gradients of large layers. It needs a floating-point
+model input and every trainable parameter in a supported layer (``nn.Linear``, ``nn.Conv2d``
+with zero padding and one group, ``nn.GroupNorm``, ``nn.LayerNorm``), each used once per
+forward pass; ``unsupported_layers`` names the others (``nn.Embedding``, recurrent layers, ...),
+and ``engine: auto`` only picks this engine when there are none.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: Per-layer memory (bytes) of instantiated per-example gradients above which a layer uses the
+#: ghost norm even where instantiating would be cheaper (bounds memory like Opacus' ghost mode).
+MAX_INSTANTIATED_BYTES = 256 * 2**20
+
+_NORMS = (nn.GroupNorm, nn.LayerNorm)
+
+
+def _is_supported(module: nn.Module) -> bool:
+    if isinstance(module, nn.Conv2d):
+        return (
+            module.groups == 1
+            and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str)
+        )
+    return isinstance(module, (nn.Linear, *_NORMS))
+
+
+def unsupported_layers(net: nn.Module) -> list[str]:
+    """Names (and classes) of the modules holding trainable parameters that BK cannot handle."""
+    bad = []
+    for name, module in net.named_modules():
+        if not any(p.requires_grad for p in module.parameters(recurse=False)):
+            continue
+        if not _is_supported(module):
+            bad.append(f"{name or '<root>'} ({type(module).__name__})")
+    return bad
+
+
+class _BookedLayer:
+    """Hooks of one layer: the forward hook books its input, a tensor hook on its output catches
+    G = ∂(Σ_i ℓ_i)/∂s during the backward pass."""
+
+    def __init__(self, module: nn.Module, index: dict[int, int]) -> None:
+        self.module = module
+        self.active = False
+        self.inputs: torch.Tensor | None = None
+        self.grad_output: torch.Tensor | None = None
+        self._booked = False
+        self.weight_index = index.get(id(module.weight)) if module.weight is not None else None
+        self.bias_index = index.get(id(module.bias)) if module.bias is not None else None
+        self.handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        if not self.active:
+            return
+        if self._booked:
+            raise RuntimeError(
+                f"client.dp_sgd.engine: bk: {type(module).__name__} is used twice in one forward "
+                "pass (shared weights); use engine functorch or opacus"
+            )
+        self._booked = True
+        self.inputs = args[0].detach()
+        output.register_hook(self._catch)
+
+    def _catch(self, grad: torch.Tensor) -> None:
+        self.grad_output = grad
+
+    def clear(self) -> None:
+        self.inputs = None
+        self.grad_output = None
+        self._booked = False
+
+
+@contextmanager
+def _without_onednn():
+    """Disables oneDNN (CPU) convolutions only, leaving its other flags (TF32, determinism)."""
+    mkldnn = torch.backends.mkldnn
+    enabled = mkldnn.set_flags(False, None, None, None)[0]
+    try:
+        yield
+    finally:
+        mkldnn.set_flags(enabled, None, None, None)
+
+
+def _squared_norms(t: torch.Tensor) -> torch.Tensor:
+    """‖t_i‖² of every row i of the leading dimension."""
+    return torch.linalg.vector_norm(t.flatten(1), dim=1).square()
+
+
+class _LayerGrads:
+    """Per-example squared norms and the clipped sum of one layer's parameters (BK eq. 2)."""
+
+    def __init__(self, layer: _BookedLayer) -> None:
+        self.layer = layer
+        self.module = layer.module
+        self.x = layer.inputs
+        self.grad_output = layer.grad_output
+        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.weight_grads: torch.Tensor | None = None  # instantiated, B × (weight shape)
+        self.bias_grads: torch.Tensor | None = None  # B × (bias shape)
+
+    # ----- linear maps: Linear and Conv2d --------------------------------------------------
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, G): the layer input as B × T × D rows and ∂ℓ/∂s as B × T × O (T = positions:
+        patches of a conv, tokens of a Linear)."""
+        if self._rows is None:
+            m, x, g = self.module, self.x, self.grad_output
+            if isinstance(m, nn.Conv2d):
+                cols = F.unfold(x, m.kernel_size, m.dilation, m.padding, m.stride)
+                self._rows = cols.transpose(1, 2), g.flatten(2).transpose(1, 2)
+            else:
+                self._rows = (
+                    x.reshape(x.shape[0], -1, x.shape[-1]),
+                    g.reshape(g.shape[0], -1, g.shape[-1]),
+                )
+        return self._rows
+
+    def _instantiate(self) -> bool:
+        """Instantiate G_iᵀ a_i (cost T·D·O per example) unless the ghost norm is cheaper,
+        T²·(D+O) (Bu et al. 2023, §3.3), or the per-example gradients would exceed
+        ``MAX_INSTANTIATED_BYTES``."""
+        m, g = self.module, self.grad_output
+        o, d = m.weight.shape[0], m.weight[0].numel()
+        t = g[0, 0].numel() if isinstance(m, nn.Conv2d) else g[0].numel() // o
+        memory = g.shape[0] * d * o * g.element_size()
+        return t * d * o <= t * t * (d + o) and memory <= MAX_INSTANTIATED_BYTES
+
+    def _per_example_weight_grads(self) -> torch.Tensor:
+        """∇_W ℓ_i for every i, B × O × D. A convolution uses one grouped convolution backward
+        with one group per example (Rochette et al. 2019), which needs no ``unfold``."""
+        m = self.module
+        if not isinstance(m, nn.Conv2d):
+            a, g = self.rows()
+            return torch.bmm(g.transpose(1, 2), a)
+        x, g = self.x, self.grad_output
+        batch = x.shape[0]
+        placeholder = m.weight.new_zeros(1).expand(batch * m.out_channels, *m.weight.shape[1:])
+        # oneDNN's kernels for many tiny groups are slower on the CPU than ATen's own grouped
+        # path (up to 2x on the CIFAR CNN's first conv, benchmarks/dpsgd_step.py).
+        with _without_onednn():
+            grads = torch.ops.aten.convolution_backward(
+                g.reshape(1, -1, *g.shape[2:]),
+                x.reshape(1, -1, *x.shape[2:]),
+                placeholder,  # only its shape is read for the weight gradient
+                None,
+                list(m.stride),
+                list(m.padding),
+                list(m.dilation),
+                False,
+                [0, 0],
+                batch,
+                [False, True, False],
+            )[1]
+        return grads.view(batch, m.out_channels, -1)
+
+    def _linear_weight_norms(self) -> torch.Tensor:
+        g = self.grad_output
+        if isinstance(self.module, nn.Linear) and g.dim() == 2:
+            # One position: ‖g aᵀ‖ = ‖g‖·‖a‖ (Goodfellow 2015).
+            return _squared_norms(self.x) * _squared_norms(g)
+        if self._instantiate():
+            self.weight_grads = self._per_example_weight_grads()
+            return _squared_norms(self.weight_grads)
+        a, g = self.rows()  # ghost norm ⟨a aᵀ, G Gᵀ⟩ (Li et al. 2022, eq. 4)
+        return torch.bmm(a, a.transpose(1, 2)).mul_(torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+
+    # ----- normalisation layers: GroupNorm and LayerNorm ------------------------------------
+    def _normalised_input(self) -> torch.Tensor:
+        m, x = self.module, self.x
+        if isinstance(m, nn.GroupNorm):
+            return F.group_norm(x, m.num_groups, eps=m.eps)
+        return F.layer_norm(x, m.normalized_shape, eps=m.eps)
+
+    def _reduce_to_parameter(self, t: torch.Tensor) -> torch.Tensor:
+        """Sums B × ... positions ... down to B × (parameter shape)."""
+        if isinstance(self.module, nn.GroupNorm):
+            return t.flatten(2).sum(2)  # B × C
+        k = len(self.module.normalized_shape)
+        return t.flatten(1, t.dim() - k - 1).sum(1) if t.dim() > k + 1 else t
+
+    # ----- both ------------------------------------------------------------------------------
+    def squared_norms(self) -> torch.Tensor:
+        m, g = self.module, self.grad_output
+        sq = g.new_zeros(g.shape[0])
+        if m.weight is not None and m.weight.requires_grad:
+            if isinstance(m, _NORMS):
+                self.weight_grads = self._reduce_to_parameter(g * self._normalised_input())
+                sq = _squared_norms(self.weight_grads)
+            else:
+                sq = self._linear_weight_norms()
+        if m.bias is not None and m.bias.requires_grad:
+            if isinstance(m, _NORMS):
+                self.bias_grads = self._reduce_to_parameter(g)
+            elif isinstance(m, nn.Conv2d):
+                self.bias_grads = g.sum((2, 3))
+            else:
+                self.bias_grads = self.rows()[1].sum(1)
+            sq = sq + _squared_norms(self.bias_grads)
+        return sq
+
+    def add_clipped_sum_(self, factors: torch.Tensor, sums: list[torch.Tensor]) -> None:
+        """Adds Σ_i c_i ∇ℓ_i of this layer's weight and bias to their entries of ``sums``."""
+        m = self.module
+        if m.weight is not None and m.weight.requires_grad:
+            if self.weight_grads is not None:
+                weight = torch.tensordot(factors, self.weight_grads, dims=1)
+            else:  # (c ⊙ G)ᵀ a, one product
+                a, g = self.rows()
+                weight = (g * factors.view(-1, 1, 1)).flatten(0, 1).t() @ a.flatten(0, 1)
+            sums[self.layer.weight_index].add_(weight.view_as(m.weight))
+        if self.bias_grads is not None:
+            sums[self.layer.bias_index].add_(
+                torch.tensordot(factors, self.bias_grads, dims=1).view_as(m.bias)
+            )
+
+
+class BookKeeper:
+    """Books the layers of ``net`` and computes the clipped per-example gradient sum of a batch
+    with one forward and one activation-only backward pass (BK, Alg. 1).
+
+    Args:
+        net: the model; every trainable parameter must sit in a supported layer.
+        params: the trainable parameters, in the order of the engine's sums.
+    """
+
+    def __init__(self, net: nn.Module, params: list[torch.Tensor]) -> None:
+        bad = unsupported_layers(net)
+        if bad:
+            raise ValueError(
+                "client.dp_sgd.engine: bk supports nn.Linear, nn.Conv2d (zero padding, one "
+                f"group), nn.GroupNorm and nn.LayerNorm; unsupported: {', '.join(bad)}; use "
+                "functorch, ghost or opacus"
+            )
+        index = {id(p): i for i, p in enumerate(params)}
+        self.net = net
+        self.layers = [
+            _BookedLayer(m, index)
+            for m in net.modules()
+            if any(p.requires_grad for p in m.parameters(recurse=False))
+        ]
+
+    def clipped_sum_(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn,
+        *,
+        max_grad_norm: float,
+        sums: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """Adds Σ_i min(1, C/(‖g_i‖+1e-6)) g_i to ``sums``; returns the per-example losses."""
+        from fl_lightning.client.dp_sgd import _clip_factors, per_sample_losses
+
+        if not torch.is_floating_point(x):
+            raise ValueError(
+                "client.dp_sgd.engine: bk needs a floating-point model input; use functorch"
+            )
+        x = x.detach().requires_grad_(True)
+        for layer in self.layers:
+            layer.clear()
+            layer.active = True
+        try:
+            logits = self.net(x)
+        finally:
+            for layer in self.layers:
+                layer.active = False
+        try:
+            losses = per_sample_losses(loss_fn, logits, y)
+            torch.autograd.grad(losses.sum(), x)
+            parts = [_LayerGrads(layer) for layer in self.layers if layer.grad_output is not None]
+            sq = torch.stack([part.squared_norms() for part in parts]).sum(0)
+            factors = _clip_factors(sq.sqrt(), max_grad_norm)
+            for part in parts:
+                part.add_clipped_sum_(factors, sums)
+            return losses.detach()
+        finally:
+            for layer in self.layers:
+                layer.clear()
