@@ -8,10 +8,20 @@ client), FedAvg. Three variants do the same work from the same global weights:
   one reused model, shuffle, 6 × (forward, cross-entropy, backward, ``SGD.step``), delta.
 - ``sequential``: the core's ``SequentialExecutor`` (LocalTrainer, FedAvg ``process_update``).
 - ``vectorized``: ``fl_lightning.server.vectorized_executor.VectorizedExecutor``.
+- ``ceiling``: not a federated round: ONE shared model trained on batches of clients × batch
+  examples (100) for the same number of steps (6). It does the FLOPs of a perfect vectorisation
+  (which must also keep ten sets of weights apart, so it cannot beat this), i.e. it is the
+  physical bound on what stacking clients can gain over ``bare`` on this machine.
+- ``ceiling_cl``: the same with the model and inputs in ``channels_last`` memory (the layout the
+  vectorised executor's convolutions use; faster oneDNN kernels for some convolutions, so the
+  honest bound for a CNN is the faster of the two ceilings).
 
-Median over ``--reps`` repetitions of one round each, variants interleaved, fixed thread count.
+Median over ``--reps`` repetitions of one round each, variants interleaved, each (model,
+threads) group at one fixed thread count. From the repository root (``PYTHONPATH=.`` so that
+the checkout, not an installed copy, is measured):
 
-    python benchmarks/cohort_throughput.py --reps 7 --out benchmarks/results/cohort_throughput.md
+    PYTHONPATH=. python benchmarks/cohort_throughput.py --reps 7 --threads 1 2 \
+        --models mnist_cnn mlp --out benchmarks/results/cohort_throughput.md
 """
 
 from __future__ import annotations
@@ -69,17 +79,52 @@ def bare_round(net, global_flat, data, clients, batch: int, lr: float) -> list[t
     return deltas
 
 
+def ceiling_round(
+    net, global_flat, data, clients, batch: int, lr: float, channels_last: bool = False
+) -> torch.Tensor:
+    """One shared model, batches of len(clients) × batch examples, as many steps as one client
+    takes: the FLOPs of a perfectly vectorised round with none of its weight traffic."""
+    params = trainable_parameters(net)
+    opt = torch.optim.SGD(params, lr=lr)
+    load_flat_(params, global_flat)
+    x, y = data.train.x, data.train.y
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    order = torch.randperm(len(y))
+    big = batch * len(clients)
+    for i in range(0, len(y), big):
+        idx = order[i : i + big]
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x[idx]), y[idx]).backward()
+        opt.step()
+    return flatten(params).sub_(global_flat)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1])
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--examples", type=int, default=60)
     parser.add_argument("--batch", type=int, default=10)
-    parser.add_argument("--model", choices=["mnist_cnn", "mlp"], default="mnist_cnn")
+    parser.add_argument("--models", nargs="+", choices=["mnist_cnn", "mlp"], default=["mnist_cnn"])
+    parser.add_argument(
+        "--note", default="2 shared cores, other agents running", help="machine state, recorded"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    for model in args.models:
+        for threads in args.threads:
+            text = measure(args, model, threads)
+            print(text)
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(text)
+
+
+def measure(args: argparse.Namespace, model: str, threads: int) -> str:
+    """One row group: every variant at ``threads`` torch threads; returns the markdown."""
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     data = make_data(args.clients, args.examples)
     clients = list(range(args.clients))
@@ -89,9 +134,10 @@ def main() -> None:
         torch.manual_seed(0)
         return ClientModule(make_net(), num_classes=10, lr=lr, batch_size=args.batch)
 
-    make_net = MnistCNN if args.model == "mnist_cnn" else MLP
+    make_net = MnistCNN if model == "mnist_cnn" else MLP
     seq_client, vec_client = client_module(), client_module()
-    bare_net = make_net()
+    bare_net, ceiling_net = make_net(), make_net()
+    ceiling_cl_net = make_net().to(memory_format=torch.channels_last)
     global_flat = flatten(trainable_parameters(seq_client.net))
     executors = {
         "sequential": SequentialExecutor(LocalTrainer(seq_client)),
@@ -114,10 +160,14 @@ def main() -> None:
     def run(name: str, r: int) -> None:
         if name == "bare":
             bare_round(bare_net, global_flat, data, clients, args.batch, lr)
+        elif name == "ceiling":
+            ceiling_round(ceiling_net, global_flat, data, clients, args.batch, lr)
+        elif name == "ceiling_cl":
+            ceiling_round(ceiling_cl_net, global_flat, data, clients, args.batch, lr, True)
         else:
             list(executors[name].run(clients, ctx(r), data, strategy))
 
-    variants = ["bare", "sequential", "vectorized"]
+    variants = ["bare", "sequential", "vectorized", "ceiling", "ceiling_cl"]
     for v in variants:
         run(v, 0)  # warm-up
     times: dict[str, list[float]] = {v: [] for v in variants}
@@ -137,12 +187,14 @@ def main() -> None:
         "",
         f"- date: {datetime.date.today()}; machine: {platform.machine()} "
         f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} torch thread(s) "
-        f"(2 shared cores, other agents running); torch {torch.__version__}",
+        f"({args.note}); torch {torch.__version__}",
         f"- {args.clients} clients × {args.examples} examples (1×28×28), "
         f"{make_net.__name__}, 1 local epoch, batch {args.batch}, SGD lr {lr}, FedAvg; "
         f"median of {args.reps} interleaved rounds after one warm-up round",
         f"- max |Δ_vectorised − Δ_sequential| over all clients: {max_diff:.2e} "
         f"(max |Δ|: {max_delta:.2e})",
+        f"- ceiling: one shared model, {len(clients)} × {args.batch} examples a step, "
+        f"{-(-args.examples // args.batch)} steps (same FLOPs as a perfect vectorisation)",
         "",
         "| variant | round s | clients/s | ÷ bare |",
         "|---|---|---|---|",
@@ -150,11 +202,7 @@ def main() -> None:
     for v in variants:
         cps = args.clients / med[v]
         lines.append(f"| {v} | {med[v]:.3f} | {cps:.1f} | {med['bare'] / med[v]:.2f}x |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "a") as fh:
-            fh.write(text)
+    return "\n".join(lines) + "\n\n"
 
 
 if __name__ == "__main__":

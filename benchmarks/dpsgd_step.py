@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--memory-batch", type=int, default=1024)
     parser.add_argument("--out", default=None)
     parser.add_argument("--memory-only", action="store_true")
+    parser.add_argument("--machine-note", default="2 cores, idle", help="recorded as is")
     parser.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -117,7 +118,7 @@ def main() -> None:
         "",
         f"- date: {datetime.date.today()}; machine: {platform.machine()}, "
         f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} torch thread(s) "
-        f"(machine: 2 shared cores, other agents running); torch {torch.__version__}",
+        f"({args.machine_note}); torch {torch.__version__}",
         f"- `python benchmarks/dpsgd_step.py --reps {args.reps} --threads {args.threads}`; "
         "median of the repetitions, variants interleaved; goal: ratio <= 1.5x on CPU.",
         "",
@@ -144,7 +145,7 @@ def main() -> None:
         lines.append(f"| {m} | plain | - | {base:.0f} | 1.00x |")
         for e in ENGINES[1:]:
             # Unbounded per-example gradients of the MNIST CNN at 1024 would need 6.8 GB.
-            full = e == "ghost" or m == "CifarCNN"
+            full = e in ("ghost", "bk") or m == "CifarCNN"
             for physical in (None, 32, 128) if full else (32, 128):
                 mib = peak_memory(m, e, args.memory_batch, physical, args.threads)
                 ratio = mib / max(base, 1e-9)

@@ -33,6 +33,7 @@ from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.stacked_chain import StackedChain, build_chain
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
@@ -105,7 +106,9 @@ class VectorizedExecutor:
         self.sequential = SequentialExecutor(trainer)
         self.max_clients = max_clients
         self.last_fallback_reason: str | None = None
+        self.last_path: str | None = None  # "chain", "vmap" or "sequential" (last round)
         self._logged: set[str] = set()
+        self._buffers: dict[str, dict[str, torch.Tensor]] = {}
         net = _without_hooks(trainer.client.net)
         loss_fn = trainer.client.loss
         self.names = [n for n, p in net.named_parameters() if p.requires_grad]
@@ -127,6 +130,13 @@ class VectorizedExecutor:
             loss = loss_fn(functional_call(net, params, (x.unsqueeze(0),)), y.unsqueeze(0))
             return loss, loss
 
+        # Fast path (no DP): hand-written stacked forward/backward of chain-shaped models.
+        self.chain: StackedChain | None = None
+        self.chain_blocker: str | None = "client.loss is not ClientModule's cross-entropy"
+        if cross_entropy:
+            self.chain, self.chain_blocker = build_chain(net, self.names)
+        if self.chain_blocker is not None:
+            log.info("executor: vmap path (no stacked chain: %s)", self.chain_blocker)
         # client axis over (params, x, y, mask)
         self._client_grads = vmap(grad(batch_loss, has_aux=True))
         # client axis over (params, x, y); example axis over (x, y)
@@ -148,6 +158,7 @@ class VectorizedExecutor:
             if reason not in self._logged:
                 self._logged.add(reason)
                 log.warning("executor: falling back to sequential training: %s", reason)
+            self.last_path = "sequential"
             yield from self.sequential.run(clients, ctx, data, strategy)
             return
         sizes = {cid: len(data.client_indices[cid]) for cid in clients}
@@ -162,6 +173,20 @@ class VectorizedExecutor:
             yield strategy.process_update(updates[cid], ctx, generator=g)
 
     # -- internals ---------------------------------------------------------------------------
+    def _reused(self, purpose: str, k: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """(k, *shape) buffers per parameter, kept across rounds (re-allocated only for a larger
+        bucket or another device), so that a round does not page in clients × weights of fresh
+        memory (measured: ~0.1 s a round for 10 MNIST CNNs)."""
+        bufs = self._buffers.get(purpose)
+        first = next(iter(bufs.values())) if bufs else None
+        if first is None or first.shape[0] < k or first.device != torch.device(device):
+            bufs = {
+                n: torch.empty(k, *p.shape, dtype=p.dtype, device=device)
+                for n, p in zip(self.names, self.params)
+            }
+            self._buffers[purpose] = bufs
+        return {n: b[:k] for n, b in bufs.items()}
+
     @staticmethod
     def _batches(cfg: LocalTrainingConfig, n: int, gen: torch.Generator, device) -> list:
         """The local loop's batch indices, drawn exactly as ``LocalTrainer.train`` does."""
@@ -213,12 +238,9 @@ class VectorizedExecutor:
         active = torch.arange(n_steps, device=device)[:, None] < torch.tensor(steps, device=device)
         active = active.float()  # (steps, clients)
 
-        global_params = dict(zip(self.names, self.params))
-        stacked = {
-            n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim()) for n, p in global_params.items()
-        }
+        stacked = self._reused("weights", k, device)
         offset = 0
-        for n, p in global_params.items():
+        for n, p in zip(self.names, self.params):
             size = p.numel()
             view = ctx.global_params[offset : offset + size].view_as(p)
             stacked[n].copy_(view.unsqueeze(0).expand_as(stacked[n]))
@@ -234,9 +256,23 @@ class VectorizedExecutor:
             noise_gens = [generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd") for c in bucket]
             std = dp.noise_multiplier * dp.max_grad_norm
         losses = torch.empty(n_steps, k, device=device)
+        chain = self.chain if dp is None else None
+        self.last_path = "chain" if chain is not None else "vmap"
+        fused = cfg.momentum == 0 and cfg.weight_decay == 0
+        grad_buf = None
+        if chain is not None and not fused:
+            grad_buf = self._reused("grads", k, device)
         for t in range(n_steps):
             x, y, m = xs[t], ys[t], mask[t]
-            if dp is None:
+            if chain is not None:
+                # plain SGD: the chain applies the step in place (frozen clients have zero
+                # gradients); otherwise it writes gradients for the momentum/decay step below
+                loss = chain.step(stacked, x, y, m, lr=cfg.lr, grads=grad_buf)
+                losses[t] = torch.where(m.sum(1) > 0, loss, torch.nan)
+                if fused:
+                    continue
+                grads = dict(grad_buf)
+            elif dp is None:
                 grads, loss = self._client_grads(stacked, x, y, m)
                 losses[t] = torch.where(m.sum(1) > 0, loss, torch.nan)
             else:

@@ -14,7 +14,7 @@ from torch import nn
 from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.models.cnn import MnistCNN
+from fl_lightning.models.cnn import CifarCNN, MnistCNN
 from fl_lightning.models.mlp import MLP
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.update import RoundContext
@@ -63,11 +63,40 @@ def _both(net: nn.Module, strategy_factory, data, cohort, **client_kw):
         out[name] = list(executor.run(cohort, ctx, data, strategy_factory()))
         if cls is VectorizedExecutor:
             assert executor.last_fallback_reason is None
-    return out["seq"], out["vec"]
+            out["path"] = executor.last_path
+    return out["seq"], out["vec"], out["path"]
+
+
+class _Residual(nn.Module):
+    """Not a chain (a skip connection): trained on the vmap path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.head = nn.Linear(64, 16), nn.Linear(16, 16), nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x.flatten(1)))
+        return self.head(h + torch.tanh(self.b(h)))
 
 
 CASES = {
     "fedavg_mlp": (lambda: MLP(input_dim=64, hidden=(16,)), FedAvg, {}),
+    "fedavg_cnn_plain_sgd": (
+        lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
+        FedAvg,
+        {},
+    ),
+    "fedavg_cifar_cnn_momentum": (
+        lambda: CifarCNN(in_channels=3, image_size=16),
+        FedAvg,
+        {"momentum": 0.9},
+    ),
+    "fedavg_tanh_chain_wd": (
+        lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.Tanh(), nn.Linear(16, 10)),
+        FedAvg,
+        {"weight_decay": 1e-2, "local_epochs": 2},
+    ),
+    "fedavg_residual_vmap": (_Residual, FedAvg, {"momentum": 0.5}),
     "fedavg_cnn_momentum_wd": (
         lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
         FedAvg,
@@ -98,8 +127,13 @@ def test_same_updates_as_sequential(case: str) -> None:
     net = make_net()
     sizes = [13, 30, 7, 30, 22]
     data = _data(sizes)
+    if "cifar" in case:
+        data = _data(sizes, shape=(3, 16, 16))
     cohort = [3, 0, 4, 1]
-    seq, vec = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, **kw)
+    seq, vec, path = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, **kw)
+    # no DP and a chain of standard layers: the hand-written stacked path; otherwise vmap
+    chain = "dp_sgd" not in case and "residual" not in case
+    assert path == ("chain" if chain else "vmap")
     assert [u.client_id for u in vec] == cohort
     for s, v in zip(seq, vec):
         assert s.num_examples == v.num_examples
@@ -121,6 +155,7 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
         updates = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
     assert len(updates) == 2
     assert "prox_mu" in executor.last_fallback_reason
+    assert executor.last_path == "sequential"
     assert "falling back to sequential" in caplog.text
 
     class Scaffoldish(FedAvg):
@@ -137,3 +172,25 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
     executor = VectorizedExecutor(LocalTrainer(client))
     list(executor.run([0], _ctx(client, [0]), data, FedAvg()))
     assert "Dropout" in executor.last_fallback_reason
+
+
+def test_reused_buffers_across_rounds() -> None:
+    """One executor, rounds with different cohorts and bucket sizes: the weight buffers kept
+    between rounds leak nothing into the next round, and earlier updates are not overwritten."""
+    torch.manual_seed(2)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    data = _data([13, 30, 7, 30, 22])
+    runs = {}
+    for name, cls in (("seq", SequentialExecutor), ("vec", VectorizedExecutor)):
+        client = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6)
+        executor = cls(LocalTrainer(client))
+        if cls is VectorizedExecutor:
+            executor.max_clients = 3  # buckets of 3 and 1, then 2
+        runs[name] = []
+        for r, cohort in enumerate([[3, 0, 4, 1], [2, 1]]):
+            ctx = _ctx(ClientModule(copy.deepcopy(net), num_classes=10), cohort, round_idx=r)
+            runs[name].append(list(executor.run(cohort, ctx, data, FedAvg())))
+    for seq_round, vec_round in zip(runs["seq"], runs["vec"]):
+        for s, v in zip(seq_round, vec_round):
+            assert s.client_id == v.client_id
+            torch.testing.assert_close(v.delta, s.delta, rtol=1e-4, atol=2e-5)
