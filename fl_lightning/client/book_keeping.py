@@ -45,6 +45,8 @@ from torch import nn
 #: Per-layer memory (bytes) of instantiated per-example gradients above which a layer uses the
 #: ghost norm even where instantiating would be cheaper (bounds memory like Opacus' ghost mode).
 MAX_INSTANTIATED_BYTES = 256 * 2**20
+#: Examples per grouped convolution backward when instantiating per-example conv gradients.
+CONV_CHUNK = 64
 
 _NORMS = (nn.GroupNorm, nn.LayerNorm)
 
@@ -78,6 +80,8 @@ class _BookedLayer:
         self.module = module
         self.active = False
         self.inputs: torch.Tensor | None = None
+        self.output: torch.Tensor | None = None
+        self.output_version = 0
         self.grad_output: torch.Tensor | None = None
         self._booked = False
         self.weight_index = index.get(id(module.weight)) if module.weight is not None else None
@@ -94,13 +98,20 @@ class _BookedLayer:
             )
         self._booked = True
         self.inputs = args[0].detach()
+        self.output = output
+        self.output_version = output._version
         output.register_hook(self._catch)
+
+    @property
+    def modified_in_place(self) -> bool:
+        return self.output is not None and self.output._version != self.output_version
 
     def _catch(self, grad: torch.Tensor) -> None:
         self.grad_output = grad
 
     def clear(self) -> None:
         self.inputs = None
+        self.output = None
         self.grad_output = None
         self._booked = False
 
@@ -167,12 +178,22 @@ class _LayerGrads:
             a, g = self.rows()
             return torch.bmm(g.transpose(1, 2), a)
         x, g = self.x, self.grad_output
-        batch = x.shape[0]
+        out = g.new_empty(x.shape[0], m.out_channels, m.weight[0].numel())
+        # Chunks of examples bound the grouped backward's workspace (an im2col per group).
+        for lo in range(0, x.shape[0], CONV_CHUNK):
+            hi = min(x.shape[0], lo + CONV_CHUNK)
+            out[lo:hi] = self._grouped_weight_grads(x[lo:hi], g[lo:hi]).view(
+                hi - lo, *out.shape[1:]
+            )
+        return out
+
+    def _grouped_weight_grads(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        m, batch = self.module, x.shape[0]
         placeholder = m.weight.new_zeros(1).expand(batch * m.out_channels, *m.weight.shape[1:])
         # oneDNN's kernels for many tiny groups are slower on the CPU than ATen's own grouped
         # path (up to 2x on the CIFAR CNN's first conv, benchmarks/dpsgd_step.py).
         with _without_onednn():
-            grads = torch.ops.aten.convolution_backward(
+            return torch.ops.aten.convolution_backward(
                 g.reshape(1, -1, *g.shape[2:]),
                 x.reshape(1, -1, *x.shape[2:]),
                 placeholder,  # only its shape is read for the weight gradient
@@ -185,7 +206,6 @@ class _LayerGrads:
                 batch,
                 [False, True, False],
             )[1]
-        return grads.view(batch, m.out_channels, -1)
 
     def _linear_weight_norms(self) -> torch.Tensor:
         g = self.grad_output
@@ -267,11 +287,33 @@ class BookKeeper:
             )
         index = {id(p): i for i, p in enumerate(params)}
         self.net = net
+        self._model_input: torch.Tensor | None = None
         self.layers = [
             _BookedLayer(m, index)
             for m in net.modules()
             if any(p.requires_grad for p in m.parameters(recurse=False))
         ]
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        """The one activation-only backward pass: gradients with respect to the layer outputs
+        (no weight gradient is computed). An output modified in place after the layer (e.g. by
+        ``ReLU(inplace=True)``) is not a valid ``inputs=`` target any more; its tensor hook
+        catches its gradient instead, provided the backward runs through the layer, which a
+        backward to the model input guarantees."""
+        booked = [layer for layer in self.layers if layer.output is not None]
+        direct = [layer for layer in booked if not layer.modified_in_place]
+        inputs = [layer.output for layer in direct]
+        if len(direct) < len(booked):
+            x = self._model_input
+            if x is None:
+                raise ValueError(
+                    "client.dp_sgd.engine: bk needs a floating-point model input when a layer's "
+                    "output is modified in place; use functorch"
+                )
+            inputs.append(x)
+        grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+        for layer, grad in zip(direct, grads):
+            layer.grad_output = grad
 
     def clipped_sum_(
         self,
@@ -282,14 +324,18 @@ class BookKeeper:
         max_grad_norm: float,
         sums: list[torch.Tensor],
     ) -> torch.Tensor:
-        """Adds Σ_i min(1, C/(‖g_i‖+1e-6)) g_i to ``sums``; returns the per-example losses."""
-        from fl_lightning.client.dp_sgd import _clip_factors, per_sample_losses
+        """Adds Σ_i min(1, C/(‖g_i‖+1e-6)) g_i to ``sums``; returns Σ_i ℓ_i.
 
-        if not torch.is_floating_point(x):
-            raise ValueError(
-                "client.dp_sgd.engine: bk needs a floating-point model input; use functorch"
-            )
-        x = x.detach().requires_grad_(True)
+        ``loss_fn`` is mean-reduced over the examples (the engines' contract), so
+        ``len(x) · loss_fn`` is Σ_i ℓ_i and its gradient with respect to example i's layer
+        outputs is ∂ℓ_i/∂s_i (examples do not interact: no batch statistics).
+        """
+        from fl_lightning.client.dp_sgd import _clip_factors
+
+        self._model_input = None
+        if torch.is_floating_point(x):
+            # Requires grad only so that a backward to the input exists (see ``_backward``).
+            x = self._model_input = x.detach().requires_grad_(True)
         for layer in self.layers:
             layer.clear()
             layer.active = True
@@ -299,14 +345,14 @@ class BookKeeper:
             for layer in self.layers:
                 layer.active = False
         try:
-            losses = per_sample_losses(loss_fn, logits, y)
-            torch.autograd.grad(losses.sum(), x)
+            loss_sum = loss_fn(logits, y) * len(x)
+            self._backward(loss_sum)
             parts = [_LayerGrads(layer) for layer in self.layers if layer.grad_output is not None]
             sq = torch.stack([part.squared_norms() for part in parts]).sum(0)
             factors = _clip_factors(sq.sqrt(), max_grad_norm)
             for part in parts:
                 part.add_clipped_sum_(factors, sums)
-            return losses.detach()
+            return loss_sum.detach()
         finally:
             for layer in self.layers:
                 layer.clear()

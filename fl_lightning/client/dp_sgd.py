@@ -286,10 +286,10 @@ class BookKeepingEngine(DPSGDEngine):
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
     ) -> float:
         with torch.enable_grad():
-            losses = self.keeper.clipped_sum_(
+            loss_sum = self.keeper.clipped_sum_(
                 x, y, loss_fn, max_grad_norm=self.max_grad_norm, sums=sums
             )
-        return float(losses.sum())
+        return float(loss_sum)
 
 
 DP_SGD_ENGINES: dict[str, type[DPSGDEngine]] = {
