@@ -42,8 +42,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: Per-layer memory (bytes) of instantiated per-example gradients above which a layer uses the
-#: ghost norm even where instantiating would be cheaper (bounds memory like Opacus' ghost mode).
+#: Per-layer memory (bytes) of per-example gradients kept at once. Above it a Linear uses the
+#: ghost norm and a convolution computes its norms chunk by chunk and its clipped sum as one
+#: weight gradient of the clipped output gradients (slower, memory of one chunk).
 MAX_INSTANTIATED_BYTES = 256 * 2**20
 #: Examples per grouped convolution backward when instantiating per-example conv gradients.
 CONV_CHUNK = 64
@@ -144,48 +145,55 @@ class _LayerGrads:
         self.weight_grads: torch.Tensor | None = None  # instantiated, B × (weight shape)
         self.bias_grads: torch.Tensor | None = None  # B × (bias shape)
 
-    # ----- linear maps: Linear and Conv2d --------------------------------------------------
+    # ----- Linear ----------------------------------------------------------------------------
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(a, G): the layer input as B × T × D rows and ∂ℓ/∂s as B × T × O (T = positions:
-        patches of a conv, tokens of a Linear)."""
+        """(a, G) of a Linear: its input as B × T × D rows and ∂ℓ/∂s as B × T × O (T = tokens)."""
         if self._rows is None:
-            m, x, g = self.module, self.x, self.grad_output
-            if isinstance(m, nn.Conv2d):
-                cols = F.unfold(x, m.kernel_size, m.dilation, m.padding, m.stride)
-                self._rows = cols.transpose(1, 2), g.flatten(2).transpose(1, 2)
-            else:
-                self._rows = (
-                    x.reshape(x.shape[0], -1, x.shape[-1]),
-                    g.reshape(g.shape[0], -1, g.shape[-1]),
-                )
+            x, g = self.x, self.grad_output
+            self._rows = (
+                x.reshape(x.shape[0], -1, x.shape[-1]),
+                g.reshape(g.shape[0], -1, g.shape[-1]),
+            )
         return self._rows
 
-    def _instantiate(self) -> bool:
-        """Instantiate G_iᵀ a_i (cost T·D·O per example) unless the ghost norm is cheaper,
-        T²·(D+O) (Bu et al. 2023, §3.3), or the per-example gradients would exceed
-        ``MAX_INSTANTIATED_BYTES``."""
-        m, g = self.module, self.grad_output
-        o, d = m.weight.shape[0], m.weight[0].numel()
-        t = g[0, 0].numel() if isinstance(m, nn.Conv2d) else g[0].numel() // o
-        memory = g.shape[0] * d * o * g.element_size()
-        return t * d * o <= t * t * (d + o) and memory <= MAX_INSTANTIATED_BYTES
+    def _linear_weight_norms(self) -> torch.Tensor:
+        """‖∇_W ℓ_i‖² of a Linear: ‖g_i‖·‖a_i‖ for one position (Goodfellow 2015), else the
+        instantiated G_iᵀ a_i (cost T·D·O per example) or the ghost norm ⟨a_i a_iᵀ, G_i G_iᵀ⟩
+        (Li et al. 2022, eq. 4; cost T²·(D+O)), whichever is cheaper (Bu et al. 2023, §3.3)
+        and, for the instantiated one, fits in ``MAX_INSTANTIATED_BYTES``."""
+        if self.grad_output.dim() == 2:
+            return _squared_norms(self.x) * _squared_norms(self.grad_output)
+        a, g = self.rows()
+        batch, t, d = a.shape
+        o = g.shape[-1]
+        fits = batch * d * o * a.element_size() <= MAX_INSTANTIATED_BYTES
+        if fits and t * d * o <= t * t * (d + o):
+            self.weight_grads = torch.bmm(g.transpose(1, 2), a)
+            return _squared_norms(self.weight_grads)
+        return torch.bmm(a, a.transpose(1, 2)).mul_(torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
-    def _per_example_weight_grads(self) -> torch.Tensor:
-        """∇_W ℓ_i for every i, B × O × D. A convolution uses one grouped convolution backward
-        with one group per example (Rochette et al. 2019), which needs no ``unfold``."""
-        m = self.module
-        if not isinstance(m, nn.Conv2d):
-            a, g = self.rows()
-            return torch.bmm(g.transpose(1, 2), a)
-        x, g = self.x, self.grad_output
-        out = g.new_empty(x.shape[0], m.out_channels, m.weight[0].numel())
-        # Chunks of examples bound the grouped backward's workspace (an im2col per group).
-        for lo in range(0, x.shape[0], CONV_CHUNK):
-            hi = min(x.shape[0], lo + CONV_CHUNK)
-            out[lo:hi] = self._grouped_weight_grads(x[lo:hi], g[lo:hi]).view(
-                hi - lo, *out.shape[1:]
-            )
-        return out
+    # ----- Conv2d ----------------------------------------------------------------------------
+    def _conv_weight_norms(self) -> torch.Tensor:
+        """‖∇_W ℓ_i‖² of a convolution from the per-example gradients G_i ⋆ x_i, computed by one
+        grouped convolution backward per chunk of examples (one group per example, Rochette et
+        al. 2019; no ``unfold``). They are kept for the clipped sum when all of them fit in
+        ``MAX_INSTANTIATED_BYTES``; otherwise each chunk is dropped after its norms (memory of
+        one chunk) and the clipped sum is one ordinary weight gradient (``add_clipped_sum_``)."""
+        m, x, g = self.module, self.x, self.grad_output
+        batch, per_example = x.shape[0], m.weight.numel()
+        budget = MAX_INSTANTIATED_BYTES // (per_example * x.element_size())
+        keep = batch <= budget
+        chunk = min(CONV_CHUNK, max(1, budget))
+        sq = g.new_empty(batch)
+        kept = g.new_empty(batch, per_example) if keep else None
+        for lo in range(0, batch, chunk):
+            hi = min(batch, lo + chunk)
+            grads = self._grouped_weight_grads(x[lo:hi], g[lo:hi]).view(hi - lo, per_example)
+            sq[lo:hi] = _squared_norms(grads)
+            if kept is not None:
+                kept[lo:hi] = grads
+        self.weight_grads = kept
+        return sq
 
     def _grouped_weight_grads(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         m, batch = self.module, x.shape[0]
@@ -193,30 +201,30 @@ class _LayerGrads:
         # oneDNN's kernels for many tiny groups are slower on the CPU than ATen's own grouped
         # path (up to 2x on the CIFAR CNN's first conv, benchmarks/dpsgd_step.py).
         with _without_onednn():
-            return torch.ops.aten.convolution_backward(
-                g.reshape(1, -1, *g.shape[2:]),
-                x.reshape(1, -1, *x.shape[2:]),
-                placeholder,  # only its shape is read for the weight gradient
-                None,
-                list(m.stride),
-                list(m.padding),
-                list(m.dilation),
-                False,
-                [0, 0],
-                batch,
-                [False, True, False],
-            )[1]
+            return self._weight_grad(g, x, placeholder, groups=batch)
 
-    def _linear_weight_norms(self) -> torch.Tensor:
-        g = self.grad_output
-        if isinstance(self.module, nn.Linear) and g.dim() == 2:
-            # One position: ‖g aᵀ‖ = ‖g‖·‖a‖ (Goodfellow 2015).
-            return _squared_norms(self.x) * _squared_norms(g)
-        if self._instantiate():
-            self.weight_grads = self._per_example_weight_grads()
-            return _squared_norms(self.weight_grads)
-        a, g = self.rows()  # ghost norm ⟨a aᵀ, G Gᵀ⟩ (Li et al. 2022, eq. 4)
-        return torch.bmm(a, a.transpose(1, 2)).mul_(torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+    def _weight_grad(
+        self, g: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, *, groups: int
+    ) -> torch.Tensor:
+        """The weight gradient of the convolution of ``x`` (examples folded into channels when
+        ``groups`` > 1) given the output gradient ``g``."""
+        m = self.module
+        if groups > 1:  # example i's channels form group i of a batch of one
+            g = g.reshape(1, -1, *g.shape[2:])
+            x = x.reshape(1, -1, *x.shape[2:])
+        return torch.ops.aten.convolution_backward(
+            g,
+            x,
+            weight,  # only its shape is read for the weight gradient
+            None,
+            list(m.stride),
+            list(m.padding),
+            list(m.dilation),
+            False,
+            [0, 0],
+            groups,
+            [False, True, False],
+        )[1]
 
     # ----- normalisation layers: GroupNorm and LayerNorm ------------------------------------
     def _normalised_input(self) -> torch.Tensor:
@@ -240,6 +248,8 @@ class _LayerGrads:
             if isinstance(m, _NORMS):
                 self.weight_grads = self._reduce_to_parameter(g * self._normalised_input())
                 sq = _squared_norms(self.weight_grads)
+            elif isinstance(m, nn.Conv2d):
+                sq = self._conv_weight_norms()
             else:
                 sq = self._linear_weight_norms()
         if m.bias is not None and m.bias.requires_grad:
@@ -250,7 +260,15 @@ class _LayerGrads:
             else:
                 self.bias_grads = self.rows()[1].sum(1)
             sq = sq + _squared_norms(self.bias_grads)
+        if self.weight_grads is not None or not (m.weight is not None and m.weight.requires_grad):
+            self._release_activations()
         return sq
+
+    def _release_activations(self) -> None:
+        """Drops this layer's booked input and output gradient once the per-example gradients
+        are kept (the MNIST CNN's first conv: 800 floats per example instead of 25,088)."""
+        self.x = self.grad_output = self._rows = None
+        self.layer.inputs = self.layer.grad_output = None
 
     def add_clipped_sum_(self, factors: torch.Tensor, sums: list[torch.Tensor]) -> None:
         """Adds Σ_i c_i ∇ℓ_i of this layer's weight and bias to their entries of ``sums``."""
@@ -258,6 +276,9 @@ class _LayerGrads:
         if m.weight is not None and m.weight.requires_grad:
             if self.weight_grads is not None:
                 weight = torch.tensordot(factors, self.weight_grads, dims=1)
+            elif isinstance(m, nn.Conv2d):  # Σ_i c_i (G_i ⋆ x_i): the weight gradient of c ⊙ G
+                scaled = self.grad_output * factors.view(-1, 1, 1, 1)
+                weight = self._weight_grad(scaled, self.x, m.weight, groups=1)
             else:  # (c ⊙ G)ᵀ a, one product
                 a, g = self.rows()
                 weight = (g * factors.view(-1, 1, 1)).flatten(0, 1).t() @ a.flatten(0, 1)
