@@ -308,14 +308,13 @@ class BookKeeper:
             )
         index = {id(p): i for i, p in enumerate(params)}
         self.net = net
-        self._model_input: torch.Tensor | None = None
         self.layers = [
             _BookedLayer(m, index)
             for m in net.modules()
             if any(p.requires_grad for p in m.parameters(recurse=False))
         ]
 
-    def _backward(self, loss: torch.Tensor) -> None:
+    def _backward(self, loss: torch.Tensor, model_input: torch.Tensor) -> None:
         """The one activation-only backward pass: gradients with respect to the layer outputs
         (no weight gradient is computed). An output modified in place after the layer (e.g. by
         ``ReLU(inplace=True)``) is not a valid ``inputs=`` target any more; its tensor hook
@@ -325,13 +324,12 @@ class BookKeeper:
         direct = [layer for layer in booked if not layer.modified_in_place]
         inputs = [layer.output for layer in direct]
         if len(direct) < len(booked):
-            x = self._model_input
-            if x is None:
+            if not model_input.requires_grad:
                 raise ValueError(
                     "client.dp_sgd.engine: bk needs a floating-point model input when a layer's "
                     "output is modified in place; use functorch"
                 )
-            inputs.append(x)
+            inputs.append(model_input)
         grads = torch.autograd.grad(loss, inputs, allow_unused=True)
         for layer, grad in zip(direct, grads):
             layer.grad_output = grad
@@ -353,10 +351,9 @@ class BookKeeper:
         """
         from fl_lightning.client.dp_sgd import _clip_factors
 
-        self._model_input = None
         if torch.is_floating_point(x):
             # Requires grad only so that a backward to the input exists (see ``_backward``).
-            x = self._model_input = x.detach().requires_grad_(True)
+            x = x.detach().requires_grad_(True)
         for layer in self.layers:
             layer.clear()
             layer.active = True
@@ -367,7 +364,7 @@ class BookKeeper:
                 layer.active = False
         try:
             loss_sum = loss_fn(logits, y) * len(x)
-            self._backward(loss_sum)
+            self._backward(loss_sum, x)
             parts = [_LayerGrads(layer) for layer in self.layers if layer.grad_output is not None]
             sq = torch.stack([part.squared_norms() for part in parts]).sum(0)
             factors = _clip_factors(sq.sqrt(), max_grad_norm)

@@ -36,10 +36,12 @@ class DPSGDConfig:
             )
         if self.max_grad_norm <= 0:
             raise ValueError(f"client.dp_sgd.max_grad_norm: must be > 0, got {self.max_grad_norm}")
-        engines = ("opacus", "ghost", "functorch", "bk", "auto")
-        if self.engine not in engines:
+        from fl_lightning.client.dp_sgd import ENGINE_NAMES
+
+        if self.engine not in ENGINE_NAMES:
             raise ValueError(
-                f"client.dp_sgd.engine: unknown engine {self.engine!r}; choose from {list(engines)}"
+                f"client.dp_sgd.engine: unknown engine {self.engine!r}; "
+                f"choose from {list(ENGINE_NAMES)}"
             )
         if self.max_physical_batch_size is not None and self.max_physical_batch_size < 1:
             raise ValueError(
