@@ -18,7 +18,12 @@ the same run: its ratio is what the machine allows; ``--no-bare`` skips it.
 rank, where a round's time goes (local training, waiting for the slower rank, the collectives,
 accounting, logging, Lightning's loop between rounds).
 
-Usage: ``python benchmarks/scaling.py [--workload digits|mnist] [--rounds 12] [--profile]``.
+Each repeat runs engine 1 process, engine 2 processes, bare 1, bare 2 back to back (the VM's
+speed drifts by 20-30 % over minutes, so ratios are taken within a repeat); the result is the
+median ratio over ``--repeats`` (default 3) with its range.
+
+Usage: ``python benchmarks/scaling.py [--workload digits|mnist] [--rounds 12] [--repeats 3]
+[--profile]``.
 Writes ``benchmarks/results/scaling_<workload>.md`` (``--out`` to change).
 """
 
@@ -93,11 +98,28 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _engine_round(procs: int, args, cohort: int) -> tuple[float, float | None, dict]:  # noqa: ANN001
+    """Median round time and (with ``--profile``) median step-to-step time of one engine run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        times, profiles = run(procs, args.rounds, cohort, args.workload, Path(tmp), args.profile)
+    step_to_step = None
+    if 0 in profiles:
+        steps = [s + b for s, b in zip(profiles[0]["step"][1:], profiles[0]["between"][1:])]
+        step_to_step = _median(steps)
+    return _median(times), step_to_step, profiles
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="digits")
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--cohort", type=int, default=None)
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="interleaved repeats (1 process, 2 processes, bare 1, bare 2 in turn)",
+    )
     p.add_argument("--profile", action="store_true", help="per-rank time split (see module doc)")
     p.add_argument("--shared", action="store_true", help="note: the machine was shared")
     p.add_argument("--no-bare", action="store_true", help="skip the bare-PyTorch reference")
@@ -105,71 +127,82 @@ def main() -> None:
     args = p.parse_args()
     cohort = args.cohort or WORKLOADS[args.workload]["cohort"]
     out = Path(args.out or REPO / f"benchmarks/results/scaling_{args.workload}.md")
-    rows, prof_rows = [], []
-    base = base_wall = None
-    for procs in (1, 2):
-        with tempfile.TemporaryDirectory() as tmp:
-            times, profiles = run(procs, args.rounds, cohort, args.workload, Path(tmp),
-                                  args.profile)  # fmt: skip
-        med = _median(times)
-        cps = cohort / med
-        base = base or cps
-        wall = None
-        if 0 in profiles:
-            steps = [s + b for s, b in zip(profiles[0]["step"][1:], profiles[0]["between"][1:])]
-            wall = cohort / _median(steps)
-            base_wall = base_wall or wall
-        rows.append((procs, med, cps, cps / base, wall, wall / base_wall if wall else None))
-        for rank, prof in sorted(profiles.items()):
-            prof_rows.append((procs, rank, {k: statistics.fmean(prof[k]) for k in PARTS}))
-        print(f"{procs} process(es): median round {med:.3f} s, {cps:.1f} clients/s, "
-              f"{cps / base:.2f}x", flush=True)  # fmt: skip
-    bare_rows = []
     if not args.no_bare:
         from _bare_reference import bare_round_times
-
-        for procs in (1, 2):
-            med = _median(bare_round_times(args.workload, procs, args.rounds, cohort)[1:])
-            bare_rows.append((procs, med, cohort / med, bare_rows[0][1] / med if bare_rows else 1))
-            print(f"bare PyTorch, {procs} process(es): median round {med:.3f} s, "
-                  f"{bare_rows[-1][3]:.2f}x", flush=True)  # fmt: skip
+    repeats, prof_rows = [], []
+    # Interleaved: a slow patch of a shared VM hits both sides of a ratio, not one.
+    for rep in range(args.repeats):
+        engine = {procs: _engine_round(procs, args, cohort) for procs in (1, 2)}
+        bare = {}
+        if not args.no_bare:
+            for procs in (1, 2):
+                bare[procs] = _median(bare_round_times(args.workload, procs, args.rounds,
+                                                       cohort)[1:])  # fmt: skip
+        repeats.append((engine, bare))
+        for procs, (_, _, profiles) in engine.items():
+            for rank, prof in sorted(profiles.items()):
+                prof_rows.append((rep + 1, procs, rank,
+                                  {k: statistics.fmean(prof[k]) for k in PARTS}))  # fmt: skip
+        e1, e2 = engine[1][0], engine[2][0]
+        line = f"repeat {rep + 1}: engine {e1:.3f} s -> {e2:.3f} s, {e1 / e2:.2f}x"
+        if bare:
+            line += f"; bare {bare[1]:.3f} s -> {bare[2]:.3f} s, {bare[1] / bare[2]:.2f}x"
+        print(line, flush=True)
+    engine_speedups = [e[1][0] / e[2][0] for e, _ in repeats]
+    bare_speedups = [b[1] / b[2] for _, b in repeats if b]
     shared = ("**The machine was shared with other agents' jobs while measuring**: absolute "
               "numbers and the speed-up are noisy." if args.shared else
               "Idle machine (no other jobs).")  # fmt: skip
     cmd = f"python benchmarks/scaling.py --workload {args.workload} --rounds {args.rounds}"
-    cmd += f" --cohort {cohort}" + (" --profile" if args.profile else "")
+    cmd += f" --cohort {cohort} --repeats {args.repeats}" + (" --profile" if args.profile else "")
     cmd += " --no-bare" if args.no_bare else ""
+    header = "| repeat | 1 process (s) | 2 processes (s) | engine speed-up |"
+    rule = "|---:|---:|---:|---:|"
+    if args.profile:
+        header += " step to step, 1 / 2 (s) | speed-up |"
+        rule += "---:|---:|"
+    if bare_speedups:
+        header += " bare 1 process (s) | bare 2 processes (s) | bare speed-up |"
+        rule += "---:|---:|---:|"
     lines = [
         f"# Scaling ({args.workload}): clients per second with 1 and 2 processes (DDP, gloo, CPU)",
         "",
         f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, torch threads 1 per process; {datetime.date.today()}. {shared}",
         "",
-        f"Workload: {WORKLOADS[args.workload]['text'].format(cohort=cohort)}; median over "
-        f"rounds 2..{args.rounds} of rank 0's round wall time `round/time_s` (includes the "
-        "all-reduce). Reference: the same run in 1 process (the unsharded engine).",
+        f"Workload: {WORKLOADS[args.workload]['text'].format(cohort=cohort)}. Per run: median "
+        f"over rounds 2..{args.rounds} of rank 0's round wall time `round/time_s` (includes the "
+        "all-reduce). Engine speed-up = 1-process round time / 2-process round time of the "
+        "same repeat. Bare: the same local training in a plain loop, same shards, no "
+        "framework, no collectives (`benchmarks/_bare_reference.py`), measured right after: "
+        "its speed-up is what the machine allows. The four runs of a repeat are interleaved so "
+        "that a slow patch of the VM hits both sides of a ratio.",
         "",
-        "| processes | median round (s) | clients / s | speed-up |"
-        + (" clients / s, step to step | speed-up |" if args.profile else ""),
-        "|---:|---:|---:|---:|" + ("---:|---:|" if args.profile else ""),
+        header,
+        rule,
     ]
-    for procs, med, cps, speed, wall, wspeed in rows:
-        extra = f" {wall:.1f} | {wspeed:.2f}x |" if args.profile and wall else ""
-        lines.append(f"| {procs} | {med:.3f} | {cps:.1f} | {speed:.2f}x |{extra}")
-    if bare_rows:
-        engine = rows[1][3]
-        lines += [
-            "",
-            "Bare-PyTorch reference, same run (the same local training in a plain loop, same "
-            "shards, no framework, no collectives; `benchmarks/_bare_reference.py`):",
-            "",
-            "| processes | median round (s) | clients / s | speed-up |",
-            "|---:|---:|---:|---:|",
-            *[f"| {p} | {m:.3f} | {c:.1f} | {s:.2f}x |" for p, m, c, s in bare_rows],
-            "",
-            f"Engine speed-up / bare speed-up: {engine:.2f} / {bare_rows[1][3]:.2f} = "
-            f"{engine / bare_rows[1][3]:.0%} of what the machine allows.",
-        ]
+    for rep, (engine, bare) in enumerate(repeats, 1):
+        (e1, w1, _), (e2, w2, _) = engine[1], engine[2]
+        row = f"| {rep} | {e1:.3f} | {e2:.3f} | {e1 / e2:.2f}x |"
+        if args.profile:
+            row += f" {w1:.3f} / {w2:.3f} | {w1 / w2:.2f}x |" if w1 and w2 else " - | - |"
+        if bare:
+            row += f" {bare[1]:.3f} | {bare[2]:.3f} | {bare[1] / bare[2]:.2f}x |"
+        lines.append(row)
+    med_e = _median(engine_speedups)
+    lines += [
+        "",
+        f"**Engine speed-up, median of {len(engine_speedups)} repeats: {med_e:.2f}x** "
+        f"(range {min(engine_speedups):.2f}-{max(engine_speedups):.2f}x; "
+        f"{cohort / _median([e[2][0] for e, _ in repeats]):.1f} clients/s with 2 "
+        "processes).",
+    ]
+    if bare_speedups:
+        med_b = _median(bare_speedups)
+        lines.append(
+            f"Bare-PyTorch speed-up, median: {med_b:.2f}x (range {min(bare_speedups):.2f}-"
+            f"{max(bare_speedups):.2f}x); engine / bare: {med_e / med_b:.0%}."
+        )
     if prof_rows:
         lines += [
             "",
@@ -177,10 +210,10 @@ def main() -> None:
             "waiting for the slower rank, `collective` all-reduce + records gather, `between` "
             "Lightning's loop between rounds; see `benchmarks/_profiled_cli.py`):",
             "",
-            "| processes | rank | " + " | ".join(PARTS) + " |",
-            "|---:|---:|" + "---:|" * len(PARTS),
-            *[f"| {procs} | {rank} | " + " | ".join(f"{t[k]:.4f}" for k in PARTS) + " |"
-              for procs, rank, t in prof_rows],
+            "| repeat | processes | rank | " + " | ".join(PARTS) + " |",
+            "|---:|---:|---:|" + "---:|" * len(PARTS),
+            *[f"| {rep} | {procs} | {rank} | " + " | ".join(f"{t[k]:.4f}" for k in PARTS) + " |"
+              for rep, procs, rank, t in prof_rows],
         ]  # fmt: skip
     lines += ["", f"Command: `{cmd}`", ""]
     out.write_text("\n".join(lines))
