@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, offline_mnist_args
 
 EXPERIMENTS = sorted((REPO / "configs" / "experiment").rglob("*.yaml"))
 
@@ -56,6 +56,8 @@ def _cohort_overrides(path: Path) -> list[str]:
 def _data_overrides(path: Path) -> list[str]:
     data = _resolve(path)
     name = data.get("dataset", "digits")
+    if name == "mnist_offline":
+        return offline_mnist_args()
     if name in SHAPES:
         spec = SHAPES[name]
         if spec is None:

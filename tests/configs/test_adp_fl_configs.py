@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fl_lightning.cli import build_cli_class
+from tests.conftest import offline_mnist_args
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs/experiment/adp_fl").glob("*.yaml"))
@@ -24,7 +25,7 @@ FAST = {
     "table2_mnist_adp_fl_dirichlet",
 }
 SWAP = {
-    "dataset: mnist\n": ["--data.dataset", "mnist_offline", "--data.root", "../shared/data"],
+    "dataset: mnist\n": ["--data.dataset", "mnist_offline"],
     "dataset: cifar10\n": [
         "--data.dataset",
         "synthetic",
@@ -50,6 +51,8 @@ def test_config_runs_two_rounds(config, tmp_path, monkeypatch):
     for key, swap in SWAP.items():
         if key in text:
             args += [*swap, "--data.download", "false"]
+    if "dataset: mnist\n" in text or "dataset: mnist_offline\n" in text:
+        args += offline_mnist_args()
     args += [
         "--trainer.max_steps",
         "2",

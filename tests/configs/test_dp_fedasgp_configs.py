@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fl_lightning.cli import build_cli_class
+from tests.conftest import offline_mnist_args
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted((ROOT / "configs/experiment/dp_fedasgp").glob("*.yaml"))
@@ -34,7 +35,7 @@ def data_overrides(name: str) -> list[str]:
     classes = "100" if name.startswith("cifar100") else "10"
     out = ["--data.num_clients", "4", "--model.clients_per_round", "2", "--client.batch_size", "16"]
     if name.startswith("mnist_offline"):
-        return out
+        return out + offline_mnist_args()
     return out + [
         "--data.dataset",
         "synthetic",

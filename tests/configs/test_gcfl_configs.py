@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fl_lightning.cli import main
+from tests.conftest import offline_mnist_args
 from tests.data.sources.covid_fixture import make_covid_fixture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,9 @@ METHODS = ["gcfl_published", "fedavg", "dp_fedprox", "dp_scaffold", "dp_fedexp",
 def _data_overrides(config: Path, tmp_path: Path) -> list[str]:
     text = config.read_text()
     if "dataset: mnist\n" in text:
-        return ["--data.dataset=mnist_offline", "--data.download=false"]
+        return ["--data.dataset=mnist_offline", "--data.download=false", *offline_mnist_args()]
+    if "dataset: mnist_offline\n" in text:
+        return offline_mnist_args()
     if "dataset: cifar10" in text:
         return [
             "--data.dataset=synthetic",
@@ -78,6 +81,7 @@ def test_config_runs_two_rounds(config: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("method", METHODS)
 def test_each_method_runs_two_rounds(method: str, tmp_path: Path) -> None:
     config = ROOT / "configs/experiment/gcfl/mnist_offline_eps2.yaml"
-    summary = _run(config, tmp_path, [f"--strategy=configs/strategy/{method}.yaml"])
+    extra = [f"--strategy=configs/strategy/{method}.yaml", *offline_mnist_args()]
+    summary = _run(config, tmp_path, extra)
     assert summary["rounds"] == 2
     assert summary["privacy/epsilon"] <= 2.0 + 1e-6
