@@ -18,16 +18,17 @@ REPO = Path(__file__).resolve().parents[1]
 MNIST_TEST_IMAGES = Path("MNIST", "raw", "t10k-images-idx3-ubyte.gz")
 
 
-def _find_shared_data() -> Path | None:
-    """The offline data folder: ``$FL_SHARED_DATA``, else the nearest ``shared/data`` beside
-    the checkout or one of its parents (the configs say ``../shared/data``, which holds only
-    for a checkout that sits next to ``shared/``)."""
-    env = os.environ.get("FL_SHARED_DATA")
-    candidates = [Path(env)] if env else [p / "shared" / "data" for p in REPO.parents]
-    return next((c.resolve() for c in candidates if (c / MNIST_TEST_IMAGES).is_file()), None)
+def _find_shared(name: str, marker: Path, env: str) -> Path | None:
+    """``shared/<name>``: ``$<env>``, else the nearest one beside the checkout or one of its
+    parents (the configs say ``../shared/data``, which holds only for a checkout that sits next
+    to ``shared/``); None where no candidate contains ``marker``."""
+    candidates = [Path(os.environ[env])] if env in os.environ else []
+    candidates += [p / "shared" / name for p in REPO.parents]
+    return next((c.resolve() for c in candidates if (c / marker).exists()), None)
 
 
-SHARED_DATA = _find_shared_data()
+SHARED_DATA = _find_shared("data", MNIST_TEST_IMAGES, "FL_SHARED_DATA")
+SHARED_PAPERS = _find_shared("papers", Path("000-dp-fedasgp.notes.md"), "FL_SHARED_PAPERS")
 QUICKSTART = REPO / "configs" / "experiment" / "quickstart.yaml"
 
 # Tiny, fast settings of the quickstart shape: digits, MLP, 10 clients, 3 per round.

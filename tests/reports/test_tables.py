@@ -8,8 +8,9 @@ import pytest
 
 from fl_lightning.reports.paper_tables import build
 from fl_lightning.reports.tables import list_papers, load_paper, load_table
+from tests.conftest import SHARED_PAPERS
 
-NOTES = Path(__file__).resolve().parents[2] / ".." / "shared" / "papers"
+NOTES = SHARED_PAPERS
 
 
 def test_all_five_papers_load_with_captions_and_cells():
@@ -131,7 +132,7 @@ def test_gcfl_tables_ii_and_iii_agree_at_eps_2_except_the_flagged_cell():
             assert other == c["value"]
 
 
-@pytest.mark.skipif(not NOTES.exists(), reason="the papers' notes are not beside the repo")
+@pytest.mark.skipif(NOTES is None, reason="the papers' notes (shared/papers) are not beside it")
 def test_shipped_json_is_what_the_notes_parse_to():
     built = build.build(NOTES)
     for pid, data in built.items():
