@@ -3,6 +3,7 @@
 # delta = 1e-5, sigma calibrated): writes benchmarks/results/gcfl_mnist_offline_eps2.md.
 # Usage (from the repository root, venv active): bash benchmarks/gcfl_mnist_offline_eps2.sh
 set -euo pipefail
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} WANDB_MODE=${WANDB_MODE:-disabled}
 config=configs/experiment/gcfl/mnist_offline_eps2.yaml
 out=benchmarks/results/gcfl_mnist_offline_eps2.md
@@ -34,9 +35,10 @@ done
 {
   echo "# GCFL and baselines on offline MNIST at epsilon = 2"
   echo
-  echo "Machine: $(uname -m), $(OMP_NUM_THREADS= nproc) CPU cores shared with other jobs (OMP_NUM_THREADS=$OMP_NUM_THREADS), torch $(python -c 'import torch;print(torch.__version__)'); date: $(date -u +%F)."
+  echo "Machine: $(uname -m), $(OMP_NUM_THREADS= nproc) CPU cores, load average $load_before before the runs and $(cut -d' ' -f1 /proc/loadavg) after them (OMP_NUM_THREADS=$OMP_NUM_THREADS), torch $(python -c 'import torch;print(torch.__version__)'); date: $(date -u +%F)."
   echo "Config: \`$config\` (2 IID clients of 4,000 real MNIST test-set images, 2,000 held out;"
-  echo "K = 20 DP-SGD steps a round, B = 32, C = 1.5, sigma calibrated for epsilon = 2 at delta = 1e-5 over 10 rounds; seed 0; one run each)."
+  echo "K = 20 DP-SGD steps a round, B = 32, C = 1.5, sigma calibrated for epsilon = 2 at delta = 1e-5 over 10 rounds; seed 0; one run each;"
+  echo "DP-SGD engine: the default \`auto\`, which picks \`bk\` for this CNN)."
   echo
   echo "| method | acc % | macro recall % | macro F1 % | epsilon | rounds | train samples/s | test samples/s | GCFL: gradients projected, mean cosine |"
   echo "|---|---|---|---|---|---|---|---|---|"
