@@ -16,6 +16,11 @@ client), FedAvg. Three variants do the same work from the same global weights:
   vectorised executor's convolutions use; faster oneDNN kernels for some convolutions, so the
   honest bound for a CNN is the faster of the two ceilings).
 
+With ``--dp-sgd`` the clients run DP-SGD (C = 1, σ = 1, the default engine ``auto``, i.e.
+``bk`` for both models, in the sequential executor; the vectorised executor's nested ``vmap``):
+``bare`` stays the non-private loop (the cost of privacy shows in its ratio) and the ceilings
+are skipped.
+
 Median over ``--reps`` repetitions of one round each, variants interleaved, each (model,
 threads) group at one fixed thread count. From the repository root (``PYTHONPATH=.`` so that
 the checkout, not an installed copy, is measured):
@@ -36,6 +41,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.cnn import MnistCNN
@@ -108,6 +114,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=60)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--models", nargs="+", choices=["mnist_cnn", "mlp"], default=["mnist_cnn"])
+    parser.add_argument("--dp-sgd", action="store_true", help="clients run DP-SGD (see above)")
     parser.add_argument(
         "--note", default="2 shared cores, other agents running", help="machine state, recorded"
     )
@@ -132,7 +139,8 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> str:
 
     def client_module() -> ClientModule:
         torch.manual_seed(0)
-        return ClientModule(make_net(), num_classes=10, lr=lr, batch_size=args.batch)
+        dp = DPSGDConfig(noise_multiplier=1.0, max_grad_norm=1.0) if args.dp_sgd else None
+        return ClientModule(make_net(), num_classes=10, lr=lr, batch_size=args.batch, dp_sgd=dp)
 
     make_net = MnistCNN if model == "mnist_cnn" else MLP
     seq_client, vec_client = client_module(), client_module()
@@ -167,7 +175,9 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> str:
         else:
             list(executors[name].run(clients, ctx(r), data, strategy))
 
-    variants = ["bare", "sequential", "vectorized", "ceiling", "ceiling_cl"]
+    variants = ["bare", "sequential", "vectorized"]
+    if not args.dp_sgd:
+        variants += ["ceiling", "ceiling_cl"]
     for v in variants:
         run(v, 0)  # warm-up
     times: dict[str, list[float]] = {v: [] for v in variants}
@@ -183,18 +193,28 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> str:
     max_diff = max(float((a - b).abs().max()) for a, b in zip(seq, vec))
     max_delta = max(float(a.abs().max()) for a in seq)
     lines = [
-        f"## {make_net.__name__}, {torch.get_num_threads()} thread(s)",
+        f"## {make_net.__name__}{', DP-SGD clients' if args.dp_sgd else ''}, "
+        f"{torch.get_num_threads()} thread(s)",
         "",
         f"- date: {datetime.date.today()}; machine: {platform.machine()} "
         f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} torch thread(s) "
         f"({args.note}); torch {torch.__version__}",
         f"- {args.clients} clients × {args.examples} examples (1×28×28), "
-        f"{make_net.__name__}, 1 local epoch, batch {args.batch}, SGD lr {lr}, FedAvg; "
+        f"{make_net.__name__}, 1 local epoch, batch {args.batch}, "
+        f"{'DP-SGD (C 1, σ 1, engine auto)' if args.dp_sgd else 'SGD'} lr {lr}, FedAvg "
+        f"{'(bare: non-private) ' if args.dp_sgd else ''}; "
         f"median of {args.reps} interleaved rounds after one warm-up round",
         f"- max |Δ_vectorised − Δ_sequential| over all clients: {max_diff:.2e} "
         f"(max |Δ|: {max_delta:.2e})",
-        f"- ceiling: one shared model, {len(clients)} × {args.batch} examples a step, "
-        f"{-(-args.examples // args.batch)} steps (same FLOPs as a perfect vectorisation)",
+        *(
+            []
+            if args.dp_sgd
+            else [
+                f"- ceiling: one shared model, {len(clients)} × {args.batch} examples a step, "
+                f"{-(-args.examples // args.batch)} steps (same FLOPs as a perfect "
+                "vectorisation)"
+            ]
+        ),
         "",
         "| variant | round s | clients/s | ÷ bare |",
         "|---|---|---|---|",

@@ -194,3 +194,21 @@ def test_reused_buffers_across_rounds() -> None:
         for s, v in zip(seq_round, vec_round):
             assert s.client_id == v.client_id
             torch.testing.assert_close(v.delta, s.delta, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    ("net", "dp_sgd", "expected"),
+    [
+        (MLP(input_dim=64, hidden=(8,), num_classes=10), None, True),
+        (MLP(input_dim=64, hidden=(8,), num_classes=10), DPSGDConfig(), False),
+        (nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)), None, False),
+    ],
+    ids=["plain-clients", "dp-sgd-clients", "model-with-buffers"],
+)
+def test_auto_executor_vectorizes_only_non_private_stackable_clients(net, dp_sgd, expected):
+    from fl_lightning.server.module import _build_executor, auto_vectorizes
+
+    trainer = LocalTrainer(ClientModule(net, num_classes=10, dp_sgd=dp_sgd))
+    assert auto_vectorizes(trainer) is expected
+    executor = _build_executor("auto", trainer)
+    assert isinstance(executor, VectorizedExecutor) is expected
