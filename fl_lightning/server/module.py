@@ -112,7 +112,7 @@ def auto_vectorizes(trainer: LocalTrainer) -> bool:
     """The rule of ``executor: auto``: vectorise when the model can be stacked and the clients
     train without DP-SGD. DP-SGD clients stay sequential, where the ``bk`` engine computes
     per-example norms in one backward: the vectorised executor's nested ``vmap`` was 4x slower
-    (MnistCNN 7.9 s vs 1.9 s a round, MLP 0.78 vs 0.21 s; benchmarks/cohort_throughput.py
+    (MnistCNN 8.1 s vs 1.9 s a round, MLP 0.90 vs 0.21 s; benchmarks/cohort_throughput.py
     --dp-sgd)."""
     from fl_lightning.server.vectorized_executor import model_blocker
 
