@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from typing import Any
 
 from fl_lightning import extensions as _extensions  # noqa: F401  (registers subcommands)
@@ -204,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-lightning`` console script."""
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
+    # Lightning warns that a checkpoint taken under manual optimisation holds the state after
+    # the optimizer step. For a federated round that is the point: the checkpoint of round r
+    # holds the global model after round r, and resume continues with round r + 1.
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     args = list(sys.argv[1:] if argv is None else argv)
     handler = _extensions.SUBCOMMANDS.get(args[0]) if args else None
     if handler is not None:
