@@ -30,7 +30,7 @@ from lightning.pytorch.loggers import WandbLogger
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule, metrics_from_logits
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier
+from fl_lightning.privacy.analysis import resolve_noise_multiplier
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 from fl_lightning.server.distributed import (
     all_reduce_sum_,
@@ -283,21 +283,19 @@ class FederatedModule(pl.LightningModule):
         dp = self.client.training_config.dp_sgd
         if dp is None or dp.noise_multiplier is not None:
             return
-        if acc is None or acc.target_epsilon is None:
-            raise ValueError(
-                "client.dp_sgd.noise_multiplier: unset, so privacy.target_epsilon is needed"
-            )
         # Calibrated for the median client's expected participation (rounds × m/N).
         sizes = sorted(self.data.client_sizes())
         median = int(sizes[len(sizes) // 2])
         cfg = self.client.training_config
         steps = cfg.steps_for(median) * max(1, math.ceil(rounds * rate))
-        sigma = calibrate_noise_multiplier(
-            target_epsilon=acc.target_epsilon,
-            delta=acc.delta,
+        sigma = resolve_noise_multiplier(
+            None,
+            target_epsilon=acc.target_epsilon if acc else None,
+            delta=acc.delta if acc else 1e-5,
             sample_rate=min(1.0, cfg.batch_size / median),
             steps=steps,
-            accountant=acc.accountant,
+            accountant=acc.accountant if acc else "rdp",
+            field="client.dp_sgd.noise_multiplier",
         )
         from dataclasses import replace
 
