@@ -181,11 +181,15 @@ class LDPFedAvg(Strategy):
         m = self.mechanism
         if m is None:
             return RoundPrivacy()
+        release = m.local_release(self.num_parameters or ctx.global_params.numel())
         return RoundPrivacy(
-            local_epsilon={int(cid): m.epsilon for cid in ctx.cohort},
-            local_delta=m.delta,
+            local={int(cid): [release] for cid in ctx.cohort},
             no_guarantee=self.no_guarantee_reason(),
         )
+
+    @property
+    def is_private(self) -> bool:
+        return self.mechanism is not None
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
         for cid in ctx.cohort:
