@@ -40,7 +40,9 @@ def test_local_upload_releases_compose_per_client():
 
 def test_no_guarantee_is_reported_instead_of_a_number():
     acc = PrivacyAccountant()
-    acc.record(RoundPrivacy(local={0: [LocalRelease(1.0)]}, no_guarantee="values sent in the clear"))
+    acc.record(
+        RoundPrivacy(local={0: [LocalRelease(1.0)]}, no_guarantee="values sent in the clear")
+    )
     report = acc.report()
     assert report["privacy/epsilon"] == math.inf
     assert report["privacy/guarantee"] == "none: values sent in the clear"

@@ -19,7 +19,7 @@ from fl_lightning.privacy.budget import (
     pareto_front,
     refuse_unaffordable_round,
 )
-from fl_lightning.privacy.events import CohortSampling, LocalRelease, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.mechanisms.ldp import LocalGaussian, make_local_mechanism
 
@@ -126,25 +126,32 @@ def test_local_gaussian_meets_its_delta_for_every_epsilon(eps):
 
 
 def test_pareto_front_keeps_only_possible_worst_clients():
-    costs = [ClientCost(0, 10, 1.0, 1), ClientCost(1, 100, 0.1, 10), ClientCost(2, 50, 0.2, 5),
-             ClientCost(3, 200, 0.05, 10)]
+    costs = [
+        ClientCost(0, 10, 1.0, 1),
+        ClientCost(1, 100, 0.1, 10),
+        ClientCost(2, 50, 0.2, 5),
+        ClientCost(3, 200, 0.05, 10),
+    ]
     assert {c.client_id for c in pareto_front(costs)} == {0, 1, 2}
 
 
 def test_dp_sgd_calibration_keeps_every_client_within_target():
     sizes = [8, 15, 40, 90, 300, 1200]
-    costs = [ClientCost(i, n, min(1.0, 10 / n), max(1, math.ceil(n / 10))) for i, n in
-             enumerate(sizes)]
+    costs = [
+        ClientCost(i, n, min(1.0, 10 / n), max(1, math.ceil(n / 10))) for i, n in enumerate(sizes)
+    ]
     k = max_participations(20, 0.5, len(sizes))
     assert 10 <= k <= 20
-    sigma, worst = calibrate_dp_sgd(costs, participations=k, target_epsilon=4.0, delta=DELTA,
-                                    accountant="rdp")
+    sigma, worst = calibrate_dp_sgd(
+        costs, participations=k, target_epsilon=4.0, delta=DELTA, accountant="rdp"
+    )
     for c in costs:
         spent = epsilon([SampledGaussian(sigma, c.rate, c.steps * k)], DELTA, "rdp")
         assert spent <= 4.0 + 1e-9
     median = costs[len(costs) // 2]
-    sigma_median, _ = calibrate_dp_sgd([median], participations=k, target_epsilon=4.0,
-                                       delta=DELTA, accountant="rdp")
+    sigma_median, _ = calibrate_dp_sgd(
+        [median], participations=k, target_epsilon=4.0, delta=DELTA, accountant="rdp"
+    )
     assert sigma >= sigma_median  # the old rule (median client) under-noised the others
 
 
