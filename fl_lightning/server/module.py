@@ -638,6 +638,15 @@ class FederatedModule(pl.LightningModule):
             path = Path(log_dir) / "summary.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+            if self.accountant is not None:
+                # The events behind the printed ε, so that anyone can recompute it
+                # (fl_lightning.privacy.recompute, docs/privacy.md).
+                ledger = {
+                    "accountant": self.accountant.accountant,
+                    "delta": self.accountant.delta,
+                    **self.accountant.state_dict(),
+                }
+                (path.parent / "privacy_ledger.json").write_text(json.dumps(ledger) + "\n")
         eps = summary.get("privacy/epsilon", math.inf)
         print(
             f"Finished {self.rounds_completed} rounds: test accuracy "

@@ -83,7 +83,6 @@ class FedSMP(Strategy):
         self.clip_norm = float(clip_norm)
         if epsilon is not None and epsilon <= 0:
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
-        refuse_sigma_and_epsilon(noise_multiplier, epsilon)
         self.noise_multiplier = noise_multiplier
         self.epsilon = epsilon
 
@@ -96,6 +95,9 @@ class FedSMP(Strategy):
     def calibrate_noise(
         self, *, target_epsilon, delta, accountant, rounds, sampling: CohortSampling
     ) -> None:
+        # Checked here, not in __init__: jsonargparse would hide the message behind its
+        # "does not validate against any of the Union subtypes".
+        refuse_sigma_and_epsilon(self.noise_multiplier, self.epsilon)
         event = SampledGaussian.for_cohort(1.0, sampling)
         self.noise_multiplier = resolve_noise_multiplier(
             self.noise_multiplier,
