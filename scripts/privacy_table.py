@@ -60,7 +60,7 @@ def run_config(config: Path, rounds: int) -> dict:
             *_data_overrides(config), *_cohort_overrides(config),
             "--trainer.max_steps", str(rounds), "--trainer.logger", "false",
             "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
-            "--model.eval_every", "0", "--client.local_steps", "1",
+            "--model.eval_every", "0", "--client.local_steps", "1", "--client.batch_size", "2",
             "--trainer.default_root_dir", tmp,
         ]  # fmt: skip
         proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)

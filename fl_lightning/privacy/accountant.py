@@ -229,6 +229,7 @@ class PrivacyAccountant(Callback):
             },
             "no_guarantee": self.no_guarantee,
             "rounds": self.rounds,
+            "private_run": self.private_run,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -250,4 +251,5 @@ class PrivacyAccountant(Callback):
                 d = float(state_dict.get("local_delta", {}).get(c, 0.0))
                 self.local.setdefault(int(c), {})[(float(eps), d, "upload", 1)] = 1
         self.no_guarantee = state_dict["no_guarantee"]
+        self.private_run = bool(state_dict.get("private_run", True))
         self.rounds = int(state_dict["rounds"])

@@ -70,7 +70,8 @@ def local_rows_epsilon(rows: list, delta: float) -> float:
 
 def headline_epsilon(state: dict[str, Any], *, delta: float, accountant: str) -> float:
     """The headline ε the ledger defends, by the accountant's own precedence (no guarantee →
-    ∞; client level; record level, max over clients; local, max over clients)."""
+    ∞; client level; record level, max over clients; local, max over clients; nothing
+    released: 0, or ∞ for a run whose strategy is not private)."""
     if state.get("no_guarantee"):
         return math.inf
     if state["client_level"]:
@@ -82,4 +83,5 @@ def headline_epsilon(state: dict[str, Any], *, delta: float, accountant: str) ->
         )
     if state.get("local"):
         return max(local_rows_epsilon(rows, delta) for rows in state["local"].values())
-    return 0.0
+    # Nothing released: ε = 0 for a private run, no guarantee (∞) for a non-private one.
+    return 0.0 if state.get("private_run", True) or not state.get("rounds") else math.inf

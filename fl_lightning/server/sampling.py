@@ -61,7 +61,8 @@ class CohortSampler:
         return CohortSampling(mode, self.sample_rate(num_clients), num_clients)
 
     def check_population(self, num_clients: int) -> None:
-        if self.mode == "fixed" and self.clients_per_round > num_clients:
+        uses_m = self.mode == "fixed" or self.rate is None  # m is the (expected) cohort size
+        if uses_m and self.clients_per_round > num_clients:
             raise ValueError(
                 f"model.clients_per_round: {self.clients_per_round} exceeds the number of "
                 f"clients ({num_clients})"
