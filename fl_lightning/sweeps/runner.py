@@ -8,9 +8,9 @@ Usage::
 Grid and random specs are expanded here (``bayes`` needs ``wandb agent``). Each point runs as a
 subprocess (``python -m fl_lightning.cli fit --config ... --key=value ...``) with its output in
 ``<store>/runs/<point id>/a<attempt>/``; for ``fl-lightning fit`` commands the runner points the
-CSV logger there (and an offline W&B logger with ``--wandb``), so the run's ``summary.json`` and
-``metrics.csv`` land in a known folder. Every other program gets the folder in the environment
-variable ``FL_SWEEP_RUN_DIR`` and should write ``summary.json`` there.
+CSV logger there (and a W&B logger with ``--wandb``, offline unless W&B is configured), so the
+run's ``summary.json`` and ``metrics.csv`` land in a known folder. Every other program gets the
+folder in the environment variable ``FL_SWEEP_RUN_DIR`` and should write ``summary.json`` there.
 
 Resumable: points whose last row in the store is ``finished`` are skipped; a point left
 ``running`` by a killed sweep runs again; ``failed`` points run again unless ``--skip-failed``.
@@ -74,13 +74,12 @@ def logger_override(run_dir: Path, *, sweep: str, point: Point, wandb: bool) -> 
     if wandb:
         loggers.append(
             {
-                "class_path": "lightning.pytorch.loggers.WandbLogger",
+                # Project, entity and mode follow the environment (fl_lightning.loggers).
+                "class_path": "fl_lightning.loggers.WandbLogger",
                 "init_args": {
                     "save_dir": str(run_dir),
-                    "project": os.environ.get("WANDB_PROJECT", "fl-lightning"),
                     "group": sweep,
                     "name": f"{sweep}-{point.id}",
-                    "offline": os.environ.get("WANDB_MODE", "offline") == "offline",
                 },
             }
         )
@@ -166,7 +165,6 @@ class SweepRunner:
         }
         self.store.append({**base, "status": "running", "started_at": _now()})
         env = {**os.environ, RUN_DIR_ENV: str(run_dir), "FL_SWEEP_POINT": point.id}
-        env.setdefault("WANDB_MODE", "offline")
         env.setdefault("WANDB_SILENT", "true")
         log = run_dir / "output.log"
         start = time.perf_counter()
@@ -342,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wandb",
         action="store_true",
-        help="also log each point to W&B (offline unless WANDB_MODE=online)",
+        help="also log each point to W&B (offline unless WANDB_MODE or W&B credentials say "
+        "otherwise)",
     )
     p.add_argument("--skip-failed", action="store_true", help="do not re-run failed points")
     p.add_argument(
