@@ -323,8 +323,25 @@ def build_cli_class():  # noqa: ANN201
             if trainer.is_global_zero and log_dir and Path(log_dir, "summary.json").exists():
                 print(f"Run directory: {log_dir}", flush=True)
 
-    def make(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
-        return FederatedCLI(
+    class ParseOnlyCLI(FederatedCLI):
+        """Parses and type-checks the arguments; builds and runs nothing (sweep validation)."""
+
+        def _set_seed(self) -> None:
+            pass
+
+        def _parse_ckpt_path(self) -> None:
+            pass
+
+        def instantiate_classes(self) -> None:
+            pass
+
+        def _run_subcommand(self, subcommand: str) -> None:
+            pass
+
+    def make(
+        args: list[str] | None = None, run: bool = True, parse_only: bool = False
+    ) -> FederatedCLI:
+        return (ParseOnlyCLI if parse_only else FederatedCLI)(
             FederatedModule,
             FederatedDataModule,
             save_config_callback=LoggedConfigCallback,
@@ -362,6 +379,15 @@ def one_line(err: BaseException) -> str:
     text = str(err).strip() or type(err).__name__
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     stripped = [ln.lstrip("- ") for ln in lines]
+    unknown = re.search(r"unrecognized arguments: --([^\s=]+)", text)
+    if unknown:
+        return f"{unknown.group(1)}: not an option (see fl-lightning fit --help)"
+    keys = re.findall(r'Parser key "([^"]+)"', text)
+    option = re.search(r"class_path '([^']+)':\s*Option '([^']+)' is not accepted", text)
+    if option:
+        cls = option.group(1).rsplit(".", 1)[-1]
+        where = ".".join(keys) or "class"
+        return f"{where}.init_args.{option.group(2)}: not a parameter of {cls}"
     if _UNION in text:
         # A class-typed group (strategy, client.dp_sgd, ...) whose __init__ refused a value:
         # the refusal names the field; "Expected a <class 'NoneType'>" is the other subtype.
@@ -373,7 +399,6 @@ def one_line(err: BaseException) -> str:
         ]
         if named:
             return named[0]
-    keys = re.findall(r'Parser key "([^"]+)"', text)
     unable = re.search(r"Unable to load config '([^']+)'", text)
     mark = _YAML_MARK.findall(text)
     if unable and mark:
@@ -418,6 +443,50 @@ def yaml_problem(args: list[str]) -> str | None:
     return None
 
 
+def argument_problem(args: list[str]) -> str | None:
+    """Why ``fl-lightning <args>`` would be refused while parsing (an unknown key, a value of
+    the wrong type, a missing or malformed config file), as one line; None if it parses. Builds
+    nothing, so it is quick enough to check every point of a sweep before launching any."""
+    from jsonargparse import ArgumentError
+
+    problem = yaml_problem(args)
+    if problem:
+        return problem
+    try:
+        build_cli_class()(args, parse_only=True)
+    except (ArgumentError, ValueError, TypeError, KeyError, FileNotFoundError) as err:
+        return one_line(err)
+    return None
+
+
+SWEEP_PARAM_PATH = "WANDB_SWEEP_PARAM_PATH"
+
+
+def sweep_agent_args(args: list[str]) -> list[str]:
+    """``args`` plus the parameters ``wandb agent`` chose for this run (its ``wandb.config``,
+    which the agent writes to ``$WANDB_SWEEP_PARAM_PATH``) that the command line does not set
+    already: a spec whose command has no ``${args}`` still runs the agent's point."""
+    path = os.environ.get(SWEEP_PARAM_PATH)
+    if not path or not os.environ.get("WANDB_SWEEP_ID") or not Path(path).is_file():
+        return args
+    import yaml
+
+    from fl_lightning.sweeps.spec import format_value
+
+    try:
+        params = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError:
+        return args
+    given = {a.split("=", 1)[0][2:] for a in args if a.startswith("--")}
+    extra = []
+    for key, entry in params.items():
+        if str(key).startswith("_") or key == "wandb_version" or key in given:
+            continue
+        value = entry.get("value") if isinstance(entry, dict) and "value" in entry else entry
+        extra.append(f"--{key}={format_value(value)}")
+    return [*args, *extra]
+
+
 def run_lightning(args: list[str] | None = None) -> int:
     """Runs fit/validate/test. Bad input (found while parsing and building, or a refusal
     raised before the first round) ends in one line ``error: <field>: <why>`` and exit 2; an
@@ -428,6 +497,9 @@ def run_lightning(args: list[str] | None = None) -> int:
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     argv = list(sys.argv[1:] if args is None else args)
+    with_agent = sweep_agent_args(argv)
+    if with_agent != argv:
+        args = argv = with_agent
     rank0 = getattr(rank_zero_only, "rank", 0) == 0
     problem = yaml_problem(argv)
     if problem:

@@ -323,6 +323,32 @@ class SweepRunner:
         )
 
 
+def validate_points(spec: SweepSpec, points: list[Point]) -> str | None:
+    """Why a point of an ``fl-lightning fit`` spec would be refused while parsing (an unknown
+    parameter, a value of the wrong type, a missing config), as one line naming the spec and
+    the parameter; None if all parse. Parses the fewest points that together hold every
+    non-float value of every parameter (a continuous value cannot fail to parse as a float),
+    so a bad spec stops before any point runs."""
+    from fl_lightning.cli import argument_problem
+
+    covered: set[tuple[str, str]] = set()
+    for point in points:
+        argv = build_command(spec, point.params)
+        if not is_fl_lightning_fit(argv):
+            return None
+        pairs = {(k, repr(v)) for k, v in point.params.items() if not isinstance(v, float)}
+        if covered and pairs <= covered:
+            continue
+        covered |= pairs
+        start = argv.index("fit")
+        problem = argument_problem(argv[start:])
+        if problem:
+            key = problem.split(":", 1)[0]
+            where = f"parameters.{key}" if key in spec.parameters else "command"
+            return f"{spec.path}: {where}: {problem} (point {point.id})"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fl-lightning sweep",
@@ -364,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.parallel < 1:
         print("error: --parallel: must be >= 1", file=sys.stderr)
+        return 2
+    problem = validate_points(spec, points)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     store = ResultStore(args.store or Path("sweep_results") / spec.name)
     runner = SweepRunner(
