@@ -1,0 +1,125 @@
+"""``fl-lightning audit``: attack an experiment's global model.
+
+    fl-lightning audit --config configs/experiment/<name>.yaml --attack threshold \\
+        [--attack lira ...] [--checkpoint runs/.../last.ckpt] [--shadow-models 4] \\
+        [--num-targets 500] [--mechanism gaussian --noise 1.0] [CLI overrides ...]
+
+Without ``--checkpoint`` the experiment is trained first (``fit``, with the ``AuditCallback``
+attached, so the per-round series for CS-MIA are recorded). With ``--checkpoint`` the run is
+restored by Lightning (global model, strategy state, the accountant's ledger) and no round is
+run. The objects are built by the same LightningCLI as ``fl-lightning fit``; every unknown
+argument is passed to it as an override (``--trainer.max_steps=5``). Results go to the run's
+log directory (``audit.json``, ``audit_<attack>.png``) and to its loggers (W&B).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fl-lightning audit", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="experiment YAML")
+    p.add_argument(
+        "--attack",
+        action="append",
+        required=True,
+        help="threshold | ml_leaks | lira | cs_mia | dlg | idlg | mia | inversion | all "
+        "(repeatable)",
+    )
+    p.add_argument("--checkpoint", help="a Lightning checkpoint of the run (skips training)")
+    p.add_argument("--num-targets", type=int, default=500)
+    p.add_argument("--shadow-models", type=int, default=4)
+    p.add_argument("--threshold-score", default="loss", choices=["loss", "confidence"])
+    p.add_argument("--dlg-iterations", type=int, default=300)
+    p.add_argument("--dlg-batch-size", type=int, default=1)
+    p.add_argument("--dlg-examples", type=int, default=4)
+    p.add_argument("--dlg-client", type=int, default=0)
+    p.add_argument(
+        "--mechanism",
+        choices=["none", "gaussian", "laplace"],
+        default="none",
+        help="extra mechanism on the attacked upload (on top of the strategy's own)",
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=1.0,
+        help="gaussian: noise multiplier; laplace: ε of one release",
+    )
+    p.add_argument("--sensitivity", type=float, default=1.0)
+    p.add_argument("--out", help="output directory (default: the run's log directory)")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _mechanism(args: argparse.Namespace):  # noqa: ANN202
+    if args.mechanism == "gaussian":
+        from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+
+        return GaussianMechanism(noise_multiplier=args.noise, sensitivity=args.sensitivity)
+    if args.mechanism == "laplace":
+        from fl_lightning.privacy.mechanisms.laplace import LaplaceMechanism
+
+        return LaplaceMechanism(epsilon=args.noise, sensitivity=args.sensitivity)
+    return None
+
+
+def audit(argv: list[str]) -> dict:
+    """Parses ``argv``, trains or restores the run, attacks it; returns the results."""
+    from fl_lightning.attacks.callback import AuditCallback
+    from fl_lightning.attacks.pipeline import Pipeline
+
+    args, overrides = _parser().parse_known_args(argv)
+    callback = AuditCallback(
+        args.attack,
+        num_targets=args.num_targets,
+        shadow_models=args.shadow_models,
+        threshold_score=args.threshold_score,
+        dlg_iterations=args.dlg_iterations,
+        dlg_batch_size=args.dlg_batch_size,
+        dlg_examples=args.dlg_examples,
+        dlg_client=args.dlg_client,
+        mechanism=_mechanism(args),
+        output_dir=args.out,
+        seed=args.seed,
+    )
+    if args.checkpoint and "cs_mia" in callback.attacks:
+        raise ValueError(
+            "audit.attack: cs_mia needs the per-round series recorded while training; "
+            "drop --checkpoint to train and attack in one go"
+        )
+    pipeline = Pipeline(["--config", args.config, *overrides])
+    callback.pipeline = pipeline
+    extra: list[str] = []
+    if args.checkpoint:
+        ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+        # Resume to exactly the checkpoint's round: Lightning restores everything, runs nothing.
+        extra.append(f"--trainer.max_steps={int(ckpt['global_step'])}")
+        if args.out is None:
+            callback.output_dir = str(Path(args.checkpoint).resolve().parent.parent)
+    cli = pipeline.build(*extra)
+    cli.trainer.callbacks.append(callback)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=args.checkpoint)
+    return callback.results
+
+
+def main(argv: list[str]) -> int:
+    from jsonargparse import ArgumentError
+
+    from fl_lightning.cli import one_line
+
+    try:
+        audit(list(argv))
+    except (ArgumentError, ValueError, FileNotFoundError, TypeError, KeyError) as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,373 @@
+"""Gradient engines of the local loop: plain SGD gradients and sample-level DP-SGD.
+
+An engine turns one batch into gradients in ``p.grad``. The DP-SGD engines follow Abadi et al.
+2016, Alg. 1: per-example gradients, each clipped to L2 norm C, summed, plus N(0, σ²C²), divided
+by the *expected* batch size (Poisson sampling, so the sum's sensitivity is C). Engines are built
+once per process and reconfigured per client (noise generator, σ, batch size), never rebuilt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class GradientEngine:
+    """Non-private gradients: mean loss over the batch, backward."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.net = net
+        self.params = [p for p in net.parameters() if p.requires_grad]
+
+    @property
+    def forward_module(self) -> nn.Module:
+        return self.net
+
+    def configure_client(
+        self,
+        *,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        expected_batch_size: float,
+        generator: torch.Generator,
+    ) -> None:
+        """Per-client settings (ignored without DP)."""
+
+    def compute_gradients(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
+        """Leaves the batch gradient in ``p.grad``; returns the batch's mean loss."""
+        for p in self.params:
+            p.grad = None
+        if len(x) == 0:
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+            return float("nan")
+        loss = loss_fn(self.net(x), y)
+        loss.backward()
+        return float(loss.detach())
+
+
+class DPSGDEngine(GradientEngine):
+    """Shared DP-SGD skeleton (Abadi et al. 2016, Alg. 1, lines "clip", "add noise", "descent").
+
+    A logical (Poisson) batch is processed in physical chunks of at most
+    ``max_physical_batch_size`` examples ("virtual batches": the memory of per-example state is
+    bounded by the chunk, not the batch). Each chunk adds its *clipped* per-example gradients
+    g̃_i = g_i · min(1, C / (‖g_i‖ + 1e-6)) to a preallocated sum; then once per logical batch
+
+        g = (Σ_i g̃_i + N(0, σ²C² I)) / (q · n_i)        (Abadi et al. 2016, Alg. 1)
+
+    with the noise drawn parameter by parameter, in parameter order, by Opacus'
+    ``_generate_noise`` from the client's generator. Engines differ only in how they get the
+    clipped sum of one chunk (``_clipped_sum_``), so with the same generator every engine
+    releases the same gradient up to float rounding.
+    """
+
+    name = "dp"
+
+    def __init__(self, net: nn.Module, *, max_physical_batch_size: int | None = None) -> None:
+        super().__init__(net)
+        self.max_physical_batch_size = max_physical_batch_size
+        self.noise_multiplier = 1.0
+        self.max_grad_norm = 1.0
+        self.expected_batch_size = 1.0
+        self.generator: torch.Generator | None = None
+        self._sums = [torch.zeros_like(p) for p in self.params]
+
+    def configure_client(
+        self,
+        *,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        expected_batch_size: float,
+        generator: torch.Generator,
+    ) -> None:
+        self.noise_multiplier = float(noise_multiplier)
+        self.max_grad_norm = float(max_grad_norm)
+        self.expected_batch_size = float(expected_batch_size)
+        self.generator = generator
+
+    def _chunks(self, n: int) -> list[tuple[int, int]]:
+        size = self.max_physical_batch_size or n
+        return [(i, min(n, i + size)) for i in range(0, n, size)]
+
+    def _clipped_sum_(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
+    ) -> float:
+        """Adds the chunk's clipped per-example gradients to ``sums``; returns its loss sum."""
+        raise NotImplementedError
+
+    def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> list[torch.Tensor]:
+        """Σ_i clip_C(g_i) over the batch, before noise (exposed for tests)."""
+        for s in self._sums:
+            s.zero_()
+        for lo, hi in self._chunks(len(x)):
+            self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
+        return [s.clone() for s in self._sums]
+
+    def compute_gradients(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
+        from opacus.optimizers.optimizer import _generate_noise
+
+        for s in self._sums:
+            s.zero_()
+        loss_total = 0.0
+        for lo, hi in self._chunks(len(x)):
+            loss_total += self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
+        std = self.noise_multiplier * self.max_grad_norm
+        for p, s in zip(self.params, self._sums):
+            # An empty Poisson batch still releases noise (Abadi et al.; Opacus does the same).
+            noise = _generate_noise(std=std, reference=s, generator=self.generator)
+            p.grad = s.add_(noise).div_(self.expected_batch_size).clone()
+        return loss_total / len(x) if len(x) else float("nan")
+
+
+def _clip_factors(norms: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
+    """min(1, C / (‖g_i‖ + 1e-6)), Opacus' ``clip_and_accumulate`` formula."""
+    return (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+
+
+def per_sample_losses(loss_fn: LossFn, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The vector of per-example losses of a mean-reduced ``loss_fn`` (vmap over examples)."""
+    from torch.func import vmap
+
+    return vmap(lambda out, target: loss_fn(out.unsqueeze(0), target.unsqueeze(0)))(logits, y)
+
+
+class OpacusEngine(DPSGDEngine):
+    """Per-example gradients through Opacus' ``GradSampleModule`` hooks (``p.grad_sample``),
+    clipped and summed by ``DPOptimizer.clip_and_accumulate`` (Yousefpour et al. 2021).
+
+    The parameter update itself is done by the local loop's optimizer so that proximal terms
+    and strategy corrections (post-processing of the noisy gradient) can be added in between.
+    """
+
+    name = "opacus"
+
+    def __init__(self, net: nn.Module, *, max_physical_batch_size: int | None = None) -> None:
+        super().__init__(net, max_physical_batch_size=max_physical_batch_size)
+        from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer
+
+        self.grad_sample_module = GradSampleModule(net, loss_reduction="mean")
+        # A placeholder optimizer: DPOptimizer needs one, only clip_and_accumulate is used.
+        self._dp = DPOptimizer(
+            torch.optim.SGD(self.params, lr=0.0),
+            noise_multiplier=0.0,
+            max_grad_norm=1.0,
+            expected_batch_size=1,
+            loss_reduction="mean",
+        )
+
+    @property
+    def forward_module(self) -> nn.Module:
+        return self.grad_sample_module
+
+    def _clipped_sum_(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
+    ) -> float:
+        self._dp.zero_grad(set_to_none=True)
+        self._dp.max_grad_norm = self.max_grad_norm
+        loss = loss_fn(self.grad_sample_module(x), y)
+        loss.backward()
+        self._dp.clip_and_accumulate()
+        for p, s in zip(self.params, sums):
+            s.add_(p.summed_grad.view_as(s))
+            p.grad_sample = None
+            p.summed_grad = None
+            p.grad = None
+        return float(loss.detach()) * len(x)
+
+
+class GhostEngine(DPSGDEngine):
+    """Ghost / fast gradient clipping (Goodfellow 2015; Li et al. 2022, "Large Language Models
+    Can Be Strong Differentially Private Learners", §4) with Opacus'
+    ``GradSampleModuleFastGradientClipping``.
+
+    Pass 1: backward of the mean loss; the hooks compute per-example gradient *norms* (for
+    ``nn.Linear``/``nn.Embedding`` without materialising per-example gradients, ghost norms;
+    other layers from per-example gradients, freed at once). Pass 2: backward of
+    Σ_i c_i ℓ_i with c_i = min(1, C/(‖g_i‖+1e-6)), which leaves Σ_i c_i g_i in ``p.grad``.
+    This is ``opacus.utils.fast_gradient_clipping_utils.DPTensorFastGradientClipping.backward``,
+    written out so that the loss may be any mean-reduced function.
+    """
+
+    name = "ghost"
+
+    def __init__(self, net: nn.Module, *, max_physical_batch_size: int | None = None) -> None:
+        super().__init__(net, max_physical_batch_size=max_physical_batch_size)
+        from opacus.grad_sample import GradSampleModuleFastGradientClipping
+
+        self.grad_sample_module = GradSampleModuleFastGradientClipping(
+            net, loss_reduction="mean", max_grad_norm=1.0, use_ghost_clipping=True
+        )
+
+    @property
+    def forward_module(self) -> nn.Module:
+        return self.grad_sample_module
+
+    def _clipped_sum_(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
+    ) -> float:
+        gsm = self.grad_sample_module
+        gsm.max_grad_norm = self.max_grad_norm
+        for p in self.params:
+            p.grad = None
+        losses = per_sample_losses(loss_fn, gsm(x), y)
+        losses.mean().backward(retain_graph=True)
+        coeff = gsm.get_clipping_coef()
+        for p in self.params:
+            p.grad = None
+        gsm.disable_hooks()
+        try:
+            (coeff.detach() * losses).sum().backward()
+        finally:
+            gsm.enable_hooks()
+        for p, s in zip(self.params, sums):
+            s.add_(p.grad)
+            p.grad = None
+        return float(losses.detach().sum())
+
+
+class FunctorchEngine(DPSGDEngine):
+    """Per-example gradients as ``torch.func.vmap(grad(loss))`` over the examples of a chunk,
+    through ``torch.func.functional_call`` on the live parameters (no hooks, no copies);
+    clipped and summed with one ``einsum`` per parameter.
+    """
+
+    name = "functorch"
+
+    def __init__(self, net: nn.Module, *, max_physical_batch_size: int | None = None) -> None:
+        super().__init__(net, max_physical_batch_size=max_physical_batch_size)
+        from torch.func import functional_call, grad_and_value, vmap
+
+        self._names = [n for n, p in net.named_parameters() if p.requires_grad]
+
+        def loss_one(params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor, fn: LossFn):
+            out = functional_call(net, (params, buffers), (x.unsqueeze(0),))
+            return fn(out, y.unsqueeze(0))
+
+        self._per_sample = vmap(grad_and_value(loss_one), in_dims=(None, None, 0, 0, None))
+
+    def _clipped_sum_(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
+    ) -> float:
+        params = {n: p.detach() for n, p in zip(self._names, self.params)}
+        buffers = dict(self.net.named_buffers())
+        grads, losses = self._per_sample(params, buffers, x, y, loss_fn)
+        g = [grads[n] for n in self._names]
+        norms = torch.stack([gi.reshape(len(x), -1).norm(2, dim=1) for gi in g], dim=1).norm(
+            2, dim=1
+        )
+        factors = _clip_factors(norms, self.max_grad_norm)
+        for gi, s in zip(g, sums):
+            s.add_(torch.einsum("i,i...->...", factors, gi))
+        return float(losses.sum())
+
+
+class BookKeepingEngine(DPSGDEngine):
+    """Book-keeping clipping (Bu et al. 2023, Alg. 1): one forward that books every layer's
+    input, one backward for the layer-output gradients only, then per-example norms (ghost or
+    instantiated per layer) and the clipped sum as one product per layer; see
+    ``fl_lightning.client.book_keeping``. ``nn.Linear``/``nn.Conv2d`` models only.
+    """
+
+    name = "bk"
+
+    def __init__(self, net: nn.Module, *, max_physical_batch_size: int | None = None) -> None:
+        super().__init__(net, max_physical_batch_size=max_physical_batch_size)
+        from fl_lightning.client.book_keeping import BookKeeper
+
+        self.keeper = BookKeeper(net, self.params)
+
+    def _clipped_sum_(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
+    ) -> float:
+        with torch.enable_grad():
+            loss_sum = self.keeper.clipped_sum_(
+                x, y, loss_fn, max_grad_norm=self.max_grad_norm, sums=sums
+            )
+        return float(loss_sum)
+
+
+DP_SGD_ENGINES: dict[str, type[DPSGDEngine]] = {
+    "opacus": OpacusEngine,
+    "ghost": GhostEngine,
+    "functorch": FunctorchEngine,
+    "bk": BookKeepingEngine,
+}
+ENGINE_NAMES = (*DP_SGD_ENGINES, "auto")
+
+#: Per-example gradient memory (chunk size × parameters × 4 bytes) above which ``auto`` picks
+#: ghost clipping, which never holds per-example gradients of linear layers.
+AUTO_PER_SAMPLE_BYTES = 2**30
+#: Parameters in ``nn.Linear``/``nn.Embedding`` layers above which ``auto`` picks ghost clipping
+#: (their ghost norms replace the largest per-example gradients; benchmarks/dpsgd_step.py).
+AUTO_GHOST_LINEAR_PARAMS = 1_000_000
+
+
+def auto_engine(net: nn.Module, *, batch_size: int | None = None) -> str:
+    """The rule of ``engine: auto`` (docs/performance.md), from benchmarks/dpsgd_step.py:
+
+    1. ``opacus`` if the model has Opacus recurrent layers (DPLSTM/DPGRU/DPRNN: their
+       per-step hooks are the supported path) or buffers (functional_call would not update
+       running statistics like the hooks do);
+    2. ``bk`` if every trainable parameter sits in a layer book-keeping supports (Linear,
+       Conv2d, GroupNorm, LayerNorm): one backward pass instead of two (MNIST CNN 1.2-1.4x a
+       non-private step vs 2.3x for ghost on CPU); its memory is bounded per layer by ghost
+       norms;
+    3. ``ghost`` if the layers with ghost norms (``nn.Linear``, ``nn.Embedding``) hold at least
+       ``AUTO_GHOST_LINEAR_PARAMS`` parameters, or if the per-example gradients of one physical
+       batch would exceed ``AUTO_PER_SAMPLE_BYTES`` (memory bound);
+    4. ``functorch`` otherwise.
+    """
+    from opacus.layers.dp_rnn import DPGRU, DPLSTM, DPRNN
+
+    from fl_lightning.client.book_keeping import unsupported_layers
+
+    if any(isinstance(m, (DPGRU, DPLSTM, DPRNN)) for m in net.modules()):
+        return "opacus"
+    if any(True for _ in net.buffers()):
+        return "opacus"
+    if not unsupported_layers(net):
+        return "bk"
+    n_params = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    ghosted = sum(
+        p.numel()
+        for m in net.modules()
+        if isinstance(m, (nn.Linear, nn.Embedding))
+        for p in m.parameters(recurse=False)
+        if p.requires_grad
+    )
+    if ghosted >= AUTO_GHOST_LINEAR_PARAMS:
+        return "ghost"
+    if batch_size is not None and batch_size * n_params * 4 > AUTO_PER_SAMPLE_BYTES:
+        return "ghost"
+    return "functorch"
+
+
+def build_engine(
+    net: nn.Module,
+    engine: str | None,
+    *,
+    max_physical_batch_size: int | None = None,
+    batch_size: int | None = None,
+) -> GradientEngine:
+    """The non-private engine for ``engine=None``, else the named DP-SGD engine.
+
+    ``batch_size`` (the expected logical batch) only informs ``auto``.
+    """
+    if engine is None:
+        return GradientEngine(net)
+    if engine == "auto":
+        physical = batch_size
+        if max_physical_batch_size is not None and batch_size is not None:
+            physical = min(batch_size, max_physical_batch_size)
+        engine = auto_engine(net, batch_size=physical)
+    if engine not in DP_SGD_ENGINES:
+        raise ValueError(
+            f"client.dp_sgd.engine: unknown engine {engine!r}; choose from {list(ENGINE_NAMES)}"
+        )
+    return DP_SGD_ENGINES[engine](net, max_physical_batch_size=max_physical_batch_size)

@@ -1,0 +1,133 @@
+"""The local training loop, built once per process and reused for every client.
+
+For each client it loads the global weights into the one ClientModule in place, runs E local
+epochs or K local steps on the client's in-memory tensors (batches are slices, not a
+DataLoader), and returns a ``ClientUpdate`` holding the flat delta. Under DP-SGD each step's
+batch is a Poisson sample at rate B/n_i (needed for the accountant's subsampling analysis).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from fl_lightning.client.config import LocalTrainingConfig
+from fl_lightning.client.dp_sgd import build_engine
+from fl_lightning.client.module import ClientModule
+from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
+from fl_lightning.utils.rng import generator_for
+
+if TYPE_CHECKING:
+    from fl_lightning.strategies.base import Strategy
+
+
+class LocalTrainer:
+    """Runs local training for one client at a time on a reused ClientModule.
+
+    Args:
+        client: the process's ClientModule (its ``net`` is overwritten for every client).
+        device: where local training runs.
+    """
+
+    def __init__(self, client: ClientModule, device: torch.device | str = "cpu") -> None:
+        self.client = client.to(device)
+        self.device = torch.device(device)
+        self.config = client.training_config
+        dp = self.config.dp_sgd
+        self.engine = build_engine(
+            client.net,
+            dp.engine if dp is not None else None,
+            max_physical_batch_size=dp.max_physical_batch_size if dp is not None else None,
+            batch_size=self.config.batch_size,
+        )
+        self.params = trainable_parameters(client.net)
+        self.optimizer = client.configure_optimizers()
+        self._local = torch.empty(sum(p.numel() for p in self.params), device=self.device)
+        self._initial_optimizer_state = self.optimizer.state_dict()
+
+    def planned_steps(self, num_examples: int, overrides: dict | None = None) -> int:
+        return self.config.with_overrides(overrides or {}).steps_for(num_examples)
+
+    def _reset_optimizer(self, cfg: LocalTrainingConfig, state: dict | None) -> None:
+        self.optimizer.load_state_dict(
+            state if state is not None else self._initial_optimizer_state
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.lr
+            if "momentum" in group:
+                group["momentum"] = cfg.momentum
+            group["weight_decay"] = cfg.weight_decay
+
+    def train(
+        self,
+        client_id: int,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        ctx: RoundContext,
+        strategy: Strategy,
+    ) -> ClientUpdate:
+        """Trains client ``client_id`` from ``ctx.global_params``; returns its update."""
+        cfg = self.config.with_overrides(ctx.client_config)
+        n = len(y)
+        start = strategy.client_start_params(client_id, ctx)
+        load_flat_(self.params, start)
+        self._reset_optimizer(cfg, strategy.client_optimizer_state(client_id))
+        batch_gen = generator_for(ctx.seed, ctx.round_idx, client_id, "batches", device=x.device)
+        dp = cfg.dp_sgd
+        dp_steps: list[SampledGaussian] = []
+        rate = min(1.0, cfg.batch_size / n)
+        if dp is not None:
+            assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
+            self.engine.configure_client(
+                noise_multiplier=dp.noise_multiplier,
+                max_grad_norm=dp.max_grad_norm,
+                expected_batch_size=rate * n,
+                generator=generator_for(ctx.seed, ctx.round_idx, client_id, "dp_sgd"),
+            )
+        prox_anchor = None
+        if cfg.prox_mu > 0:
+            prox_anchor = [p.detach().clone() for p in self.params]
+
+        steps = cfg.steps_for(n)
+        losses = []
+        order = torch.empty(0, dtype=torch.long, device=x.device)
+        cursor = 0
+        self.client.net.train()
+        for _ in range(steps):
+            if dp is not None:
+                mask = torch.rand(n, generator=batch_gen, device=x.device) < rate
+                idx = mask.nonzero().squeeze(1)
+            else:
+                if cursor >= len(order):
+                    order = torch.randperm(n, generator=batch_gen, device=x.device)
+                    cursor = 0
+                idx = order[cursor : cursor + cfg.batch_size]
+                cursor += cfg.batch_size
+            loss = self.engine.compute_gradients(x[idx], y[idx], self.client.loss)
+            if not math.isnan(loss):
+                losses.append(loss)
+            if prox_anchor is not None:
+                # FedProx (Li et al. 2020, Eq. 2): ∇(μ/2)‖w − w_t‖² = μ(w − w_t).
+                for p, anchor in zip(self.params, prox_anchor):
+                    p.grad.add_(p.detach() - anchor, alpha=cfg.prox_mu)
+            strategy.adjust_local_gradients(client_id, self.params, ctx)
+            self.optimizer.step()
+        if dp is not None:
+            dp_steps.append(SampledGaussian(dp.noise_multiplier, rate, steps))
+        if strategy.persists_client_optimizer_state:
+            strategy.save_client_optimizer_state(client_id, self.optimizer.state_dict())
+
+        delta = flatten_into(self.params, self._local).clone().sub_(start)
+        return ClientUpdate(
+            client_id=client_id,
+            delta=delta,
+            num_examples=n,
+            loss=sum(losses) / len(losses) if losses else float("nan"),
+            metrics={"local_steps": float(steps)},
+            dp_steps=dp_steps,
+            base_round=ctx.round_idx,
+        )

@@ -1,0 +1,126 @@
+"""ClientModule: the model a client trains, as a LightningModule.
+
+It owns the network, the loss, the evaluation metrics and the local optimizer's definition.
+The FederatedModule never builds one per client: one ClientModule per process is reused for
+every client (its weights are overwritten in place), see ``client/local_loop.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.functional.classification import (
+    multiclass_accuracy,
+    multiclass_f1_score,
+    multiclass_recall,
+)
+
+from fl_lightning.client.config import DPSGDConfig, LocalTrainingConfig
+
+
+def dp_incompatibility(net: nn.Module) -> str | None:
+    """Why Opacus cannot run DP-SGD on ``net`` (None when it can)."""
+    from opacus.validators import ModuleValidator
+
+    for module in net.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            return (
+                f"client.net: {type(module).__name__} mixes examples in a batch and breaks "
+                "per-example DP-SGD; use GroupNorm"
+            )
+    errors = ModuleValidator.validate(net, strict=False)
+    return f"client.net: {errors[0]}" if errors else None
+
+
+class ClientModule(pl.LightningModule):
+    """A classifier trained by each client.
+
+    Args:
+        net: the network (any ``nn.Module`` mapping inputs to logits).
+        num_classes: number of classes (for the metrics).
+        optimizer: local optimizer, ``sgd`` or ``adam``.
+        lr: local learning rate.
+        momentum: SGD momentum.
+        weight_decay: L2 weight decay.
+        local_epochs: passes over the local data per round (when ``local_steps`` is None).
+        local_steps: local steps per round (overrides ``local_epochs``).
+        batch_size: local batch size (expected Poisson batch size under DP-SGD).
+        prox_mu: FedProx proximal coefficient.
+        dp_sgd: sample-level DP-SGD settings (None: non-private local training).
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_classes: int = 10,
+        optimizer: Literal["sgd", "adam"] = "sgd",
+        lr: float = 0.05,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        local_epochs: int = 1,
+        local_steps: int | None = None,
+        batch_size: int = 32,
+        prox_mu: float = 0.0,
+        dp_sgd: DPSGDConfig | None = None,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.num_classes = num_classes
+        self.training_config = LocalTrainingConfig(
+            optimizer=optimizer,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            local_epochs=local_epochs,
+            local_steps=local_steps,
+            batch_size=batch_size,
+            prox_mu=prox_mu,
+            dp_sgd=dp_sgd,
+        )
+        if dp_sgd is not None:
+            problem = dp_incompatibility(net)
+            if problem:
+                raise ValueError(problem)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        cfg = self.training_config
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        if cfg.optimizer == "adam":
+            return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+
+    @torch.no_grad()
+    def evaluate(
+        self, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024
+    ) -> dict[str, float]:
+        """Loss, accuracy, macro recall and macro F1 of the current weights on (x, y)."""
+        was_training = self.net.training
+        self.net.eval()
+        logits = torch.cat([self.net(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
+        self.net.train(was_training)
+        return metrics_from_logits(logits, y, self.num_classes)
+
+
+def metrics_from_logits(
+    logits: torch.Tensor, y: torch.Tensor, num_classes: int
+) -> dict[str, float]:
+    """Cross-entropy, accuracy, macro recall and macro F1 (torchmetrics)."""
+    preds = logits.argmax(dim=1)
+    return {
+        "loss": float(F.cross_entropy(logits, y)),
+        "accuracy": float(multiclass_accuracy(preds, y, num_classes, average="micro")),
+        "recall_macro": float(multiclass_recall(preds, y, num_classes, average="macro")),
+        "f1_macro": float(multiclass_f1_score(preds, y, num_classes, average="macro")),
+    }

@@ -1,0 +1,1 @@
+"""Privacy: mechanisms, DP-SGD engines, accountants and noise calibration."""

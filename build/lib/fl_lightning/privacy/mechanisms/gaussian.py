@@ -1,0 +1,57 @@
+"""The Gaussian mechanism (Dwork & Roth 2014, Thm. A.1; Mironov 2017 for its RDP)."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import torch
+
+from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
+
+
+def classic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+    """σ = √(2 ln(1.25/δ))·Δ/ε, the classic calibration (valid for ε < 1; Dwork & Roth A.1)."""
+    if epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
+
+
+class GaussianMechanism(Mechanism):
+    """Adds N(0, (z·Δ)²) to every coordinate.
+
+    Args:
+        noise_multiplier: z, the noise standard deviation in units of the L2 sensitivity.
+        sensitivity: Δ, the L2 sensitivity of the input (the clip norm for a clipped update).
+    """
+
+    def __init__(self, *, noise_multiplier: float, sensitivity: float = 1.0) -> None:
+        if noise_multiplier < 0:
+            raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+        if sensitivity <= 0:
+            raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
+        self.noise_multiplier = float(noise_multiplier)
+        self.sensitivity = float(sensitivity)
+
+    @property
+    def std(self) -> float:
+        return self.noise_multiplier * self.sensitivity
+
+    def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+        if self.std == 0:
+            return x.clone()
+        noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+        return x + noise * self.std
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        if self.noise_multiplier == 0:
+            return dp_accounting.NonPrivateDpEvent()
+        return dp_accounting.GaussianDpEvent(self.noise_multiplier)
+
+    def guarantee(self) -> PrivacyGuarantee:
+        return PrivacyGuarantee(
+            epsilon=None,
+            note=f"Gaussian noise multiplier {self.noise_multiplier:g}; ε from the accountant",
+        )

@@ -1,0 +1,1 @@
+"""Server side: the round loop (FederatedModule), cohort sampling and cohort execution."""

@@ -1,0 +1,616 @@
+"""FederatedModule: the round loop as a LightningModule (one training step = one round).
+
+The Lightning ``Trainer`` gives the loop process launch, logging, progress, checkpoints and
+seeding; ``max_steps`` is the number of rounds. Each step (DESIGN.md, "One round"):
+
+1. the strategy configures the round; 2. the sampler draws the cohort from (seed, round);
+3. the executor trains this process's clients on the one reused ClientModule; 4. client-side
+processing (clipping, local mechanisms) with generators keyed by (seed, round, client);
+5. the strategy aggregates (central noise from a generator keyed by (seed, round));
+6. the server optimizer applies the aggregate as a pseudo-gradient (SGD lr 1 = FedAvg,
+momentum = FedAvgM, Adam = FedAdam); 7. the accountant records the round and logs ε, stopping
+before a round that would exceed ``target_epsilon``; 8. every ``eval_every`` rounds the global
+model is evaluated with torchmetrics.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.loggers import WandbLogger
+
+from fl_lightning.client.local_loop import LocalTrainer
+from fl_lightning.client.module import ClientModule, metrics_from_logits
+from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.analysis import resolve_noise_multiplier
+from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.server.distributed import (
+    all_reduce_sum_,
+    check_ranks_agree,
+    gather_objects,
+    gather_updates,
+    rank_and_world,
+)
+from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.sampling import CohortSampler
+from fl_lightning.server.sharding import assign_clients
+from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.base import Strategy
+from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
+from fl_lightning.utils.rng import generator_for
+
+
+class _UpdateStats:
+    """Wraps the stream of updates, remembering what logging and accounting need."""
+
+    def __init__(self, updates: Iterable[ClientUpdate]) -> None:
+        self._updates = updates
+        self.losses: list[float] = []
+        self.metrics: dict[str, list[float]] = {}
+        self.dp_steps: dict[int, list[SampledGaussian]] = {}
+        self.count = 0
+        self.records: list[tuple[int, float, dict[str, float], list[SampledGaussian]]] = []
+
+    def __iter__(self) -> Iterator[ClientUpdate]:
+        for update in self._updates:
+            self._add(update.client_id, update.loss, update.metrics, update.dp_steps)
+            yield update
+
+    def _add(self, cid: int, loss: float, metrics: dict, dp_steps: list) -> None:
+        self.count += 1
+        self.records.append((cid, loss, dict(metrics), list(dp_steps)))
+        if not math.isnan(loss):
+            self.losses.append(loss)
+        for k, v in metrics.items():
+            self.metrics.setdefault(k, []).append(float(v))
+        if dp_steps:
+            self.dp_steps[cid] = list(dp_steps)
+
+    @classmethod
+    def from_records(cls, records: Iterable[tuple]) -> _UpdateStats:
+        """Statistics of every rank's clients, in client order (as one process sees them)."""
+        stats = cls(())
+        for record in sorted(records, key=lambda r: r[0]):
+            stats._add(*record)
+        return stats
+
+
+_SKIP = object()
+
+
+def describe_setting(value: Any, depth: int = 0) -> Any:
+    """A rank-independent description of a strategy attribute for the config hash (plain
+    values as they are, objects by their public attributes); ``_SKIP`` for what describes no
+    setting (callables, tensors, process-local handles whose repr carries a memory address)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if depth > 4 or callable(value) or isinstance(value, torch.Tensor):
+        return _SKIP
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [describe_setting(v, depth + 1) for v in value]
+        items = [v for v in items if v is not _SKIP]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, dict):
+        out = {repr(k): describe_setting(v, depth + 1) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not _SKIP}
+    if hasattr(value, "__dict__"):
+        public = {k: v for k, v in vars(value).items() if not k.startswith("_")}
+        return [type(value).__qualname__, describe_setting(public, depth + 1)]
+    text = repr(value)
+    return _SKIP if " at 0x" in text else text
+
+
+def auto_vectorizes(trainer: LocalTrainer) -> bool:
+    """The rule of ``executor: auto``: vectorise when the model can be stacked and the clients
+    train without DP-SGD. DP-SGD clients stay sequential, where the ``bk`` engine computes
+    per-example norms in one backward: the vectorised executor's nested ``vmap`` was 4x slower
+    (MnistCNN 8.1 s vs 1.9 s a round, MLP 0.90 vs 0.21 s; benchmarks/cohort_throughput.py
+    --dp-sgd)."""
+    from fl_lightning.server.vectorized_executor import model_blocker
+
+    if trainer.client.training_config.dp_sgd is not None:
+        return False
+    return model_blocker(trainer.client.net) is None
+
+
+def _build_executor(name: str, trainer: LocalTrainer):  # noqa: ANN202 - an executor
+    from fl_lightning.server.vectorized_executor import VectorizedExecutor
+
+    if name == "auto":
+        name = "vectorized" if auto_vectorizes(trainer) else "sequential"
+    return VectorizedExecutor(trainer) if name == "vectorized" else SequentialExecutor(trainer)
+
+
+class FederatedModule(pl.LightningModule):
+    """The federated round loop.
+
+    Args:
+        client: the ClientModule every client trains (one per process, reused).
+        strategy: the aggregation strategy (a Callback).
+        privacy: the accountant (a Callback); None for a run without accounting.
+        sampling: ``fixed`` (m clients per round) or ``poisson`` (rate q).
+        clients_per_round: m.
+        client_rate: q for Poisson sampling.
+        server_optimizer: ``sgd`` (FedAvg / FedAvgM) or ``adam`` (FedAdam).
+        server_lr: server learning rate (1.0 with SGD and no momentum is plain FedAvg).
+        server_momentum: server SGD momentum (FedAvgM).
+        server_betas: Adam betas (FedAdam).
+        server_eps: Adam ε (FedAdam uses a large one, e.g. 1e-3; Reddi et al. 2021).
+        eval_every: evaluate the global model every this many rounds (0: only at the end).
+        seed: seed of every generator of the run (cohorts, batches, noise).
+        executor: ``sequential`` (one client at a time), ``vectorized`` (vmapped cohorts,
+            ``server/vectorized_executor.py``; falls back to sequential with a logged reason)
+            or ``auto`` (vectorized when the model can be vmapped and clients run no DP-SGD,
+            :func:`auto_vectorizes`, docs/performance.md).
+    """
+
+    def __init__(
+        self,
+        client: ClientModule,
+        strategy: Strategy,
+        privacy: PrivacyAccountant | None = None,
+        sampling: Literal["fixed", "poisson"] = "fixed",
+        clients_per_round: int = 10,
+        client_rate: float | None = None,
+        server_optimizer: Literal["sgd", "adam"] = "sgd",
+        server_lr: float = 1.0,
+        server_momentum: float = 0.0,
+        server_betas: tuple[float, float] = (0.9, 0.99),
+        server_eps: float = 1e-3,
+        eval_every: int = 5,
+        seed: int = 0,
+        executor: Literal["sequential", "vectorized", "auto"] = "sequential",
+    ) -> None:
+        super().__init__()
+        if executor not in ("sequential", "vectorized", "auto"):
+            raise ValueError(
+                f"model.executor: expected 'sequential', 'vectorized' or 'auto', got {executor!r}"
+            )
+        self.executor_name = executor
+        if server_optimizer not in ("sgd", "adam"):
+            raise ValueError(
+                f"model.server_optimizer: expected 'sgd' or 'adam', got {server_optimizer!r}"
+            )
+        if server_lr < 0:
+            raise ValueError(f"model.server_lr: learning rate must be >= 0, got {server_lr}")
+        if not 0 <= server_momentum < 1:
+            raise ValueError(
+                f"model.server_momentum: must be in [0, 1) (>= 1 makes the server step grow "
+                f"without bound), got {server_momentum}"
+            )
+        if eval_every < 0:
+            raise ValueError(f"model.eval_every: must be >= 0, got {eval_every}")
+        self.automatic_optimization = False
+        self.sampler = CohortSampler(sampling, clients_per_round, client_rate)
+        self.strategy = strategy
+        self.accountant = privacy
+        self.server_optimizer = server_optimizer
+        self.server_lr = server_lr
+        self.server_momentum = server_momentum
+        self.server_betas = tuple(server_betas)
+        self.server_eps = server_eps
+        self.eval_every = eval_every
+        self.seed = seed
+        self.global_net = copy.deepcopy(client.net)
+        self.num_classes = client.num_classes
+        # Not a registered submodule: the client's working copy is not part of the checkpoint.
+        self._client = [client]
+        self._local_trainer: LocalTrainer | None = None
+        self._executor: SequentialExecutor | None = None
+        self._global_flat: torch.Tensor | None = None
+        self._eval_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.last_eval: dict[str, float] = {}
+        self.rounds_completed = 0
+        self.stopped_by_budget = False
+        self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
+
+    @property
+    def client(self) -> ClientModule:
+        return self._client[0]
+
+    @property
+    def uses_dp_sgd(self) -> bool:
+        return self.client.training_config.dp_sgd is not None
+
+    # -- set-up ------------------------------------------------------------------------------
+    def configure_callbacks(self) -> list[pl.Callback]:
+        return [cb for cb in (self.strategy, self.accountant) if cb is not None]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        params = trainable_parameters(self.global_net)
+        if self.server_optimizer == "adam":
+            return torch.optim.Adam(
+                params, lr=self.server_lr, betas=self.server_betas, eps=self.server_eps
+            )
+        return torch.optim.SGD(params, lr=self.server_lr, momentum=self.server_momentum)
+
+    @property
+    def data(self):  # noqa: ANN201 - the FederatedDataModule
+        return self.trainer.datamodule
+
+    def setup(self, stage: str) -> None:
+        data = self.data
+        data.setup(stage)
+        if data.num_classes != self.num_classes:
+            raise ValueError(
+                f"client.num_classes: model has {self.num_classes} classes, dataset "
+                f"{data.dataset_name!r} has {data.num_classes}"
+            )
+        if stage == "fit":
+            self.sampler.check_population(data.num_clients)
+            self.strategy.validate_config(client_uses_dp_sgd=self.uses_dp_sgd)
+
+    def on_fit_start(self) -> None:
+        data = self.data
+        if rank_and_world()[1] > 1:
+            # Every rank raises the same error before any collective (no rank left waiting);
+            # the CLI checks this before launching, this covers runs built in Python.
+            problem = self.strategy.distributed_problem()
+            if problem:
+                raise ValueError(f"strategy: {problem}")
+            check_ranks_agree(self.resolved_config())
+        data.to(self.device)
+        self._calibrate_noise()
+        self.strategy.setup_strategy(
+            num_clients=data.num_clients,
+            num_parameters=sum(p.numel() for p in trainable_parameters(self.global_net)),
+            seed=self.seed,
+        )
+        self._local_trainer = LocalTrainer(self.client, self.device)
+        self._executor = _build_executor(self.executor_name, self._local_trainer)
+        self._global_flat = torch.empty(
+            sum(p.numel() for p in trainable_parameters(self.global_net)), device=self.device
+        )
+        self._log_partition()
+
+    def _calibrate_noise(self) -> None:
+        acc = self.accountant
+        rounds = int(self.trainer.max_steps)
+        n_clients = self.data.num_clients
+        rate = self.sampler.sample_rate(n_clients)
+        self.strategy.calibrate_noise(
+            target_epsilon=acc.target_epsilon if acc else None,
+            delta=acc.delta if acc else 1e-5,
+            accountant=acc.accountant if acc else "rdp",
+            rounds=rounds,
+            sample_rate=rate,
+        )
+        dp = self.client.training_config.dp_sgd
+        if dp is None or dp.noise_multiplier is not None:
+            return
+        # Calibrated for the median client's expected participation (rounds × m/N).
+        sizes = sorted(self.data.client_sizes())
+        median = int(sizes[len(sizes) // 2])
+        cfg = self.client.training_config
+        steps = cfg.steps_for(median) * max(1, math.ceil(rounds * rate))
+        sigma = resolve_noise_multiplier(
+            None,
+            target_epsilon=acc.target_epsilon if acc else None,
+            delta=acc.delta if acc else 1e-5,
+            sample_rate=min(1.0, cfg.batch_size / median),
+            steps=steps,
+            accountant=acc.accountant if acc else "rdp",
+            field="client.dp_sgd.noise_multiplier",
+        )
+        from dataclasses import replace
+
+        self.client.training_config = replace(cfg, dp_sgd=replace(dp, noise_multiplier=sigma))
+
+    def resolved_config(self) -> dict[str, Any]:
+        """What every rank must agree on: round settings, local loop, strategy, data, rounds."""
+        public = {k: v for k, v in vars(self.strategy).items() if not k.startswith("_")}
+        strategy = describe_setting(public)
+        return {
+            "model": dict(self.hparams),
+            "client": repr(self.client.training_config),
+            "net": repr(self.client.net),
+            "strategy": [type(self.strategy).__qualname__, strategy],
+            "data": dict(self.data.hparams),
+            "rounds": int(self.trainer.max_steps),
+        }
+
+    def _log_partition(self) -> None:
+        hist = self.data.label_histogram().cpu()
+        sizes = hist.sum(dim=1)
+        log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
+        if self.trainer.is_global_zero and log_dir:
+            path = Path(log_dir) / "label_histogram.csv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            rows = ["client," + ",".join(f"label_{c}" for c in range(hist.shape[1]))]
+            rows += [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(hist)]
+            path.write_text("\n".join(rows) + "\n")
+        for logger in self.loggers:
+            logger.log_hyperparams(
+                {
+                    "partition/label_histogram": hist.tolist(),
+                    "partition/min_client_size": int(sizes.min()),
+                    "partition/max_client_size": int(sizes.max()),
+                }
+            )
+
+    # -- one round ---------------------------------------------------------------------------
+    def round_context(self, round_idx: int) -> RoundContext:
+        n = self.data.num_clients
+        assert self._global_flat is not None
+        flatten_into(trainable_parameters(self.global_net), self._global_flat)
+        ctx = RoundContext(
+            round_idx=round_idx,
+            total_rounds=int(self.trainer.max_steps),
+            seed=self.seed,
+            num_clients=n,
+            cohort=self.sampler.sample(self.seed, round_idx, n),
+            expected_cohort_size=self.sampler.expected_size(n),
+            sample_rate=self.sampler.sample_rate(n),
+            global_params=self._global_flat,
+            evaluate=self.evaluate_global,
+        )
+        ctx.cohort = self.strategy.select_clients(ctx)
+        ctx.client_config = self.strategy.configure_round(ctx)
+        return ctx
+
+    def planned_privacy(self, ctx: RoundContext) -> RoundPrivacy:
+        """What the round will spend, known before any client trains (for the budget stop)."""
+        spent = self.strategy.round_privacy(ctx)
+        cfg = self.client.training_config.with_overrides(ctx.client_config)
+        if cfg.dp_sgd is not None:
+            sizes = self.data.client_sizes()
+            for cid in ctx.cohort:
+                n = int(sizes[cid])
+                spent.record_level[cid] = [
+                    SampledGaussian(
+                        float(cfg.dp_sgd.noise_multiplier),
+                        min(1.0, cfg.batch_size / n),
+                        cfg.steps_for(n),
+                    )
+                ]
+        return spent
+
+    def clients_of_this_process(self, ctx: RoundContext) -> list[int]:
+        """This rank's share of the cohort (all of it with one process); see ``sharding.py``."""
+        rank, world = rank_and_world()
+        if world == 1:
+            return list(ctx.cohort)
+        cfg = self.client.training_config.with_overrides(ctx.client_config)
+        sizes = self.data.client_sizes()
+        costs = {}
+        for cid in ctx.cohort:
+            n = int(sizes[cid])
+            costs[cid] = float(cfg.steps_for(n) * min(cfg.batch_size, n))
+        return assign_clients(ctx.cohort, costs, world)[rank]
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        start = time.perf_counter()
+        round_idx = int(self.global_step)
+        ctx = self.round_context(round_idx)
+        if self.accountant is not None and self.accountant.would_exceed(self.planned_privacy(ctx)):
+            self.stopped_by_budget = True
+            self.print(
+                f"Stopping before round {round_idx}: it would exceed target ε = "
+                f"{self.accountant.target_epsilon}"
+            )
+            self.trainer.should_stop = True
+            return
+        assert self._executor is not None
+        stats = _UpdateStats(
+            self._executor.run(self.clients_of_this_process(ctx), ctx, self.data, self.strategy)
+        )
+        central = generator_for(self.seed, round_idx, "central", device=self.device)
+        if rank_and_world()[1] == 1:
+            updates: Iterable[ClientUpdate] = stats
+            if self.strategy.needs_all_updates:
+                updates = list(stats)
+            aggregate = self.strategy.aggregate(updates, ctx, generator=central)
+        else:
+            aggregate, stats = self._sharded_aggregate(stats, ctx, central)
+        self._apply_server_step(aggregate)
+        self.strategy.after_round(ctx, aggregate)
+        self.rounds_completed = round_idx + 1
+        metrics = self._round_metrics(ctx, stats, time.perf_counter() - start)
+        if self.accountant is not None:
+            spent = self.strategy.round_privacy(ctx)
+            spent.record_level.update(stats.dp_steps)
+            self.accountant.record(spent)
+            metrics.update(
+                {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}
+            )
+        if self.eval_every and (round_idx + 1) % self.eval_every == 0:
+            metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
+        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=1)
+
+    def _sharded_aggregate(
+        self, local: _UpdateStats, ctx: RoundContext, central: torch.Generator
+    ) -> tuple[torch.Tensor, _UpdateStats]:
+        """The aggregate of a round whose clients are spread over processes.
+
+        Sum-based strategies: this rank's partial buffer, one all-reduce, ``finalize`` (every
+        rank holds the same sum and draws the same central noise, so no broadcast follows).
+        Others: every update gathered to every rank, in client order, then ``aggregate``.
+        """
+        if self.strategy.is_sum_based():
+            partial = self.strategy.partial_aggregate(local, ctx)
+            aggregate = self.strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
+            gathered = gather_objects((local.records, self._client_states(local.records)))
+            self._load_client_states([g[1] for g in gathered])
+            records = [r for rank_records, _ in gathered for r in rank_records]
+            return aggregate, _UpdateStats.from_records(records)
+        mine = list(local)
+        everyone, states = gather_updates(
+            mine,
+            dim=ctx.global_params.numel(),
+            device=ctx.global_params.device,
+            payload=self._client_states(local.records),
+        )
+        self._load_client_states(states)
+        stats = _UpdateStats(everyone)
+        aggregate = self.strategy.aggregate(list(stats), ctx, generator=central)
+        return aggregate, stats
+
+    def _client_states(self, records: list[tuple]) -> dict[int, Any] | None:
+        """The per-client state (``Strategy.client_state``) of the clients this rank trained."""
+        if not self.strategy.has_client_state:
+            return None
+        return {r[0]: self.strategy.client_state(r[0]) for r in records}
+
+    def _load_client_states(self, per_rank: list[dict[int, Any] | None]) -> None:
+        """Copies the other ranks' clients' state into this rank's strategy (same round), so
+        whichever rank trains a client next starts from its latest state."""
+        rank = rank_and_world()[0]
+        for r, states in enumerate(per_rank):
+            if r == rank or not states:
+                continue
+            for cid, state in states.items():
+                self.strategy.load_client_state(cid, state)
+
+    def _apply_server_step(self, aggregate: torch.Tensor) -> None:
+        """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1)."""
+        optimizer = self.optimizers()
+        offset = 0
+        for p in trainable_parameters(self.global_net):
+            n = p.numel()
+            p.grad = -aggregate[offset : offset + n].view_as(p).to(p.dtype)
+            offset += n
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def _round_metrics(self, ctx: RoundContext, stats: _UpdateStats, seconds: float) -> dict:
+        metrics: dict[str, float] = {
+            "round/time_s": seconds,
+            "round/cohort_size": float(len(ctx.cohort)),
+            "round/index": float(ctx.round_idx),
+        }
+        if stats.losses:
+            metrics["train/loss"] = sum(stats.losses) / len(stats.losses)
+        for k, values in stats.metrics.items():
+            metrics[f"clients/{k}"] = sum(values) / len(values)
+        for k, v in self.strategy.round_metrics.items():
+            metrics[f"strategy/{k}"] = float(v)
+        return metrics
+
+    # -- evaluation --------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate_global(self, split: str = "test") -> dict[str, float]:
+        """Metrics of the global model; under DDP each rank scores a strided slice, reduced."""
+        data = self.data
+        ds = data.test if split == "test" else data.val
+        if ds is None:
+            return {}
+        rank, world = rank_and_world()
+        x, y = ds.x.to(self.device), ds.y.to(self.device)
+        bs = data.hparams.eval_batch_size
+        if world > 1:
+            x, y = x[rank::world], y[rank::world]
+        models = self.strategy.evaluation_models()
+        if models:
+            # The strategy's own models (e.g. Isolate's per-client ones): mean of their metrics.
+            net = copy.deepcopy(self.global_net)
+            per_model = []
+            for flat in models:
+                load_flat_(trainable_parameters(net), flat.to(self.device))
+                per_model.append(self._metrics_of(net, x, y, bs))
+            n = len(per_model)
+            self.last_eval = {k: sum(m[k] for m in per_model) / n for k in per_model[0]}
+            return self.last_eval
+        self.last_eval = self._metrics_of(self.global_net, x, y, bs)
+        return self.last_eval
+
+    def _metrics_of(
+        self, net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bs: int
+    ) -> dict[str, float]:
+        net.eval()
+        logits = torch.cat([net(x[i : i + bs]) for i in range(0, len(x), bs)])
+        net.train()
+        if rank_and_world()[1] > 1:
+            return reduced_metrics(logits, y, self.num_classes)
+        return metrics_from_logits(logits, y, self.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.global_net(x)
+
+    def _eval_step(self, batch: Any) -> None:
+        x, y = batch
+        self._eval_outputs.append((self.global_net(x), y))
+
+    def _eval_epoch_end(self, prefix: str) -> None:
+        logits = torch.cat([o[0] for o in self._eval_outputs])
+        y = torch.cat([o[1] for o in self._eval_outputs])
+        self._eval_outputs.clear()
+        metrics = metrics_from_logits(logits, y, self.num_classes)
+        self.log_dict({f"{prefix}/{k}": v for k, v in metrics.items()}, batch_size=len(y))
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    # -- end of training ---------------------------------------------------------------------
+    def on_train_end(self) -> None:
+        final = self.evaluate_global()
+        summary: dict[str, Any] = {
+            "rounds": self.rounds_completed,
+            "stopped_by_budget": self.stopped_by_budget,
+            **{f"test/{k}": v for k, v in final.items()},
+        }
+        if self.accountant is not None:
+            summary.update(self.accountant.report())
+        log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
+        if not self.trainer.is_global_zero:
+            return
+        for logger in self.loggers:
+            if isinstance(logger, WandbLogger):
+                for k, v in summary.items():
+                    logger.experiment.summary[k] = v
+        if log_dir:
+            path = Path(log_dir) / "summary.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        eps = summary.get("privacy/epsilon", math.inf)
+        print(
+            f"Finished {self.rounds_completed} rounds: test accuracy "
+            f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
+            f"(δ = {summary.get('privacy/delta', 0):g}); "
+            f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}",
+            flush=True,
+        )
+
+
+def reduced_metrics(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, float]:
+    """``metrics_from_logits`` over the union of every rank's (logits, y) (torchmetrics sync)."""
+    from torchmetrics import MeanMetric
+    from torchmetrics.classification import (
+        MulticlassAccuracy,
+        MulticlassF1Score,
+        MulticlassRecall,
+    )
+
+    device = logits.device
+    parts = {
+        "accuracy": MulticlassAccuracy(num_classes, average="micro"),
+        "recall_macro": MulticlassRecall(num_classes, average="macro"),
+        "f1_macro": MulticlassF1Score(num_classes, average="macro"),
+    }
+    preds = logits.argmax(dim=1)
+    out: dict[str, float] = {}
+    loss = MeanMetric().to(device)
+    if len(y):
+        loss.update(torch.nn.functional.cross_entropy(logits, y), weight=len(y))
+    out["loss"] = float(loss.compute())
+    for name, metric in parts.items():
+        metric = metric.to(device)
+        metric.update(preds, y)
+        out[name] = float(metric.compute())
+    return out

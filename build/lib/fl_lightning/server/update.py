@@ -1,0 +1,70 @@
+"""The records that travel between clients and the server within a round."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fl_lightning.privacy.events import SampledGaussian
+
+
+@dataclass
+class ClientUpdate:
+    """One client's upload for one round.
+
+    Attributes:
+        client_id: index of the client in the population.
+        delta: flat float32 vector, local weights minus the global weights the client started
+            from (after client-side privatisation when a strategy applies one).
+        num_examples: n_i, the client's dataset size.
+        loss: mean local training loss over the round's local steps.
+        metrics: further per-client numbers (logged as means over the cohort).
+        extras: strategy-specific uploads (e.g. a control-variate delta for SCAFFOLD).
+        dp_steps: the sample-level DP-SGD steps this client ran (empty without DP-SGD).
+        base_round: the global model version the client started from (staleness in async FL).
+    """
+
+    client_id: int
+    delta: torch.Tensor
+    num_examples: int
+    loss: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+    dp_steps: list[SampledGaussian] = field(default_factory=list)
+    base_round: int = 0
+
+
+@dataclass
+class RoundContext:
+    """What the server knows at the start of a round, handed to every strategy hook.
+
+    Attributes:
+        round_idx: 0-based round index (= ``trainer.global_step``).
+        total_rounds: planned number of rounds (``trainer.max_steps``), used by schedules.
+        seed: the run's seed; generators are derived from (seed, round, client, purpose).
+        num_clients: population size N.
+        cohort: client ids sampled this round.
+        expected_cohort_size: m for fixed-size sampling, q·N for Poisson sampling.
+        sample_rate: the client sampling rate m/N or q.
+        global_params: flat float32 vector of the global model at the start of the round.
+        client_config: per-round overrides for the local loop returned by
+            ``Strategy.configure_round`` (e.g. ``{"noise_multiplier": 0.9}``).
+        evaluate: ``evaluate(split)`` evaluates the *current* global model on the server's
+            ``"val"`` or ``"test"`` split and returns its metrics (``{}`` when the split does
+            not exist); for strategies whose schedule reacts to the server's loss (e.g.
+            DPFL-AGN's noise decay). None outside a FederatedModule.
+    """
+
+    round_idx: int
+    total_rounds: int
+    seed: int
+    num_clients: int
+    cohort: list[int]
+    expected_cohort_size: float
+    sample_rate: float
+    global_params: torch.Tensor
+    client_config: dict[str, Any] = field(default_factory=dict)
+    evaluate: Callable[[str], dict[str, float]] | None = None

@@ -1,0 +1,232 @@
+"""AsyncStrategy: (semi-)asynchronous aggregation on top of the synchronous round loop.
+
+How it pairs with the core (one ``FederatedModule`` training step = one round):
+
+1. ``select_clients``: the sampled cohort minus clients still computing an earlier update
+   (their upload has not arrived yet) and minus clients ``client_eligible`` rejects (e.g. a
+   spent privacy budget); with ``refill`` the cohort is topped up, seeded by (seed, round), from
+   the idle eligible clients.
+2. The unchanged ``SequentialExecutor`` trains every dispatched client *now*, from the current
+   global model W^t; ``ClientUpdate.base_round`` = t records that version. Training at dispatch
+   time is exactly "a late update was computed from the global model version the client started
+   from": nothing is re-run later, the processed upload itself waits in the buffer.
+3. ``aggregate`` (``needs_all_updates``) draws each new update's compute time from the seeded
+   :class:`~fl_lightning.server.async_clock.DelayModel`, asks the
+   :class:`~fl_lightning.server.async_clock.AsyncClock` in which round it arrives, buffers the
+   late ones (or drops them with ``drop_late``) and hands the updates arriving this round, with
+   their staleness, to ``aggregate_arrivals`` (the algorithm: FedBuff, FedAsync, ADP-FL, ...).
+   Strategies that need the global model an update was computed from (FedAsync's mixing) set
+   ``keeps_versions``: the global vector of every round with an update still in flight is kept
+   (and freed when its last update arrives).
+
+Everything is checkpointed through ``state_dict`` as tensors and plain values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from fl_lightning.server.async_buffer import Arrival
+from fl_lightning.server.async_buffer import update_from_state as _update_from_state
+from fl_lightning.server.async_buffer import update_to_state as _update_to_state
+from fl_lightning.server.async_clock import AsyncClock, DelayKind, DelayModel
+from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.utils.rng import generator_for
+
+
+class AsyncStrategy(Strategy):
+    """Base class of asynchronous strategies driven by a simulated clock.
+
+    Args:
+        weighting: client weight in the default weighted mean (``num_examples`` or ``uniform``).
+        delay_kind: ``constant``, ``exponential`` or ``lognormal`` compute times.
+        delay_mean: delay scale (simulated seconds; the median for ``lognormal``).
+        delay_sigma: log-normal shape.
+        straggler_fraction: share of clients that are stragglers.
+        straggler_slowdown: stragglers' delay multiplier.
+        receive_window: length of each round's receive ("green") window.
+        aggregation_window: length of each round's aggregation ("red") window.
+        drop_late: drop updates that miss their dispatch round instead of buffering them.
+        refill: top the cohort up with idle clients when busy/ineligible ones are removed.
+    """
+
+    needs_all_updates: ClassVar[bool] = True
+    keeps_versions: ClassVar[bool] = False
+    """True when ``aggregate_arrivals`` needs the global model each update started from."""
+
+    def __init__(
+        self,
+        *,
+        weighting: Weighting = "num_examples",
+        delay_kind: DelayKind = "constant",
+        delay_mean: float = 0.0,
+        delay_sigma: float = 0.5,
+        straggler_fraction: float = 0.0,
+        straggler_slowdown: float = 1.0,
+        receive_window: float = 1.0,
+        aggregation_window: float = 0.0,
+        drop_late: bool = False,
+        refill: bool = True,
+    ) -> None:
+        super().__init__(weighting=weighting)
+        self.delay = DelayModel(
+            kind=delay_kind,
+            mean=delay_mean,
+            sigma=delay_sigma,
+            straggler_fraction=straggler_fraction,
+            straggler_slowdown=straggler_slowdown,
+        )
+        self.clock = AsyncClock(
+            receive_window=receive_window,
+            aggregation_window=aggregation_window,
+            drop_late=drop_late,
+        )
+        self.refill = refill
+        self.pending: dict[int, list[Arrival]] = {}
+        self.busy_until: dict[int, float] = {}
+        self.versions: dict[int, torch.Tensor] = {}
+        self.model_version = 0
+        self.dropped_total = 0
+
+    # -- dispatch ----------------------------------------------------------------------------
+    def client_eligible(self, client_id: int, ctx: RoundContext) -> bool:
+        """Whether an idle client may be dispatched this round. Default: always."""
+        return True
+
+    def is_busy(self, client_id: int, round_idx: int) -> bool:
+        return self.busy_until.get(client_id, -math.inf) > self.clock.dispatch_time(round_idx)
+
+    def select_clients(self, ctx: RoundContext) -> list[int]:
+        chosen = [
+            c
+            for c in ctx.cohort
+            if not self.is_busy(c, ctx.round_idx) and self.client_eligible(c, ctx)
+        ]
+        if self.refill and len(chosen) < len(ctx.cohort):
+            sampled = set(ctx.cohort)
+            g = generator_for(ctx.seed, ctx.round_idx, "async_refill")
+            for c in torch.randperm(ctx.num_clients, generator=g).tolist():
+                if len(chosen) >= len(ctx.cohort):
+                    break
+                if c in sampled or self.is_busy(c, ctx.round_idx):
+                    continue
+                if self.client_eligible(c, ctx):
+                    chosen.append(c)
+        return sorted(chosen)
+
+    def process_update(
+        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
+    ) -> ClientUpdate:
+        update.extras["base_version"] = self.model_version
+        return update
+
+    # -- arrival -----------------------------------------------------------------------------
+    def aggregate(
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        t = ctx.round_idx
+        late = dropped = 0
+        arrived: list[Arrival] = []
+        for u in updates:
+            d = self.delay.sample(ctx.seed, t, u.client_id)
+            arrival_time = self.clock.arrival_time(t, d)
+            r = self.clock.aggregation_round(t, d)
+            self.busy_until[u.client_id] = arrival_time
+            a = Arrival(u, t, arrival_time, int(u.extras.get("base_version", self.model_version)))
+            if r == t:
+                arrived.append(a)
+            elif self.clock.drop_late:
+                dropped += 1
+            else:
+                late += 1
+                self.pending.setdefault(r, []).append(a)
+                if self.keeps_versions and t not in self.versions:
+                    self.versions[t] = ctx.global_params.detach().clone()
+        arrived.extend(self.pending.pop(t, []))
+        arrived.sort(key=lambda a: (a.arrival_time, a.update.client_id))
+        for a in arrived:
+            a.staleness = t - a.dispatch_round
+        self.dropped_total += dropped
+        aggregate = self.aggregate_arrivals(arrived, ctx, generator=generator)
+        self._release_versions()
+        stale = [a.staleness for a in arrived]
+        self.round_metrics.update(
+            {
+                "async/arrived": float(len(arrived)),
+                "async/late_buffered": float(late),
+                "async/dropped": float(dropped),
+                "async/dropped_total": float(self.dropped_total),
+                "async/in_flight": float(sum(len(v) for v in self.pending.values())),
+                "async/staleness_mean": sum(stale) / len(stale) if stale else 0.0,
+                "async/staleness_max": float(max(stale, default=0)),
+                "async/model_version": float(self.model_version),
+            }
+        )
+        return aggregate
+
+    def base_params(self, arrival: Arrival, ctx: RoundContext) -> torch.Tensor:
+        """The global model ``arrival`` was computed from (needs ``keeps_versions``)."""
+        if arrival.dispatch_round == ctx.round_idx:
+            return ctx.global_params
+        return self.versions[arrival.dispatch_round]
+
+    def _release_versions(self) -> None:
+        needed = {a.dispatch_round for arrivals in self.pending.values() for a in arrivals}
+        for r in [r for r in self.versions if r not in needed]:
+            del self.versions[r]
+
+    def aggregate_arrivals(
+        self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """The global delta from this round's arrivals. Default: weighted mean (FedAvg)."""
+        result = super().aggregate([a.update for a in arrivals], ctx, generator=generator)
+        if arrivals:
+            self.model_version += 1
+        return result
+
+    # -- checkpointing -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "pending": {
+                r: [
+                    {
+                        "update": _update_to_state(a.update),
+                        "dispatch_round": a.dispatch_round,
+                        "arrival_time": a.arrival_time,
+                        "base_version": a.base_version,
+                    }
+                    for a in arrivals
+                ]
+                for r, arrivals in self.pending.items()
+            },
+            "busy_until": dict(self.busy_until),
+            "versions": {r: v.detach().cpu() for r, v in self.versions.items()},
+            "model_version": self.model_version,
+            "dropped_total": self.dropped_total,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.pending = {
+            int(r): [
+                Arrival(
+                    _update_from_state(a["update"]),
+                    int(a["dispatch_round"]),
+                    float(a["arrival_time"]),
+                    int(a["base_version"]),
+                )
+                for a in arrivals
+            ]
+            for r, arrivals in state_dict["pending"].items()
+        }
+        self.busy_until = {int(c): float(t) for c, t in state_dict["busy_until"].items()}
+        self.versions = {int(r): v for r, v in state_dict["versions"].items()}
+        self.model_version = int(state_dict["model_version"])
+        self.dropped_total = int(state_dict["dropped_total"])
+
+
+__all__ = ["Arrival", "AsyncStrategy"]

@@ -1,0 +1,231 @@
+"""The aggregation-strategy interface.
+
+A strategy is a Lightning ``Callback`` (so its state is checkpointed with the run) that owns
+everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
+
+* ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
+* ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
+* ``adjust_local_gradients``: optional per-local-step gradient correction (SCAFFOLD, ...).
+* ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
+* ``aggregate``: server-side combination into the global delta (central noise included).
+* ``round_privacy``: what the round spent, for the accountant.
+* ``after_round``: bookkeeping once the global model moved.
+
+The default path is FedAvg: the weighted mean of the clients' deltas. Aggregation is split in
+two so that a round can be sharded over processes (docs/distributed.md):
+
+* ``partial_aggregate(updates, ctx)``: this process's clients summed into one flat buffer
+  (the weighted delta sum followed by ``num_statistics`` scalars, e.g. the total weight);
+* ``finalize(reduced, ctx, generator=)``: the global delta from the buffer summed over all
+  processes (central noise from the generator every rank shares).
+
+``aggregate`` is ``finalize(partial_aggregate(...))``, so a single process behaves exactly as
+before. A strategy that overrides ``aggregate`` without overriding the split, or sets
+``needs_all_updates = True`` (it looks at individual updates, e.g. a projection between
+clients), is run under several processes by gathering every update to every rank
+(``is_sum_based`` is False for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Literal
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.server.update import ClientUpdate, RoundContext
+
+Weighting = Literal["num_examples", "uniform"]
+
+
+class Strategy(Callback):
+    """Base class: FedAvg behaviour with every hook overridable.
+
+    Args:
+        weighting: ``"num_examples"`` weights client i by n_i (McMahan et al. 2017),
+            ``"uniform"`` weights every client equally.
+    """
+
+    needs_all_updates: ClassVar[bool] = False
+    """True when ``aggregate`` must see every individual update (not only their sum)."""
+
+    num_statistics: ClassVar[int] = 1
+    """Scalars after the delta sum in the ``partial_aggregate`` buffer (default: total weight)."""
+
+    def __init__(self, *, weighting: Weighting = "num_examples") -> None:
+        super().__init__()
+        if weighting not in ("num_examples", "uniform"):
+            raise ValueError(f"weighting: expected 'num_examples' or 'uniform', got {weighting!r}")
+        self.weighting = weighting
+        self.num_clients = 0
+        self.num_parameters = 0
+        self.seed = 0
+        self.round_metrics: dict[str, float] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def setup_strategy(self, *, num_clients: int, num_parameters: int, seed: int) -> None:
+        """Called once by the server before the first round."""
+        self.num_clients = num_clients
+        self.num_parameters = num_parameters
+        self.seed = seed
+
+    def validate_config(self, *, client_uses_dp_sgd: bool) -> None:
+        """Raises ``ValueError`` naming the field when the run's settings cannot work."""
+
+    def calibrate_noise(
+        self,
+        *,
+        target_epsilon: float | None,
+        delta: float,
+        accountant: str,
+        rounds: int,
+        sample_rate: float,
+    ) -> None:
+        """Sets any unset noise multiplier from the privacy target. Default: nothing to set."""
+
+    # -- client side -------------------------------------------------------------------------
+    def select_clients(self, ctx: RoundContext) -> list[int]:
+        """The clients dispatched this round, given the sampled ``ctx.cohort``. Default: all.
+
+        Asynchronous strategies drop clients still busy with an earlier round (and may top the
+        cohort up); budgeted ones drop clients whose privacy budget is spent.
+        """
+        return list(ctx.cohort)
+
+    def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
+        """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``)."""
+        return {}
+
+    def adjust_local_gradients(
+        self, client_id: int, params: Sequence[torch.nn.Parameter], ctx: RoundContext
+    ) -> None:
+        """Called after each local backward pass, before the optimizer step. Default: no-op."""
+
+    def client_start_params(self, client_id: int, ctx: RoundContext) -> torch.Tensor:
+        """Flat weights client ``client_id`` starts local training from (and its delta is taken
+        against). Default: the global model; local-only baselines (Isolate) return their own."""
+        return ctx.global_params
+
+    def client_optimizer_state(self, client_id: int) -> dict[str, Any] | None:
+        """Optimizer state to restore for ``client_id`` (None: a fresh optimizer each round)."""
+        return None
+
+    def save_client_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
+        """Receives the client's optimizer state after local training when persisted."""
+
+    @property
+    def persists_client_optimizer_state(self) -> bool:
+        return False
+
+    # -- per-client state kept by client-side hooks (synced across processes) ---------------
+    @property
+    def has_client_state(self) -> bool:
+        """True when client-side hooks (``process_update``, ``save_client_optimizer_state``,
+        ...) keep per-client state that a later round of the same client reads (SCAFFOLD's c_i,
+        per-client Adam state). Under DDP the client may train on another process next time,
+        so after every round the server copies each trained client's ``client_state`` to every
+        other process (``load_client_state``), inside the round's existing gather."""
+        return False
+
+    def client_state(self, client_id: int) -> Any:
+        """The per-client state this process holds for ``client_id`` after training it this
+        round (picklable; sent to the other processes). Default: None."""
+        return None
+
+    def load_client_state(self, client_id: int, state: Any) -> None:
+        """Stores ``client_state(client_id)`` received from the process that trained it."""
+
+    def process_update(
+        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
+    ) -> ClientUpdate:
+        """Client-side processing before upload (clip, privatise). Default: unchanged."""
+        return update
+
+    # -- server side -------------------------------------------------------------------------
+    def client_weight(self, update: ClientUpdate) -> float:
+        return float(update.num_examples) if self.weighting == "num_examples" else 1.0
+
+    def aggregate(
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Returns the global delta (added to the global weights by the server optimizer)."""
+        return self.finalize(self.partial_aggregate(updates, ctx), ctx, generator=generator)
+
+    def partial_buffer(self, ctx: RoundContext) -> torch.Tensor:
+        """A zero buffer of the partial-sum layout: [delta sum (d), statistics]."""
+        d = ctx.global_params.numel()
+        return torch.zeros(d + self.num_statistics, device=ctx.global_params.device)
+
+    def partial_aggregate(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
+        """This process's share: [Σ w_i Δ_i, Σ w_i] (summed over processes by one all-reduce)."""
+        buf = self.partial_buffer(ctx)
+        d = ctx.global_params.numel()
+        total = buf[:d]
+        for update in updates:
+            w = self.client_weight(update)
+            total.add_(update.delta, alpha=w)
+            buf[d] += w
+        return buf
+
+    def finalize(
+        self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """The global delta from the all-process sum of ``partial_aggregate``: Σ w_i Δ_i / Σ w_i."""
+        d = ctx.global_params.numel()
+        total_weight = float(reduced[d])
+        if total_weight == 0.0:
+            return torch.zeros_like(ctx.global_params)
+        return reduced[:d].div(total_weight)
+
+    @classmethod
+    def is_sum_based(cls) -> bool:
+        """True when the aggregate is a function of the sum of per-process partial buffers.
+
+        False when ``needs_all_updates`` is set or when ``aggregate`` is overridden further down
+        the class hierarchy than ``partial_aggregate`` / ``finalize`` (a strategy written
+        against ``aggregate`` alone): such strategies see every update, gathered to every rank.
+        """
+        if cls.needs_all_updates:
+            return False
+
+        def owner(name: str) -> type:
+            return next(k for k in cls.__mro__ if name in vars(k))
+
+        agg = owner("aggregate")
+        return all(issubclass(owner(n), agg) for n in ("partial_aggregate", "finalize"))
+
+    def distributed_problem(self) -> str | None:
+        """Why this strategy cannot run with its clients spread over processes (None: it can).
+
+        Client state kept on the process that trained the client (per-client optimizer state)
+        would be missing on the process that trains the client next time, unless the strategy
+        syncs it (``has_client_state`` with ``client_state`` / ``load_client_state``).
+        """
+        if self.persists_client_optimizer_state and not self.has_client_state:
+            return (
+                f"{type(self).__name__} keeps per-client optimizer state on the process that "
+                "trained the client and does not sync it (has_client_state / client_state / "
+                "load_client_state), so it cannot be sharded over processes; run one process"
+            )
+        return None
+
+    def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
+        """Client-level and local-DP spending of this round (record-level comes from clients)."""
+        return RoundPrivacy()
+
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
+        """Called once the global model moved."""
+
+    def evaluation_models(self) -> list[torch.Tensor] | None:
+        """Flat weight vectors whose test metrics are averaged in place of the global model's
+        (e.g. Isolate's per-client models). Default None: evaluate the global model."""
+        return None
+
+    # -- checkpointing -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass

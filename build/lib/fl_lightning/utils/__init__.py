@@ -1,0 +1,1 @@
+"""Small shared utilities: keyed random generators and flat parameter buffers."""
