@@ -547,6 +547,11 @@ def _finish_wandb() -> None:
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()
+        # finish() can return before wandb-core has written the run's records (seen offline,
+        # on a loaded machine); teardown waits for the service, so the .wandb file is whole.
+        teardown = getattr(wandb, "teardown", None)
+        if teardown is not None:
+            teardown()
 
 
 def quiet_console() -> None:
