@@ -182,10 +182,7 @@ class FederatedModule(pl.LightningModule):
         if server_lr < 0:
             raise ValueError(f"model.server_lr: learning rate must be >= 0, got {server_lr}")
         if not 0 <= server_momentum < 1:
-            raise ValueError(
-                f"model.server_momentum: must be in [0, 1) (>= 1 makes the server step grow "
-                f"without bound), got {server_momentum}"
-            )
+            raise ValueError(f"model.server_momentum: must be in [0, 1), got {server_momentum}")
         if eval_every < 0:
             raise ValueError(f"model.eval_every: must be >= 0, got {eval_every}")
         self.automatic_optimization = False
