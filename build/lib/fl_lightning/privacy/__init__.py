@@ -1,1 +1,0 @@
-"""Privacy: mechanisms, DP-SGD engines, accountants and noise calibration."""

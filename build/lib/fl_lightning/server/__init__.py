@@ -1,1 +1,0 @@
-"""Server side: the round loop (FederatedModule), cohort sampling and cohort execution."""

@@ -1,1 +1,0 @@
-"""Small shared utilities: keyed random generators and flat parameter buffers."""
