@@ -279,6 +279,8 @@ def build_cli_class():  # noqa: ANN201
             problem = checkpoint_problem(str(ckpt_path), self.model, max_steps=max_steps)
             if problem:
                 raise ValueError(problem)
+            if subcommand == "fit" and self.trainer.is_global_zero:
+                print(f"Resuming from {ckpt_path}", flush=True)
 
         def _check_outputs(self) -> None:
             problem = output_problem(self.trainer)
@@ -567,6 +569,8 @@ def quiet_console() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     # Lightning's CSV logger would delete it; output_problem refuses that run first.
     warnings.filterwarnings("ignore", message="Experiment logs directory .* is not empty")
+    # A resumed run writes into its own new directory, by design (nothing is overwritten).
+    warnings.filterwarnings("ignore", message="The dirpath has changed from")
 
 
 def main(argv: list[str] | None = None) -> int:
