@@ -511,7 +511,11 @@ def run_lightning(args: list[str] | None = None) -> int:
     make = build_cli_class()
     config_errors: dict[str, tuple[type[BaseException], ...]] = {
         "config": (
-            ArgumentError, ValueError, FileNotFoundError, TypeError, KeyError,
+            ArgumentError,
+            ValueError,
+            FileNotFoundError,
+            TypeError,
+            KeyError,
             MisconfigurationException,
         ),  # fmt: skip
         # Inside Trainer.fit before the first round: the checks raise ValueError; a TypeError

@@ -23,13 +23,23 @@ def _last_err(capsys) -> str:
         (["--strategy.clip_norm", "-1"], "strategy.clip_norm: must be > 0"),
         (["--strategy.noise_multiplier", "-1"], "strategy.noise_multiplier: must be >= 0"),
         (
-            ["--strategy", "fl_lightning.strategies.fedavg.FedAvg",
-             "--client.dp_sgd.noise_multiplier", "1", "--client.dp_sgd.max_grad_norm", "0"],
+            [
+                "--strategy",
+                "fl_lightning.strategies.fedavg.FedAvg",
+                "--client.dp_sgd.noise_multiplier",
+                "1",
+                "--client.dp_sgd.max_grad_norm",
+                "0",
+            ],
             "client.dp_sgd.max_grad_norm: must be > 0",
         ),  # fmt: skip
         (
-            ["--strategy", "fl_lightning.strategies.fedavg.FedAvg",
-             "--client.dp_sgd.noise_multiplier", "-0.5"],
+            [
+                "--strategy",
+                "fl_lightning.strategies.fedavg.FedAvg",
+                "--client.dp_sgd.noise_multiplier",
+                "-0.5",
+            ],
             "client.dp_sgd.noise_multiplier: must be >= 0",
         ),  # fmt: skip
         (["--strategy.init_args.noise_mult", "1"], "strategy.init_args.noise_mult: not a param"),
@@ -126,8 +136,10 @@ def test_error_during_training_keeps_its_traceback(run_cli, capsys, monkeypatch)
     err = capsys.readouterr().err
     assert rc == 1, "a failure during training is not bad input (exit 2)"
     assert "Traceback (most recent call last)" in err and "in broken" in err
-    assert err.strip().splitlines()[-1].startswith(
-        "error: during training: ValueError: a bug in round code"
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("error: during training: ValueError: a bug in round code")
     )
 
 

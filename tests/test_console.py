@@ -29,8 +29,19 @@ def test_fit_prints_only_the_round_bar_and_the_summary(tmp_path):
     args = [a for a in TINY if a not in quiet]
     root = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "fl_lightning.cli", "fit", "--config", str(QUICKSTART), *args,
-         "--trainer.max_steps", "2", "--trainer.default_root_dir", str(root)],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fl_lightning.cli",
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *args,
+            "--trainer.max_steps",
+            "2",
+            "--trainer.default_root_dir",
+            str(root),
+        ],  # fmt: skip
         cwd=tmp_path,
         env=env,
         capture_output=True,
