@@ -498,6 +498,8 @@ def run_lightning(args: list[str] | None = None) -> int:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
+    from fl_lightning.privacy.budget import BudgetError
+
     argv = list(sys.argv[1:] if args is None else args)
     with_agent = sweep_agent_args(argv)
     if with_agent != argv:
@@ -528,7 +530,9 @@ def run_lightning(args: list[str] | None = None) -> int:
         make(args)
     except Exception as err:
         phase = _Phase.value
-        if isinstance(err, config_errors[phase]):
+        # A budget that cannot pay for the first round is bad input wherever it is found
+        # (strategies whose cohort is known only at round 0 find it there): one line.
+        if isinstance(err, (*config_errors[phase], BudgetError)):
             if rank0:  # one line from rank 0 only
                 print(f"error: {one_line(err)}", file=sys.stderr)
             return 2
