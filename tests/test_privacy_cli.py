@@ -184,3 +184,22 @@ def test_sigma_and_epsilon_target_for_it_are_refused(run_cli, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert "strategy.noise_multiplier and strategy.epsilon: both set" in err[-1]
+
+
+def test_a_given_sigma_with_a_target_says_which_wins(run_cli, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="fl_lightning.server.module"):
+        rc = run_cli(
+            [
+                "fit",
+                "--config",
+                str(QUICKSTART),
+                *_with_summary(TINY, tmp_path),
+                "--trainer.max_steps",
+                "2",
+                "--privacy.target_epsilon",
+                "50",
+            ]
+        )
+    assert rc == 0
+    assert "strategy.noise_multiplier = 1.5 is used as given" in caplog.text
+    assert _summary(tmp_path)["privacy/epsilon"] <= 50

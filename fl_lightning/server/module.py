@@ -296,6 +296,21 @@ class FederatedModule(pl.LightningModule):
         accountant = acc.accountant if acc else "rdp"
         rounds = int(self.trainer.max_steps)
         sampling = self.sampler.sampling(self.data.num_clients)
+        client_level = self.strategy.amplified_by_sampling and sampling.without_replacement
+        if client_level and accountant != "rdp":
+            raise ValueError(
+                f"privacy.accountant: {accountant!r} cannot account {sampling.describe()} "
+                "(sampling without replacement is supported by dp-accounting's RDP "
+                "accountant only); use model.sampling: poisson, or privacy.accountant: rdp"
+            )
+        given = getattr(self.strategy, "noise_multiplier", None)
+        if given is not None and target is not None:
+            log.warning(
+                "strategy.noise_multiplier = %g is used as given; privacy.target_epsilon = %g "
+                "caps the budget (training stops before the round that would exceed it). Set "
+                "the noise multiplier to null to calibrate it to the target instead.",
+                given, target,
+            )
         self.strategy.calibrate_noise(
             target_epsilon=target,
             delta=delta,
