@@ -1,0 +1,25 @@
+"""Where a checkout keeps its configs, and the base config that every run starts from.
+
+``configs/base.yaml`` (beside the package in a source checkout) holds the defaults shared by
+all experiments: the CLI loads it as jsonargparse's ``default_config_files``, before any
+``--config`` file and override. An installed package without the file runs on the same values,
+built into the code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+BASE_CONFIG = CONFIGS / "base.yaml"
+SUBCOMMANDS = ("fit", "validate", "test")
+
+
+def base_config_kwargs() -> dict[str, Any]:
+    """``parser_kwargs`` for LightningCLI that load ``configs/base.yaml`` first: for the parser
+    of ``run=False`` use and for each subcommand's parser. Empty when the file is absent."""
+    if not BASE_CONFIG.is_file():
+        return {}
+    files = {"default_config_files": [str(BASE_CONFIG)]}
+    return {**files, **{name: dict(files) for name in SUBCOMMANDS}}
