@@ -132,7 +132,7 @@ def build_cli_class():  # noqa: ANN201
             save_config_kwargs={"overwrite": False},
             trainer_defaults=_trainer_defaults(),
             seed_everything_default=0,
-            parser_kwargs={"exit_on_error": False, **base_config_kwargs()},
+            parser_kwargs={"exit_on_error": False, **base_config_kwargs(run)},
             args=args,
             run=run,
             auto_configure_optimizers=False,

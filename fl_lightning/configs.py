@@ -16,10 +16,11 @@ BASE_CONFIG = CONFIGS / "base.yaml"
 SUBCOMMANDS = ("fit", "validate", "test")
 
 
-def base_config_kwargs() -> dict[str, Any]:
-    """``parser_kwargs`` for LightningCLI that load ``configs/base.yaml`` first: for the parser
-    of ``run=False`` use and for each subcommand's parser. Empty when the file is absent."""
+def base_config_kwargs(run: bool) -> dict[str, Any]:
+    """``parser_kwargs`` for LightningCLI that load ``configs/base.yaml`` first: into each
+    subcommand's parser when the CLI runs a subcommand (``run=True``), else into the one parser
+    (``run=False``). Empty when the file is absent."""
     if not BASE_CONFIG.is_file():
         return {}
     files = {"default_config_files": [str(BASE_CONFIG)]}
-    return {**files, **{name: dict(files) for name in SUBCOMMANDS}}
+    return {name: dict(files) for name in SUBCOMMANDS} if run else files

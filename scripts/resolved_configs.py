@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ def resolve_all(root: Path) -> dict[str, Any]:
     sys.path.insert(0, str(root))
     from fl_lightning.cli import build_cli_class
 
+    # LightningCLI warns when args= is given while sys.argv holds this script's arguments.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
     make = build_cli_class()
     out = {}
     for path in sorted((root / "configs" / "experiment").rglob("*.yaml")):

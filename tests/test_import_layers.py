@@ -83,6 +83,9 @@ ALLOWED_CYCLES: list[set[str]] = [
         "privacy.mechanisms.pnpm",
         "privacy.mechanisms.spm",
     },
+    # P2/P6: the DP-SGD engines and the book-keeping engine import each other lazily (both
+    # move to privacy/dp_sgd/, where the shared clipping helper gets its own module).
+    {"client.book_keeping", "client.dp_sgd"},
 ]
 
 
@@ -217,9 +220,8 @@ def test_every_package_has_a_layer(graph):
 
 def test_no_new_upward_arrow(graph):
     new = sorted(upward_arrows(graph) - ALLOWED_UPWARD)
-    assert not new, "upward imports (see LAYERS in this file and docs/architecture.md):\n" + "\n".join(
-        f"  fl_lightning.{a} -> fl_lightning.{b}" for a, b in new
-    )
+    lines = "\n".join(f"  fl_lightning.{a} -> fl_lightning.{b}" for a, b in new)
+    assert not new, f"upward imports (see LAYERS here and docs/architecture.md):\n{lines}"
 
 
 def test_allowed_upward_arrows_still_exist(graph):
