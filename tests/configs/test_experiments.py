@@ -13,7 +13,13 @@ import math
 
 import pytest
 
-from tests.configs.conftest import EXPERIMENTS, ROUNDS, experiment_id, shrinks_model
+from tests.configs.conftest import (
+    EXPERIMENTS,
+    ROUNDS,
+    calibrates_noise,
+    experiment_id,
+    shrinks_model,
+)
 
 CASES = [pytest.param(p, True, id=experiment_id(p)) for p in EXPERIMENTS] + [
     pytest.param(p, False, id=f"{experiment_id(p)}[paper_size]", marks=pytest.mark.slow)
@@ -34,15 +40,16 @@ def test_there_are_experiment_configs():
 def test_experiment_runs(config, shrink, run_experiment):
     run = run_experiment(config, shrink=shrink)
     summary = run.summary
-    if summary["stopped_by_budget"]:
-        assert summary["rounds"] < ROUNDS
+    if calibrates_noise(config):
+        # σ is calibrated for the median client's expected participation; a client sampled
+        # more often may reach the target first, and the budget stop must then hold it.
+        assert 1 <= summary["rounds"] <= ROUNDS
+        assert summary["privacy/epsilon"] <= run.model.accountant.target_epsilon * (1 + 1e-9)
     else:
+        assert not summary["stopped_by_budget"]  # the shrink rule lifts the budget stop
         assert summary["rounds"] == ROUNDS
     assert run.model.rounds_completed == summary["rounds"]
     assert 0.0 <= summary["test/accuracy"] <= 1.0
     eps = summary["privacy/epsilon"]
     assert eps >= 0.0 and not math.isnan(eps)
     assert summary["privacy/guarantee"]
-    budget = run.model.accountant.target_epsilon  # the budget stop never overspends
-    if budget is not None:
-        assert eps <= budget * (1 + 1e-9)
