@@ -202,6 +202,7 @@ def build_cli_class():  # noqa: ANN201
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
     from fl_lightning.client.module import ClientModule
+    from fl_lightning.configs import base_config_kwargs
     from fl_lightning.data.datamodule import FederatedDataModule
     from fl_lightning.privacy.accountant import PrivacyAccountant
     from fl_lightning.server.module import FederatedModule
@@ -350,7 +351,7 @@ def build_cli_class():  # noqa: ANN201
             save_config_kwargs={"overwrite": False},
             trainer_defaults=_trainer_defaults(),
             seed_everything_default=0,
-            parser_kwargs={"exit_on_error": False},
+            parser_kwargs={"exit_on_error": False, **base_config_kwargs(run)},
             args=args,
             run=run,
             auto_configure_optimizers=False,

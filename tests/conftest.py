@@ -69,3 +69,12 @@ def offline_mnist_args() -> list[str]:
             "set FL_SHARED_DATA to its folder"
         )
     return ["--data.root", str(SHARED_DATA)]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/golden/*.json from this checkout's runs (tests/golden/README.md)",
+    )

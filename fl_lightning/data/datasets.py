@@ -242,6 +242,7 @@ def _make_torchvision_loader(name: str) -> Callable[..., tuple[TensorDataset, Te
             m = torch.tensor(mean).view(1, -1, 1, 1)
             s = torch.tensor(std).view(1, -1, 1, 1)
             y = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
+            assert num_classes is not None  # set above for the one entry without (EMNIST)
             parts.append(TensorDataset(((x - m) / s).contiguous(), y, int(num_classes)))
         return parts[0], parts[1]
 
