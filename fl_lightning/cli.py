@@ -40,7 +40,8 @@ def _trainer_defaults() -> dict[str, Any]:
 
 
 def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
-    """A round progress bar and a last-checkpoint writer, unless the config turned them off."""
+    """A round progress bar and a last-checkpoint writer, unless the config turned them off,
+    and the end-of-fit plots (``fl_lightning.callbacks.RunPlots``)."""
     from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
     from fl_lightning.server.progress import RoundProgressBar
@@ -55,6 +56,10 @@ def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
         isinstance(c, ModelCheckpoint) for c in given
     ):
         callbacks.append(ModelCheckpoint(save_last=True, every_n_train_steps=10, save_top_k=0))
+    from fl_lightning.callbacks import RunPlots
+
+    if not any(isinstance(c, RunPlots) for c in given):  # accuracy / ε vs round PNGs
+        callbacks.append(RunPlots())
     return callbacks
 
 

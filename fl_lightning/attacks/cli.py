@@ -40,6 +40,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dlg-examples", type=int, default=4)
     p.add_argument("--dlg-client", type=int, default=0)
     p.add_argument(
+        "--dlg-restarts",
+        type=int,
+        default=1,
+        help="random initialisations per batch; the lowest gradient-matching loss is kept",
+    )
+    p.add_argument(
+        "--dlg-ssim-threshold",
+        type=float,
+        default=0.8,
+        help="a batch counts as recovered when its SSIM is at least this (default 0.8)",
+    )
+    p.add_argument(
         "--mechanism",
         choices=["none", "gaussian", "laplace"],
         default="none",
@@ -84,6 +96,8 @@ def audit(argv: list[str]) -> dict:
         dlg_batch_size=args.dlg_batch_size,
         dlg_examples=args.dlg_examples,
         dlg_client=args.dlg_client,
+        dlg_restarts=args.dlg_restarts,
+        dlg_ssim_threshold=args.dlg_ssim_threshold,
         mechanism=_mechanism(args),
         output_dir=args.out,
         seed=args.seed,
