@@ -156,6 +156,7 @@ class RunPlots(Callback):
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
         out = run_dir(trainer)
         out.mkdir(parents=True, exist_ok=True)
@@ -176,7 +177,14 @@ class RunPlots(Callback):
             ax.set_ylabel(label if key != "privacy/epsilon" or delta is None else
                           f"{label}, δ = {delta:g}")  # fmt: skip
             ax.grid(alpha=0.3)
-            ax.set_title(f"{label} vs round ({len(self.history)} rounds)")
+            rounds = max(int(r.get("round/index", 0)) + 1 for r in self.history)
+            ax.set_xlim(0.5, rounds + 0.5)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if key == "test/accuracy":
+                ax.set_ylim(0.0, 1.0)
+            else:
+                ax.set_ylim(bottom=0.0)
+            ax.set_title(f"{label} vs round ({rounds} rounds)")
             fig.tight_layout()
             fig.savefig(out / name)
             plt.close(fig)
