@@ -18,6 +18,22 @@ from typing import Any
 
 from fl_lightning import extensions as _extensions  # noqa: F401  (registers subcommands)
 
+OVERVIEW = """\
+fl-lightning: differentially private federated learning on PyTorch Lightning.
+
+commands:
+  fit        train a federated run: fl-lightning fit --config configs/experiment/quickstart.yaml
+  validate   evaluate a run's global model on the validation split (--ckpt_path)
+  test       evaluate a run's global model on the test split (--ckpt_path)
+  sweep      run a W&B sweep spec locally, resumable: fl-lightning sweep sweeps/<spec>.yaml
+  report     compare runs side by side (--group-by KEY) or against a paper's table (--paper)
+  audit      membership inference and gradient inversion against a run: --attack threshold ...
+
+  fl-lightning <command> --help   options of one command
+  --import MODULE                 import your module first (models, datasets, strategies),
+                                  then name them in configs: class_path: MODULE.MyNet
+"""
+
 
 def _trainer_defaults() -> dict[str, Any]:
     return {
@@ -206,6 +222,53 @@ def _finish_wandb() -> None:
         wandb.finish()
 
 
+PLUGIN_GROUP = "fl_lightning.plugins"
+
+
+def import_user_modules(args: list[str]) -> list[str]:
+    """Imports every ``--import MODULE`` (or ``--import=MODULE``; repeatable, any position)
+    and every installed ``fl_lightning.plugins`` entry point; returns the other arguments.
+
+    A user module registers datasets (``register_dataset``) and defines networks, strategies
+    and callbacks that configs then name by ``class_path: my_module.MyNet``. The working
+    directory is put on ``sys.path`` first, as ``python -m`` would, so a module beside the
+    configs imports from the console script too. Raises ``ValueError`` naming the module.
+    """
+    import importlib
+    from importlib.metadata import entry_points
+
+    modules: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--import":
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                raise ValueError("--import: expected a module name, e.g. --import my_module")
+            modules.append(args[i + 1])
+            i += 2
+            continue
+        if a.startswith("--import="):
+            modules.append(a.split("=", 1)[1])
+        else:
+            rest.append(a)
+        i += 1
+    modules += [m for m in os.environ.get("FL_IMPORT", "").replace(",", " ").split() if m]
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ValueError(f"--import: cannot import {name!r}: {err}") from err
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            ep.load()
+        except ImportError as err:
+            raise ValueError(f"entry point {PLUGIN_GROUP}:{ep.name}: {err}") from err
+    return rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-lightning`` console script."""
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -215,10 +278,23 @@ def main(argv: list[str] | None = None) -> int:
     # holds the global model after round r, and resume continues with round r + 1.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     args = list(sys.argv[1:] if argv is None else argv)
-    handler = _extensions.SUBCOMMANDS.get(args[0]) if args else None
+    if not args or args[0] in ("-h", "--help"):
+        print(OVERVIEW)
+        return 0 if args else 2
+    try:
+        rest = import_user_modules(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not rest:
+        print(OVERVIEW)
+        return 2
+    handler = _extensions.SUBCOMMANDS.get(rest[0])
     if handler is not None:
-        return int(handler(args[1:]) or 0)
-    return run_lightning(argv)
+        return int(handler(rest[1:]) or 0)
+    if argv is None and rest != args:  # LightningCLI reads sys.argv itself
+        sys.argv = [sys.argv[0], *rest]
+    return run_lightning(argv if rest == args else rest)
 
 
 if __name__ == "__main__":
