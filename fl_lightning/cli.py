@@ -30,7 +30,7 @@ commands:
   audit      membership inference and gradient inversion against a run: --attack threshold ...
 
   fl-lightning <command> --help   options of one command
-  --import MODULE                 import your module first (models, datasets, strategies),
+  --import MODULE|FILE.py         import your module first (models, datasets, strategies),
                                   then name them in configs: class_path: MODULE.MyNet
 """
 
@@ -226,8 +226,10 @@ PLUGIN_GROUP = "fl_lightning.plugins"
 
 
 def import_user_modules(args: list[str]) -> list[str]:
-    """Imports every ``--import MODULE`` (or ``--import=MODULE``; repeatable, any position)
-    and every installed ``fl_lightning.plugins`` entry point; returns the other arguments.
+    """Imports every ``--import MODULE`` (or ``--import=MODULE``, or a file ``path/to/mod.py``
+    whose folder then goes on ``sys.path``; repeatable, any position), the modules named in
+    ``$FL_IMPORT`` and every installed ``fl_lightning.plugins`` entry point; returns the other
+    arguments.
 
     A user module registers datasets (``register_dataset``) and defines networks, strategies
     and callbacks that configs then name by ``class_path: my_module.MyNet``. The working
@@ -257,6 +259,14 @@ def import_user_modules(args: list[str]) -> list[str]:
     if modules and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in modules:
+        if name.endswith(".py") or os.sep in name:  # a file: its folder goes on sys.path
+            path = os.path.abspath(name)
+            if not os.path.isfile(path):
+                raise ValueError(f"--import: no such file {name!r}")
+            folder, name = os.path.split(path)
+            name = name.removesuffix(".py")
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
         try:
             importlib.import_module(name)
         except ImportError as err:
