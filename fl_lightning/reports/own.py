@@ -274,7 +274,7 @@ def report_runs(source: str, *, group_by: list[str], metrics: list[str] | None, 
     metrics = list(metrics or DEFAULT_METRICS)
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, Path | None] = {}
-    for key in group_by:
+    for key in keys[: len(group_by)]:  # as resolved by ``group`` (fit runs: no init_args)
         for m in metrics[:1]:
             slug = key.replace("/", "_").replace(".", "_")
             figures[f"{m} vs {key}"] = plot_vs_key(
