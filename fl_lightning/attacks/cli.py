@@ -87,8 +87,19 @@ def audit(argv: list[str]) -> dict:
     from fl_lightning.attacks.pipeline import Pipeline
 
     args, overrides = _parser().parse_known_args(argv)
+    attacks = list(args.attack)
+    if args.checkpoint and "cs_mia" not in attacks and any(
+        a in ("mia", "all") for a in attacks
+    ):  # a group asked for it, not the user: run the others, say why cs_mia is left out
+        from fl_lightning.attacks.callback import expand_attacks
+
+        attacks = [a for a in expand_attacks(attacks) if a != "cs_mia"]
+        print(
+            "note: cs_mia left out: it needs the per-round series recorded while training "
+            "(drop --checkpoint to include it)"
+        )
     callback = AuditCallback(
-        args.attack,
+        attacks,
         num_targets=args.num_targets,
         shadow_models=args.shadow_models,
         threshold_score=args.threshold_score,
