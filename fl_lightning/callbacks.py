@@ -111,9 +111,10 @@ class ClientTimer(ClientCallback):
         self._round = []
 
     def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        out = run_dir(trainer)  # ``trainer.log_dir`` is a collective under DDP: every rank asks
         if not self.write_csv or not trainer.is_global_zero:
             return
-        path = run_dir(trainer) / "client_times.csv"
+        path = out / "client_times.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as f:
             w = csv.writer(f)
@@ -150,6 +151,7 @@ class RunPlots(Callback):
         return xs, ys
 
     def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        out = run_dir(trainer)  # ``trainer.log_dir`` is a collective under DDP: every rank asks
         if not trainer.is_global_zero or not self.history:
             return
         import matplotlib
@@ -158,7 +160,6 @@ class RunPlots(Callback):
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
 
-        out = run_dir(trainer)
         out.mkdir(parents=True, exist_ok=True)
         figures = {
             "accuracy_vs_round.png": ("test/accuracy", "test accuracy"),

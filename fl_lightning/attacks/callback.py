@@ -137,10 +137,11 @@ class AuditCallback(Callback):
             self.recorder.on_train_batch_end(trainer, pl_module)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        log_dir = trainer.log_dir  # a collective under DDP: every rank asks
         if not trainer.is_global_zero:
             return
         pipeline = self.pipeline or Pipeline.from_trainer(trainer)
-        out_dir = Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
+        out_dir = Path(self.output_dir or log_dir or trainer.default_root_dir)
         self.run(pl_module, trainer.datamodule, pipeline, out_dir=out_dir, loggers=trainer.loggers)
 
     # -- the audit ---------------------------------------------------------------------------
