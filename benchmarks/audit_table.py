@@ -1,8 +1,8 @@
 """The audit table of docs/audit.md: every available strategy on offline MNIST, attacked.
 
 Runs ``fl-lightning audit`` on ``configs/experiment/quickstart.yaml`` with overrides to offline
-MNIST (20 Dirichlet clients, 5 per round, the small CNN) once per strategy, with the membership attacks
-and DLG / iDLG on one client's privatised upload, and prints a markdown table.
+MNIST (20 Dirichlet clients, 5 per round, the small CNN) once per strategy, with the membership
+attacks and DLG / iDLG on one client's privatised upload, and prints a markdown table.
 
     nice -n 10 python benchmarks/audit_table.py --rounds 10 > /tmp/audit_table.md
 """
