@@ -31,6 +31,9 @@ IGNORED_PREFIXES = (
     "config",
     "print_config",
 )
+# Columns of a W&B project export that describe the run, not its setting.
+WANDB_COLUMNS = {"Name", "State", "ID", "Notes", "User", "Tags", "Created", "Runtime", "Sweep",
+                 "Hostname", "GPU Type", "GPU Count", "Group", "Job Type"}  # fmt: skip
 DEFAULT_METRICS = ("test/accuracy", "privacy/epsilon", "rounds")
 
 
@@ -93,9 +96,10 @@ def _ignored(key: str) -> bool:
 def varying_keys(runs: list[Run]) -> list[str]:
     """Parameters (seeds and output locations aside) whose value is not the same in all runs."""
     keys = sorted({k for r in runs for k in r.params})
+    measured = {k for r in runs for k in r.metrics}  # a W&B export puts both in one row
     out = []
     for k in keys:
-        if _ignored(k):
+        if _ignored(k) or k in measured or k in WANDB_COLUMNS:
             continue
         values = {_hashable(r.params.get(k)) for r in runs}
         if len(values) > 1:

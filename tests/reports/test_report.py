@@ -173,3 +173,17 @@ def test_runs_report_on_a_folder_of_fit_runs(tmp_path: Path):
 def test_runs_report_bad_arguments(tmp_path: Path, capsys, args, message):
     assert cli.main([str(_own_store(tmp_path)), *args, "--out", str(tmp_path / "r")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_runs_report_on_a_wandb_export_keeps_metrics_out_of_the_setting(tmp_path: Path):
+    csv_path = tmp_path / "export.csv"
+    rows = ["Name,State,Runtime,strategy.init_args.noise_multiplier,seed_everything,"
+            "test/accuracy,privacy/epsilon"]  # fmt: skip
+    for i, (sigma, seed, acc) in enumerate([(0.5, 0, 0.80), (0.5, 1, 0.82), (2.0, 0, 0.50)]):
+        rows.append(f"run{i},finished,{30 + i},{sigma},{seed},{acc},{4 / sigma}")
+    csv_path.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "rep"
+    assert cli.main([str(csv_path), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "3 finished runs in 2 settings" in md
+    assert "| 0.5 | 2 | 0.8100 ± 0.0141 |" in md and "| 2.0 | 1 | 0.5000 |" in md
