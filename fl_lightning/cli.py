@@ -19,6 +19,22 @@ from typing import Any
 
 from fl_lightning import extensions as _extensions  # noqa: F401  (registers subcommands)
 
+OVERVIEW = """\
+fl-lightning: differentially private federated learning on PyTorch Lightning.
+
+commands:
+  fit        train a federated run: fl-lightning fit --config configs/experiment/quickstart.yaml
+  validate   evaluate a run's global model on the validation split (--ckpt_path)
+  test       evaluate a run's global model on the test split (--ckpt_path)
+  sweep      run a W&B sweep spec locally, resumable: fl-lightning sweep sweeps/<spec>.yaml
+  report     compare runs side by side (--group-by KEY) or against a paper's table (--paper)
+  audit      membership inference and gradient inversion against a run: --attack threshold ...
+
+  fl-lightning <command> --help   options of one command
+  --import MODULE|FILE.py         import your module first (models, datasets, strategies),
+                                  then name them in configs: class_path: MODULE.MyNet
+"""
+
 
 def _trainer_defaults() -> dict[str, Any]:
     return {
@@ -56,7 +72,8 @@ def _loggers_under(root: str | os.PathLike[str], logger: Any) -> Any:
 
 
 def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
-    """A round progress bar and a last-checkpoint writer, unless the config turned them off."""
+    """A round progress bar and a last-checkpoint writer, unless the config turned them off,
+    and the end-of-fit plots (``fl_lightning.callbacks.RunPlots``)."""
     from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
     from fl_lightning.server.progress import RoundProgressBar
@@ -71,6 +88,10 @@ def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
         isinstance(c, ModelCheckpoint) for c in given
     ):
         callbacks.append(ModelCheckpoint(save_last=True, every_n_train_steps=10, save_top_k=0))
+    from fl_lightning.callbacks import RunPlots
+
+    if not any(isinstance(c, RunPlots) for c in given):  # accuracy / ε vs round PNGs
+        callbacks.append(RunPlots())
     return callbacks
 
 
@@ -582,6 +603,63 @@ def quiet_console() -> None:
     warnings.filterwarnings("ignore", message="The dirpath has changed from")
 
 
+PLUGIN_GROUP = "fl_lightning.plugins"
+
+
+def import_user_modules(args: list[str]) -> list[str]:
+    """Imports every ``--import MODULE`` (or ``--import=MODULE``, or a file ``path/to/mod.py``
+    whose folder then goes on ``sys.path``; repeatable, any position), the modules named in
+    ``$FL_IMPORT`` and every installed ``fl_lightning.plugins`` entry point; returns the other
+    arguments.
+
+    A user module registers datasets (``register_dataset``) and defines networks, strategies
+    and callbacks that configs then name by ``class_path: my_module.MyNet``. The working
+    directory is put on ``sys.path`` first, as ``python -m`` would, so a module beside the
+    configs imports from the console script too. Raises ``ValueError`` naming the module.
+    """
+    import importlib
+    from importlib.metadata import entry_points
+
+    modules: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--import":
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                raise ValueError("--import: expected a module name, e.g. --import my_module")
+            modules.append(args[i + 1])
+            i += 2
+            continue
+        if a.startswith("--import="):
+            modules.append(a.split("=", 1)[1])
+        else:
+            rest.append(a)
+        i += 1
+    modules += [m for m in os.environ.get("FL_IMPORT", "").replace(",", " ").split() if m]
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        if name.endswith(".py") or os.sep in name:  # a file: its folder goes on sys.path
+            path = os.path.abspath(name)
+            if not os.path.isfile(path):
+                raise ValueError(f"--import: no such file {name!r}")
+            folder, name = os.path.split(path)
+            name = name.removesuffix(".py")
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ValueError(f"--import: cannot import {name!r}: {err}") from err
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            ep.load()
+        except ImportError as err:
+            raise ValueError(f"entry point {PLUGIN_GROUP}:{ep.name}: {err}") from err
+    return rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-lightning`` console script."""
     # W&B's mode follows the environment (fl_lightning.loggers.wandb_mode); its chatter does not.
@@ -592,10 +670,23 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     quiet_console()
     args = list(sys.argv[1:] if argv is None else argv)
-    handler = _extensions.SUBCOMMANDS.get(args[0]) if args else None
+    if not args or args[0] in ("-h", "--help"):
+        print(OVERVIEW)
+        return 0 if args else 2
+    try:
+        rest = import_user_modules(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not rest:
+        print(OVERVIEW)
+        return 2
+    handler = _extensions.SUBCOMMANDS.get(rest[0])
     if handler is not None:
-        return int(handler(args[1:]) or 0)
-    return run_lightning(argv)
+        return int(handler(rest[1:]) or 0)
+    if argv is None and rest != args:  # LightningCLI reads sys.argv itself
+        sys.argv = [sys.argv[0], *rest]
+    return run_lightning(argv if rest == args else rest)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -57,18 +57,19 @@ def describe_events(ledger: dict) -> str:
 
 
 def run_config(config: Path, rounds: int) -> dict:
+    """Runs ``config`` in this process (the CLI class is reused: no import per config)."""
+    from fl_lightning.cli import build_cli_class
+
+    name = str(config.relative_to(REPO / "configs" / "experiment"))
     with tempfile.TemporaryDirectory() as tmp:
         args = [
-            sys.executable, "-m", "fl_lightning.cli", "fit", "--config", str(config),
-            *offline_overrides(config, Path(tmp)),
+            "fit", "--config", str(config), *offline_overrides(config, Path(tmp)),
             "--trainer.max_steps", str(rounds), "--trainer.default_root_dir", tmp,
         ]  # fmt: skip
-        env = {**os.environ, "WANDB_MODE": "disabled"}
-        proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=env)
-        name = str(config.relative_to(REPO / "configs" / "experiment"))
-        if proc.returncode != 0:
-            err = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            return {"config": name, "error": err}
+        try:
+            build_cli_class()(args)
+        except (Exception, SystemExit) as err:
+            return {"config": name, "error": f"{type(err).__name__}: {err}".splitlines()[0]}
         summary = json.loads(next(Path(tmp).rglob("summary.json")).read_text())
         ledger = json.loads(next(Path(tmp).rglob("privacy_ledger.json")).read_text())
     printed = float(summary["privacy/epsilon"])
@@ -116,6 +117,9 @@ def markdown(rows: list[dict], rounds: int) -> str:
 
 
 def main() -> int:
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    os.chdir(REPO)
+    logging.disable(logging.WARNING)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="")

@@ -71,8 +71,11 @@ class AuditCallback(Callback):
         threshold_score: ``loss`` (Yeom) or ``confidence`` for the threshold attack.
         dlg_iterations: L-BFGS iterations of DLG / iDLG.
         dlg_batch_size: examples in the attacked client's batch.
-        dlg_examples: how many single batches to invert (metrics are averaged).
+        dlg_examples: how many batches to invert (per-batch metrics, their median and mean,
+            and the fraction recovered are reported).
         dlg_client: the attacked client's id.
+        dlg_restarts: random initialisations per batch; the lowest matching loss is kept.
+        dlg_ssim_threshold: a batch counts as recovered when its SSIM is at least this.
         mechanism: an extra mechanism applied to the upload before inversion (e.g. a
             ``GaussianMechanism``), on top of the strategy's own ``process_update``.
         output_dir: where ``audit.json`` goes (default: the trainer's log directory).
@@ -93,6 +96,8 @@ class AuditCallback(Callback):
         dlg_batch_size: int = 1,
         dlg_examples: int = 4,
         dlg_client: int = 0,
+        dlg_restarts: int = 1,
+        dlg_ssim_threshold: float = 0.8,
         mechanism: Mechanism | None = None,
         output_dir: str | None = None,
         seed: int = 0,
@@ -113,6 +118,12 @@ class AuditCallback(Callback):
             raise ValueError(f"audit.dlg_iterations: must be >= 3, got {dlg_iterations}")
         if dlg_batch_size < 1 or dlg_examples < 1:
             raise ValueError("audit.dlg_batch_size, audit.dlg_examples: must be >= 1")
+        if dlg_restarts < 1:
+            raise ValueError(f"audit.dlg_restarts: must be >= 1, got {dlg_restarts}")
+        if not -1.0 <= dlg_ssim_threshold <= 1.0:
+            raise ValueError(
+                f"audit.dlg_ssim_threshold: SSIM lies in [-1, 1], got {dlg_ssim_threshold}"
+            )
         self.num_targets = num_targets
         self.shadow_models = shadow_models
         self.threshold_score: Literal["loss", "confidence"] = (
@@ -122,6 +133,8 @@ class AuditCallback(Callback):
         self.dlg_batch_size = dlg_batch_size
         self.dlg_examples = dlg_examples
         self.dlg_client = dlg_client
+        self.dlg_restarts = dlg_restarts
+        self.dlg_ssim_threshold = dlg_ssim_threshold
         self.mechanism = mechanism
         self.output_dir = output_dir
         self.seed = seed
@@ -140,10 +153,11 @@ class AuditCallback(Callback):
             self.recorder.on_train_batch_end(trainer, pl_module)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        log_dir = trainer.log_dir  # a collective under DDP: every rank asks
         if not trainer.is_global_zero:
             return
         pipeline = self.pipeline or Pipeline.from_trainer(trainer)
-        out_dir = Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
+        out_dir = Path(self.output_dir or log_dir or trainer.default_root_dir)
         self.run(pl_module, trainer.datamodule, pipeline, out_dir=out_dir, loggers=trainer.loggers)
 
     # -- the audit ---------------------------------------------------------------------------
@@ -215,8 +229,8 @@ class AuditCallback(Callback):
     def _inversion(
         self, name: str, module: Any, datamodule: Any, out_dir: Path, loggers: Sequence[Any]
     ) -> dict[str, Any]:
-        from fl_lightning.attacks.dlg import invert_gradient, upload_gradient
-        from fl_lightning.attacks.images import image_metrics, save_grid
+        from fl_lightning.attacks.dlg import THREAT_MODEL, invert_gradient, upload_gradient
+        from fl_lightning.attacks.images import image_metrics, save_grid, summarize
 
         x_all, y_all = datamodule.client_data(self.dlg_client)
         x_all, y_all = x_all.cpu(), y_all.cpu()
@@ -224,10 +238,10 @@ class AuditCallback(Callback):
         n_batches = min(self.dlg_examples, len(y_all) // b)
         if n_batches < 1:
             raise ValueError(f"audit.dlg_client: client {self.dlg_client} has too few examples")
-        metrics: list[dict[str, float]] = []
+        per_batch: list[dict[str, Any]] = []
         originals: list[torch.Tensor] = []
         snaps: list[list[torch.Tensor]] = [[], [], []]
-        labels_ok: list[float] = []
+        iterations: list[int] = []
         for i in range(n_batches):
             x, y = x_all[i * b : (i + 1) * b], y_all[i * b : (i + 1) * b]
             grads = upload_gradient(
@@ -248,30 +262,40 @@ class AuditCallback(Callback):
                 method=name,
                 iterations=self.dlg_iterations,
                 seed=self.seed + i,
+                restarts=self.dlg_restarts,
             )
-            metrics.append(image_metrics(x, res.reconstruction))
-            labels_ok.append(float((res.label == y).float().mean()))
+            m: dict[str, Any] = image_metrics(x, res.reconstruction)
+            m["label_accuracy"] = float((res.label == y).float().mean())
+            m["matching_loss"] = res.final_loss
+            per_batch.append(m)
             originals.append(x)
+            iterations = res.snapshot_iterations
             for k, s in enumerate(res.snapshots[:3]):
                 snaps[k].append(s)
+        label = type(module.strategy).__name__ + (
+            f" + {type(self.mechanism).__name__} on the upload" if self.mechanism else ""
+        )
         grid = save_grid(
             out_dir / f"audit_{name}.png",
             torch.cat(originals),
             [torch.cat(s) for s in snaps if s],
+            snapshot_iterations=iterations,
+            title=f"{name.upper()} against client {self.dlg_client}'s upload ({label}), "
+            f"round {int(module.rounds_completed) or int(module.global_step)}",
         )
-        entry: dict[str, Any] = {
-            k: sum(m[k] for m in metrics) / len(metrics) for k in ("mse", "psnr", "ssim")
-        }
+        entry: dict[str, Any] = summarize(per_batch, ssim_threshold=self.dlg_ssim_threshold)
         entry.update(
             {
-                "label_accuracy": sum(labels_ok) / len(labels_ok),
+                "label_accuracy": sum(m["label_accuracy"] for m in per_batch) / len(per_batch),
                 "batches": n_batches,
                 "batch_size": b,
                 "iterations": self.dlg_iterations,
-                "snapshot_iterations": res.snapshot_iterations,
-                "ssim_per_batch": [m["ssim"] for m in metrics],
+                "restarts": self.dlg_restarts,
+                "snapshot_iterations": iterations,
+                "per_batch": per_batch,
                 "mechanism": type(self.mechanism).__name__ if self.mechanism else None,
                 "strategy": type(module.strategy).__name__,
+                "threat_model": THREAT_MODEL,
                 "grid": str(grid),
             }
         )
@@ -295,7 +319,10 @@ class AuditCallback(Callback):
                         logger.log_image(
                             key=f"audit/{attack}/reconstruction",
                             images=[entry["grid"]],
-                            caption=["rows: examples; columns: original, 1/3, 2/3, 3/3"],
+                            caption=[
+                                "columns: examples; rows: original, then the reconstruction "
+                                "at 1/3, 2/3 and 3/3 of the iterations (SSIM per tile)"
+                            ],
                         )
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "audit.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
@@ -315,7 +342,17 @@ def format_table(results: dict[str, Any]) -> str:
             )
         else:
             lines.append(
-                f"  {name:<10} SSIM {e['ssim']:.3f}  PSNR {e['psnr']:.2f} dB  MSE {e['mse']:.4f}  "
-                f"label acc {e['label_accuracy']:.2f}  grid {e['grid']}"
+                f"  {name:<10} recovered {e['recovered_fraction']:.0%} of {e['batches']} "
+                f"batches (SSIM ≥ {e['ssim_threshold']:g})  median / mean: "
+                f"SSIM {e['ssim_median']:.3f} / {e['ssim_mean']:.3f}  "
+                f"PSNR {e['psnr_median']:.1f} / {e['psnr_mean']:.1f} dB  "
+                f"MSE {e['mse_median']:.4f} / {e['mse_mean']:.4f}  "
+                f"label acc {e['label_accuracy']:.2f}"
             )
+            per = ", ".join(f"{m['ssim']:.2f}" for m in e["per_batch"])
+            lines.append(f"  {'':<10} per-batch SSIM [{per}]; grid {e['grid']}")
+    if any("threat_model" in e for e in results["attacks"].values()):
+        from fl_lightning.attacks.dlg import THREAT_MODEL
+
+        lines.append("  note: " + THREAT_MODEL)
     return "\n".join(lines)

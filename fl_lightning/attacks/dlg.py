@@ -11,11 +11,25 @@ L-BFGS so that the dummy's gradient matches g in squared L2 distance (DLG Eq. 4)
 reads the label off the sign of the last layer's weight gradient (iDLG Sec. 3.1, exact for
 cross-entropy with non-negative penultimate activations) and optimises the input only.
 Snapshots are kept at 1/3, 2/3 and 3/3 of the iterations (paper 003's figure).
+
+The iterate kept is the one with the lowest gradient-matching loss seen so far (the attacker
+can compute that loss; it never sees the original). A non-finite loss (L-BFGS without a line
+search overshoots on saturated softmax outputs, e.g. logistic regression on a trained model)
+restores the best iterate and restarts L-BFGS's curvature history there, so a reconstruction
+never "diverges" to huge pixel values. ``restarts`` > 1 runs DLG from independent random
+initialisations and keeps the lowest-loss one (common practice since Zhu et al.'s own code).
+
+Threat model (``THREAT_MODEL``): an honest-but-curious server that reads one client's upload
+before any server-side (central) noise is added. Central DP (DP-FedAvg's Gaussian noise on the
+aggregate) protects the released model, not the individual upload, so a high reconstruction
+quality under client-level central DP is expected and is not a failure of that guarantee; only
+noise on the upload itself (local DP, DP-SGD's per-step noise) stands in the attacker's way.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +41,14 @@ from fl_lightning.privacy.mechanisms.base import Mechanism
 from fl_lightning.server.update import RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
+
+THREAT_MODEL = (
+    "DLG/iDLG threat model: an honest-but-curious server reads one client's upload after the "
+    "client's own privatisation (clipping, DP-SGD noise, local mechanisms) and before any "
+    "central noise is added to the aggregate. Central DP (e.g. DP-FedAvg's noise) protects the "
+    "released model, not the upload, so a good reconstruction under central DP is not a "
+    "violation of its guarantee; only noise on the upload itself defends against this attack."
+)
 
 
 @dataclass
@@ -59,13 +81,19 @@ def privatize_gradient(
 
 
 def infer_label(grads: list[torch.Tensor], num_classes: int) -> int:
-    """iDLG: the class whose last-layer weight-gradient row has negative sum (Sec. 3.1)."""
+    """iDLG's label inference (Sec. 3.1) for one example under cross-entropy.
+
+    The gradient of the loss w.r.t. the logits is ``p − e_y``: negative only at the true
+    class. The last layer's bias gradient *is* that vector, so its argmin is the label whatever
+    the inputs; without a bias, the weight-gradient row ``(p_i − [i = y]) · h`` is used, whose
+    sum is negative only at ``y`` when the penultimate activations ``h`` are non-negative
+    (the paper's ReLU assumption, Eq. 5-6)."""
+    last = grads[-1] if grads else None
+    if last is not None and last.dim() == 1 and last.shape[0] == num_classes:
+        return int(last.argmin())
     for g in reversed(grads):
         if g.dim() == 2 and g.shape[0] == num_classes:
             return int(g.sum(dim=1).argmin())
-    for g in reversed(grads):  # a last layer without a 2-D weight: use its bias
-        if g.dim() == 1 and g.shape[0] == num_classes:
-            return int(g.argmin())
     raise ValueError("idlg: no last layer with num_classes outputs found in the gradient")
 
 
@@ -80,12 +108,51 @@ def invert_gradient(
     iterations: int = 300,
     lr: float = 1.0,
     seed: int = 0,
+    restarts: int = 1,
 ) -> InversionResult:
-    """DLG / iDLG reconstruction of the batch behind ``target_grads``."""
+    """DLG / iDLG reconstruction of the batch behind ``target_grads``.
+
+    Minimises ``‖∇W(x', y') − g‖²`` (DLG Eq. 4) with L-BFGS, keeping the lowest-loss iterate;
+    with ``restarts`` > 1 the attack is repeated from independent random initialisations and
+    the run with the lowest final matching loss is returned.
+    """
     if method not in ("dlg", "idlg"):
         raise ValueError(f"audit.attack: unknown inversion {method!r}")
     if method == "idlg" and batch_size != 1:
         raise ValueError("audit.dlg_batch_size: iDLG's label inference needs batch size 1")
+    if restarts < 1:
+        raise ValueError(f"audit.dlg_restarts: must be >= 1, got {restarts}")
+    best: InversionResult | None = None
+    for r in range(restarts):
+        res = _invert_once(
+            net,
+            target_grads,
+            input_shape=input_shape,
+            num_classes=num_classes,
+            batch_size=batch_size,
+            method=method,
+            iterations=iterations,
+            lr=lr,
+            seed=seed if r == 0 else seed + 7919 * r,
+        )
+        if best is None or res.final_loss < best.final_loss:
+            best = res
+    assert best is not None
+    return best
+
+
+def _invert_once(
+    net: nn.Module,
+    target_grads: list[torch.Tensor],
+    *,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    batch_size: int,
+    method: str,
+    iterations: int,
+    lr: float,
+    seed: int,
+) -> InversionResult:
     net = copy.deepcopy(net).eval()
     params = trainable_parameters(net)
     for p in params:
@@ -102,7 +169,11 @@ def invert_gradient(
         soft = torch.randn((batch_size, num_classes), generator=gen).to(device).requires_grad_(True)
         opt_vars.append(soft)
         label = None
-    optimizer = torch.optim.LBFGS(opt_vars, lr=lr, max_iter=1, history_size=100)
+
+    def make_optimizer() -> torch.optim.LBFGS:
+        return torch.optim.LBFGS(opt_vars, lr=lr, max_iter=1, history_size=100)
+
+    optimizer = make_optimizer()
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
@@ -118,22 +189,31 @@ def invert_gradient(
 
     marks = sorted({max(1, iterations * k // 3) for k in (1, 2, 3)})
     result = InversionResult(reconstruction=dummy.detach(), label=torch.empty(0))
-    last = float("nan")
-    best = dummy.detach().clone()
+    best_loss = math.inf
+    best = [v.detach().clone() for v in opt_vars]
     for it in range(1, iterations + 1):
+        before = [v.detach().clone() for v in opt_vars]
         loss = optimizer.step(closure)
-        value = float(loss.detach()) if loss is not None else float("nan")
-        if value == value and value != float("inf"):  # keep the last finite iterate
-            last, best = value, dummy.detach().clone()
-        else:
-            with torch.no_grad():
-                dummy.copy_(best)
+        value = float(loss.detach()) if loss is not None else math.nan
+        # ``step`` returns the loss *before* its update: score the iterate it was computed at.
+        if math.isfinite(value) and value < best_loss:
+            best_loss, best = value, before
+        if not all(bool(torch.isfinite(v).all()) for v in opt_vars) or not math.isfinite(value):
+            with torch.no_grad():  # back to the best iterate, with a fresh curvature history
+                for v, b in zip(opt_vars, best):
+                    v.copy_(b)
+            optimizer = make_optimizer()
         if it in marks:
-            result.snapshots.append(best.clone().cpu())
+            result.snapshots.append(best[0].clone().cpu())
             result.snapshot_iterations.append(it)
-    result.reconstruction = best.cpu()
-    result.label = (label if label is not None else soft.detach().argmax(-1)).cpu()
-    result.final_loss = last
+    final = float(closure().detach())  # the last update's iterate, not scored by a step
+    if math.isfinite(final) and final < best_loss:
+        best_loss, best = final, [v.detach().clone() for v in opt_vars]
+    result.reconstruction = best[0].cpu()
+    if result.snapshot_iterations and result.snapshot_iterations[-1] == iterations:
+        result.snapshots[-1] = result.reconstruction.clone()
+    result.label = (label if label is not None else best[1].argmax(-1)).cpu()
+    result.final_loss = best_loss
     return result
 
 

@@ -6,8 +6,10 @@ same config, trained by a Lightning ``Trainer`` on a shadow split of the attacke
 (Shokri et al. 2017, Sec. IV-B: shadow models mimic the target's training procedure).
 
 The audit split (``audit_split``): *members* are drawn from the clients' training data,
-*non-members* (same number) from the held-out test split, and the rest of the test split is the
-attacker's *shadow pool*, disjoint from both.
+*non-members* (same number) from the held-out test split; the attacker's *shadow pool* is
+everything else (the rest of the test split and the training examples not drawn as members),
+disjoint from both target sets. Shadow models are trained on random halves of the pool, so on a
+small dataset (digits: 360 test images) they still get about as much data as the target did.
 """
 
 from __future__ import annotations
@@ -79,10 +81,16 @@ def audit_split(datamodule: Any, *, num_targets: int, seed: int) -> AuditSplit:
     members = rng.choice(in_clients, size=n, replace=False)
     order = rng.permutation(len(test))
     tx, ty = test.x.cpu(), test.y.cpu()
+    rest = np.setdiff1d(np.arange(len(train)), members)
+    train_ex = Examples(train.x.cpu(), train.y.cpu())
+    test_rest = Examples(tx, ty).subset(order[n:])
+    train_rest = train_ex.subset(rest)
     return AuditSplit(
-        members=Examples(train.x.cpu(), train.y.cpu()).subset(members),
+        members=train_ex.subset(members),
         nonmembers=Examples(tx, ty).subset(order[:n]),
-        shadow_pool=Examples(tx, ty).subset(order[n:]),
+        shadow_pool=Examples(
+            torch.cat([test_rest.x, train_rest.x]), torch.cat([test_rest.y, train_rest.y])
+        ),
         num_classes=int(train.num_classes),
         target_train_size=len(in_clients),
     )
@@ -119,7 +127,16 @@ def restrict_datamodule(datamodule: Any, train: Examples, test: Examples) -> Non
     datamodule.test = TensorDataset(test.x.clone(), test.y.clone(), num_classes)
     datamodule.val = None
     partitioner = hp.partitioner if hp.partitioner in PARTITIONERS else "iid"
-    datamodule.client_indices = datamodule.partition(train.y, datamodule.num_clients, partitioner)
+    try:
+        datamodule.client_indices = datamodule.partition(
+            train.y, datamodule.num_clients, partitioner
+        )
+    except ValueError as err:
+        raise ValueError(
+            f"audit.shadow_models: a shadow run trains on {len(train)} examples, which the "
+            f"experiment's partition cannot split among {datamodule.num_clients} clients ({err}); "
+            "use fewer --num-targets or a larger dataset"
+        ) from err
 
 
 _EXPERIMENT_KEYS = ("seed_everything", "trainer", "model", "data", "client", "strategy", "privacy")

@@ -40,7 +40,11 @@ class ClientModule(pl.LightningModule):
     """A classifier trained by each client.
 
     Args:
-        net: the network (any ``nn.Module`` mapping inputs to logits).
+        net: the network (any ``nn.Module`` mapping inputs to logits, e.g. your own
+            ``my_module.MyNet`` with ``--import my_module``). The model zoo
+            (``class_path: fl_lightning.models.<name>``): MLP, LogisticRegression, MnistCNN,
+            CifarCNN, AbadiCNN, EmnistCNN, MnistLSTM, CharLSTM, SpmCifarCNN, VGG9, ResNet18GN,
+            ResNet50GN.
         num_classes: number of classes (for the metrics).
         optimizer: local optimizer, ``sgd`` or ``adam``.
         lr: local learning rate.

@@ -9,6 +9,7 @@ balanced), ``cifar10`` and ``cifar100``. Later modules add more with :func:`regi
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,20 +113,37 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
+SHARED_DATA_ENV = "FL_SHARED_DATA"
+
+
+def mnist_offline_root(root: str) -> Path:
+    """The folder holding the MNIST test set: ``data.root`` when the files are there, else
+    ``$FL_SHARED_DATA`` (the shipped configs say ``../shared/data``, which holds only from a
+    checkout beside ``shared/``). Raises ``ValueError`` naming both places."""
+    candidates = [Path(root)]
+    if os.environ.get(SHARED_DATA_ENV):
+        candidates.append(Path(os.environ[SHARED_DATA_ENV]))
+    for base in candidates:
+        if all(_find_idx(base, stem) is not None for stem in (IDX_IMAGES, IDX_LABELS)):
+            return base
+    looked = " or ".join(repr(str(c)) for c in candidates)
+    hint = "" if len(candidates) > 1 else f"; or set {SHARED_DATA_ENV} to the folder holding them"
+    raise ValueError(
+        f"data.root: {IDX_IMAGES}[.gz] and {IDX_LABELS}[.gz] not found under {looked} "
+        f"(looked in ., MNIST/raw, raw){hint}"
+    )
+
+
 def _check_mnist_offline(root: str, download: bool, **_: object) -> None:
-    for stem in (IDX_IMAGES, IDX_LABELS):
-        if _find_idx(Path(root), stem) is None:
-            raise ValueError(
-                f"data.root: {stem}[.gz] not found under {root!r} (looked in ., MNIST/raw, raw)"
-            )
+    mnist_offline_root(root)
 
 
 def _load_mnist_offline(
     root: str, download: bool, seed: int, test_fraction: float = 0.2, **_: object
 ) -> tuple[TensorDataset, TensorDataset]:
-    _check_mnist_offline(root, download)
-    images = read_idx(_find_idx(Path(root), IDX_IMAGES))  # type: ignore[arg-type]
-    labels = read_idx(_find_idx(Path(root), IDX_LABELS)).astype(np.int64)  # type: ignore[arg-type]
+    base = mnist_offline_root(root)
+    images = read_idx(_find_idx(base, IDX_IMAGES))  # type: ignore[arg-type]
+    labels = read_idx(_find_idx(base, IDX_LABELS)).astype(np.int64)  # type: ignore[arg-type]
     x = torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 255.0
     x = (x - MNIST_MEAN) / MNIST_STD
     y = torch.from_numpy(labels.copy())

@@ -1,6 +1,15 @@
-"""``fl-lightning report``: our runs against a paper's table, as Markdown and PNG figures.
+"""``fl-lightning report``: our runs side by side, or against a paper's table (Markdown + PNGs).
 
-Usage::
+Our runs, no paper (a sweep store, a W&B CSV export, or a folder of ``fl-lightning fit`` runs)::
+
+    fl-lightning report <store | export.csv | runs folder> [--group-by KEY ...] [--metric KEY]
+        [--out DIR]
+
+One row per setting (every parameter that differs between runs, seeds aside), seeds averaged,
+different settings never pooled; the metric against each ``--group-by`` key and accuracy / ε
+against the round (``fl_lightning/reports/own.py``).
+
+Against a paper::
 
     fl-lightning report <store folder | results.jsonl | W&B export .csv> --paper 000 --table IV
         [--where dataset=MNIST --where model=CNN] [--metric test/accuracy]
@@ -44,9 +53,22 @@ def _typed(v: str) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fl-lightning report", description=__doc__.split("\n")[0])
-    p.add_argument("source", help="sweep store (folder or results.jsonl) or a W&B CSV export")
-    p.add_argument("--paper", required=True, help="paper id (000..004) or name (GCFL)")
-    p.add_argument("--table", required=True, help="table id as printed (IV, 2, ...)")
+    p.add_argument(
+        "source",
+        help="sweep store (folder or results.jsonl), a W&B CSV export, or a folder of fit runs",
+    )
+    p.add_argument(
+        "--paper", default=None, help="paper id (000..004) or name (GCFL); omit for our runs only"
+    )
+    p.add_argument("--table", default=None, help="table id as printed (IV, 2, ...); with --paper")
+    p.add_argument(
+        "--group-by",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="without --paper: order by this parameter and plot the metric against it "
+        "(repeatable), e.g. strategy.init_args.noise_multiplier",
+    )
     p.add_argument(
         "--where",
         action="append",
@@ -72,12 +94,52 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="parameter giving the cell's ε (default: privacy.target_epsilon)",
     )
-    p.add_argument("--out", default=None, help="output folder (default reports/<paper>-<table>)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default reports/<paper>-<table>, or reports/runs-<source name>)",
+    )
     return p
+
+
+def _runs_report(args: argparse.Namespace) -> int:
+    from fl_lightning.reports.own import DEFAULT_METRICS, report_runs
+
+    if args.where or args.method_key or args.method_map or args.eps_key:
+        print(
+            "error: --where/--method-key/--method-map/--eps-key: only with --paper; "
+            "use --group-by to compare our runs",
+            file=sys.stderr,
+        )
+        return 2
+    metrics = list(DEFAULT_METRICS)
+    if args.metric:
+        metrics = [args.metric, *[m for m in metrics if m != args.metric]]
+    out = Path(args.out or f"reports/runs-{Path(args.source).resolve().name}")
+    try:
+        path = report_runs(args.source, group_by=args.group_by, metrics=metrics, out=out)
+    except (KeyError, ValueError, FileNotFoundError) as err:
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.paper is None:
+        if args.table is not None:
+            print("error: --table: needs --paper", file=sys.stderr)
+            return 2
+        return _runs_report(args)
+    if args.table is None:
+        print("error: --table: required with --paper", file=sys.stderr)
+        return 2
+    if args.group_by:
+        print("error: --group-by: only without --paper (a paper's table fixes the grouping)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         paper = load_paper(args.paper)
         table = paper.table(args.table)

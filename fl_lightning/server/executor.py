@@ -15,6 +15,7 @@ from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.utils.rng import generator_for
 
 if TYPE_CHECKING:
+    from fl_lightning.callbacks import ClientHooks
     from fl_lightning.data.datamodule import FederatedDataModule
     from fl_lightning.strategies.base import Strategy
 
@@ -24,6 +25,9 @@ class SequentialExecutor:
 
     def __init__(self, trainer: LocalTrainer) -> None:
         self.local_trainer = trainer
+        # ``fl_lightning.callbacks.ClientHooks`` (set by the FederatedModule): the callbacks'
+        # on_client_start / on_client_end around each client.
+        self.hooks: ClientHooks | None = None
 
     def run(
         self,
@@ -32,8 +36,14 @@ class SequentialExecutor:
         data: FederatedDataModule,
         strategy: Strategy,
     ) -> Iterator[ClientUpdate]:
+        hooks = self.hooks
         for client_id in clients:
             x, y = data.client_data(client_id)
+            if hooks is not None:
+                hooks.start(client_id, ctx)
             update = self.local_trainer.train(client_id, x, y, ctx, strategy)
             g = generator_for(ctx.seed, ctx.round_idx, client_id, "client_mechanism")
-            yield strategy.process_update(update, ctx, generator=g)
+            update = strategy.process_update(update, ctx, generator=g)
+            if hooks is not None:
+                hooks.end(client_id, ctx, update)
+            yield update

@@ -159,7 +159,8 @@ class FederatedModule(pl.LightningModule):
         server_momentum: server SGD momentum (FedAvgM).
         server_betas: Adam betas (FedAdam).
         server_eps: Adam ε (FedAdam uses a large one, e.g. 1e-3; Reddi et al. 2021).
-        eval_every: evaluate the global model every this many rounds (0: only at the end).
+        eval_every: evaluate the global model every this many rounds, and at the last round
+            (0: only at the last round).
         seed: seed of every generator of the run (cohorts, batches, noise).
         executor: ``sequential`` (one client at a time), ``vectorized`` (vmapped cohorts,
             ``server/vectorized_executor.py``; falls back to sequential with a logged reason)
@@ -220,6 +221,9 @@ class FederatedModule(pl.LightningModule):
         self._global_flat: torch.Tensor | None = None
         self._eval_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.last_eval: dict[str, float] = {}
+        # What the last round logged (round/*, train/*, privacy/*, test/* when evaluated):
+        # public, for callbacks (fl_lightning.callbacks.RunPlots, user callbacks).
+        self.round_metrics: dict[str, float] = {}
         self.rounds_completed = 0
         self.stopped_by_budget = False
         self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
@@ -282,6 +286,9 @@ class FederatedModule(pl.LightningModule):
         )
         self._local_trainer = LocalTrainer(self.client, self.device)
         self._executor = _build_executor(self.executor_name, self._local_trainer)
+        from fl_lightning.callbacks import ClientHooks
+
+        self._executor.hooks = ClientHooks(self.trainer, self)
         self._global_flat = torch.empty(
             sum(p.numel() for p in trainable_parameters(self.global_net)), device=self.device
         )
@@ -492,8 +499,11 @@ class FederatedModule(pl.LightningModule):
             metrics.update(
                 {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}
             )
-        if self.eval_every and (round_idx + 1) % self.eval_every == 0:
+        # Every eval_every rounds and at the last planned round, so a short run has an accuracy.
+        last = round_idx + 1 == int(self.trainer.max_steps)
+        if (self.eval_every and (round_idx + 1) % self.eval_every == 0) or last:
             metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
+        self.round_metrics = dict(metrics)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=1)
 
     def _sharded_aggregate(

@@ -104,6 +104,7 @@ class VectorizedExecutor:
 
         self.local_trainer = trainer
         self.sequential = SequentialExecutor(trainer)
+        self.hooks = None  # fl_lightning.callbacks.ClientHooks, set by the FederatedModule
         self.max_clients = max_clients
         self.last_fallback_reason: str | None = None
         self.last_path: str | None = None  # "chain", "vmap" or "sequential" (last round)
@@ -159,18 +160,26 @@ class VectorizedExecutor:
                 self._logged.add(reason)
                 log.warning("executor: falling back to sequential training: %s", reason)
             self.last_path = "sequential"
+            self.sequential.hooks = self.hooks
             yield from self.sequential.run(clients, ctx, data, strategy)
             return
         sizes = {cid: len(data.client_indices[cid]) for cid in clients}
         ordered = sorted(clients, key=lambda c: sizes[c])
         updates: dict[int, ClientUpdate] = {}
+        hooks = self.hooks
         for lo in range(0, len(ordered), self.max_clients):
             bucket = ordered[lo : lo + self.max_clients]
+            if hooks is not None:  # a bucket trains together: every client starts now
+                for cid in bucket:
+                    hooks.start(cid, ctx)
             for update in self._train_bucket(bucket, ctx, data, cfg):
                 updates[update.client_id] = update
         for cid in clients:
             g = generator_for(ctx.seed, ctx.round_idx, cid, "client_mechanism")
-            yield strategy.process_update(updates[cid], ctx, generator=g)
+            update = strategy.process_update(updates[cid], ctx, generator=g)
+            if hooks is not None:
+                hooks.end(cid, ctx, update)
+            yield update
 
     # -- internals ---------------------------------------------------------------------------
     def _reused(self, purpose: str, k: int, device: torch.device) -> dict[str, torch.Tensor]:

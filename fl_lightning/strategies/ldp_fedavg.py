@@ -128,8 +128,9 @@ class LDPFedAvg(Strategy):
             c = m.bound
             return (
                 f"{m.name} randomises only the sign of each weight ({m.epsilon:g}-LDP per "
-                f"coordinate for the sign, composed in privacy/epsilon_local_per_client); the magnitude |w| "
-                f"is revealed to within a factor C = {c:.4g}, so no finite ε holds for the weights"
+                f"coordinate for the sign, composed in privacy/epsilon_local_per_client); the "
+                f"magnitude |w| is revealed to within a factor C = {c:.4g}, so no finite ε holds "
+                "for the weights"
             )
         if self.uses_range and self.ranges.data_dependent:
             return (

@@ -3,6 +3,7 @@ against a client's deployed upload."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from fl_lightning.attacks.dlg import (
     invert_gradient,
     privatize_gradient,
 )
-from fl_lightning.attacks.images import image_metrics, save_grid
+from fl_lightning.attacks.images import PSNR_CAP, image_metrics, save_grid, summarize
 from fl_lightning.data.datasets import DATASETS
 from fl_lightning.models import MLP
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
@@ -85,13 +86,111 @@ def test_image_metrics_and_grid(digits, tmp_path: Path) -> None:
     x = digits.x[:2]
     same = image_metrics(x, x.clone())
     assert same["mse"] == 0.0 and same["ssim"] == pytest.approx(1.0, abs=1e-4)
+    assert same["psnr"] == PSNR_CAP  # exact: capped, not infinite
     noise = image_metrics(x, torch.randn_like(x))
     assert noise["ssim"] < 0.2 and noise["psnr"] < 10
-    path = save_grid(tmp_path / "g.png", x, [x, x, x])
+    path = save_grid(tmp_path / "g.png", x, [x, x, x], snapshot_iterations=[1, 2, 3])
     from PIL import Image
 
     w, h = Image.open(path).size
-    assert (w, h) == (4 * 32 + 5 * 2, 2 * 32 + 3 * 2)  # 4 columns of 8×8 upscaled ×4
+    # 2 example columns, 4 rows (original + 3 snapshots), each tile ~120 px: readable
+    assert w >= 2 * 100 and h >= 4 * 100, (w, h)
+
+
+def test_grid_rows_are_labelled_with_iterations_and_ssim(digits, tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = digits.x[:3]
+    saved: list = []
+    real_close = plt.close
+    plt.close = lambda fig=None: saved.append(fig)  # keep the figure to read its labels
+    try:
+        save_grid(tmp_path / "g.png", x, [torch.zeros_like(x), x], snapshot_iterations=[5, 10])
+    finally:
+        plt.close = real_close
+    fig = saved[0]
+    axes = fig.axes
+    assert len(axes) == 3 * 3
+    labels = [ax.get_ylabel() for ax in axes if ax.get_ylabel()]
+    assert labels == ["original", "reconstruction\n@ iteration 5", "reconstruction\n@ iteration 10"]
+    titles = [ax.get_title() for ax in axes]
+    assert titles[:3] == ["example 0", "example 1", "example 2"]
+    assert all(t == "SSIM 1.00" for t in titles[6:])  # the exact row
+    assert all(t.startswith("SSIM ") and t != "SSIM 1.00" for t in titles[3:6])
+    real_close(fig)
+
+
+def test_metrics_of_a_diverged_reconstruction_agree() -> None:
+    """A reconstruction with a few huge pixels (the "MSE 5e34" case) is scored on the clipped
+    image for every metric: MSE stays within the value range, PSNR and SSIM agree with it."""
+    x = torch.linspace(-1, 1, 64).reshape(1, 1, 8, 8)
+    r = x.clone()
+    r[0, 0, 0, :2] = torch.tensor([1e30, float("nan")])
+    m = image_metrics(x, r)
+    assert m["mse"] <= 4.0 * 2 / 64 + 1e-6  # two pixels, each off by at most the range
+    assert m["psnr"] > 10 and m["ssim"] > 0.8, m
+
+
+def test_summary_median_mean_and_recovered_fraction() -> None:
+    perfect = {"mse": 0.0, "psnr": PSNR_CAP, "ssim": 1.0}
+    failed = {"mse": 1.5, "psnr": 4.3, "ssim": 0.05}
+    ok = {"mse": 0.1, "psnr": 16.0, "ssim": 0.82}
+    s = summarize([perfect, perfect, failed, ok], ssim_threshold=0.8)
+    assert s["recovered_fraction"] == 0.75 and s["ssim_threshold"] == 0.8
+    assert s["ssim_median"] == pytest.approx(0.91) and s["ssim_mean"] == pytest.approx(0.7175)
+    assert s["mse_median"] == pytest.approx(0.05) and s["mse_mean"] == pytest.approx(0.4)
+    # the medians describe the same typical batch: high SSIM with low MSE and high PSNR
+    assert s["psnr_median"] == pytest.approx((16.0 + PSNR_CAP) / 2)
+    with pytest.raises(ValueError, match="no reconstructed batch"):
+        summarize([], ssim_threshold=0.8)
+
+
+def test_idlg_label_from_the_bias_when_inputs_are_negative(digits) -> None:
+    """Digits are scaled to [-1, 1] (mostly -1): the weight-row rule of iDLG picks the wrong
+    class for logistic regression; the last bias gradient p - e_y gives the label exactly."""
+    from fl_lightning.models import LogisticRegression
+
+    torch.manual_seed(0)
+    net = LogisticRegression(input_dim=64, num_classes=10)
+    for i in range(20):
+        x, y = digits.x[i : i + 1], digits.y[i : i + 1]
+        assert infer_label(example_gradient(net, x, y), 10) == int(y)
+
+
+def test_dlg_on_a_saturated_logistic_regression_stays_finite(digits) -> None:
+    """Large weights saturate the softmax; L-BFGS without a line search then overflows. The
+    attack keeps the lowest-loss iterate and never returns non-finite or exploded pixels."""
+    from fl_lightning.models import LogisticRegression
+
+    torch.manual_seed(1)
+    net = LogisticRegression(input_dim=64, num_classes=10)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(40.0)
+    x, y = digits.x[3:4], digits.y[3:4]
+    target = example_gradient(net, x, y)
+    res = invert_gradient(net, target, input_shape=(1, 8, 8), num_classes=10, iterations=60)
+    assert torch.isfinite(res.reconstruction).all()
+    assert math.isfinite(res.final_loss)
+    start = invert_gradient(net, target, input_shape=(1, 8, 8), num_classes=10, iterations=3)
+    assert res.final_loss <= start.final_loss
+    assert float(res.reconstruction.abs().max()) < 1e3
+
+
+def test_restarts_keep_the_lowest_matching_loss(digits) -> None:
+    net = _net(5)
+    x, y = digits.x[5:6], digits.y[5:6]
+    g = example_gradient(net, x, y)
+    one = invert_gradient(net, g, input_shape=(1, 8, 8), num_classes=10, iterations=9, seed=0)
+    three = invert_gradient(
+        net, g, input_shape=(1, 8, 8), num_classes=10, iterations=9, seed=0, restarts=3
+    )
+    assert three.final_loss <= one.final_loss
+    with pytest.raises(ValueError, match="dlg_restarts"):
+        invert_gradient(net, g, input_shape=(1, 8, 8), num_classes=10, restarts=0)
 
 
 def test_upload_gradient_is_the_deployed_upload(digits) -> None:

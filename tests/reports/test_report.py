@@ -99,3 +99,91 @@ def test_ambiguous_table_asks_for_where(store: Path, capsys):
 def test_store_row_is_json_lines(store: Path):
     lines = (store / "results.jsonl").read_text().splitlines()
     assert all(isinstance(json.loads(ln), dict) for ln in lines)
+
+
+# -- our runs, no paper ---------------------------------------------------------------------
+def _own_store(tmp_path: Path) -> Path:
+    """noise multiplier x clients per round x 2 seeds; accuracy = 0.9 - 0.1 σ + 0.01 m + seed."""
+    s = ResultStore(tmp_path / "own")
+    for sigma in (0.5, 1.0):
+        for m in (5, 10):
+            for seed in (0, 1):
+                acc = 0.9 - 0.1 * sigma + 0.01 * m + 0.002 * seed
+                params = {"strategy.init_args.noise_multiplier": sigma,
+                          "model.clients_per_round": m, "seed_everything": seed,
+                          "trainer.max_steps": 10}  # fmt: skip
+                row = {"id": f"{sigma}-{m}-{seed}", "sweep": "own", "params": params}
+                metrics = {"test/accuracy": acc, "privacy/epsilon": 4.0 / sigma, "rounds": 10}
+                s.append({**row, "status": "finished", "metrics": metrics})
+    return tmp_path / "own"
+
+
+def test_runs_report_groups_by_any_key_and_never_pools_settings(tmp_path: Path, capsys):
+    out = tmp_path / "rep"
+    rc = cli.main([str(_own_store(tmp_path)), "--group-by",
+                   "strategy.init_args.noise_multiplier", "--out", str(out)])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    md = (out / "report.md").read_text()
+    # both varying keys are columns (the constant max_steps and the seeds are not): 4 settings
+    assert "| strategy.init_args.noise_multiplier | model.clients_per_round | n |" in md
+    assert "8 finished runs in 4 settings" in md
+    assert "| 0.5 | 5 | 2 | 0.9010 ± 0.0014 | 8.0000 ± 0.0000 | 10 ± 0 |" in md
+    assert "| 0.5 | 10 | 2 | 0.9510 ± 0.0014 | 8.0000 ± 0.0000 | 10 ± 0 |" in md
+    assert "| 1.0 | 10 | 2 | 0.9010 ± 0.0014 | 4.0000 ± 0.0000 | 10 ± 0 |" in md
+    png = out / "test_accuracy_vs_strategy_init_args_noise_multiplier.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"]({png.name})" in md
+
+
+def test_runs_report_on_a_folder_of_fit_runs(tmp_path: Path):
+    import yaml
+
+    for i, (sigma, acc) in enumerate([(0.5, 0.8), (2.0, 0.5)]):
+        d = tmp_path / "runs" / "fl" / f"version_{i}"
+        d.mkdir(parents=True)
+        strategy = {"class_path": "fl_lightning.strategies.dp_fedavg.DPFedAvg",
+                    "init_args": {"noise_multiplier": sigma, "clip_norm": 1.0}}  # fmt: skip
+        config = {"seed_everything": 0, "trainer": {"default_root_dir": str(d)},
+                  "strategy": strategy}  # fmt: skip
+        (d / "config.yaml").write_text(yaml.safe_dump(config))
+        (d / "summary.json").write_text(json.dumps({"test/accuracy": acc, "rounds": 3}))
+        (d / "metrics.csv").write_text(
+            f"step,round/index,test/accuracy,privacy/epsilon\n0,0,,1.0\n1,1,,2.0\n2,2,{acc},3.0\n"
+        )
+    out = tmp_path / "rep"
+    rc = cli.main([str(tmp_path / "runs"), "--group-by", "strategy.init_args.noise_multiplier",
+                   "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    md = (out / "report.md").read_text()
+    assert "| strategy.noise_multiplier | n |" in md  # the output folder is not a setting
+    assert "| 0.5 | 1 | 0.8000 |" in md and "| 2.0 | 1 | 0.5000 |" in md
+    for name in ("accuracy_vs_round.png", "epsilon_vs_round.png"):
+        assert (out / name).exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--group-by", "nope.key"], "--group-by nope.key: no run has this parameter"),
+        (["--table", "III"], "--table: needs --paper"),
+        (["--paper", "001"], "--table: required with --paper"),
+        (["--where", "dataset=MNIST"], "only with --paper"),
+    ],
+)
+def test_runs_report_bad_arguments(tmp_path: Path, capsys, args, message):
+    assert cli.main([str(_own_store(tmp_path)), *args, "--out", str(tmp_path / "r")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_runs_report_on_a_wandb_export_keeps_metrics_out_of_the_setting(tmp_path: Path):
+    csv_path = tmp_path / "export.csv"
+    rows = ["Name,State,Runtime,strategy.init_args.noise_multiplier,seed_everything,"
+            "test/accuracy,privacy/epsilon"]  # fmt: skip
+    for i, (sigma, seed, acc) in enumerate([(0.5, 0, 0.80), (0.5, 1, 0.82), (2.0, 0, 0.50)]):
+        rows.append(f"run{i},finished,{30 + i},{sigma},{seed},{acc},{4 / sigma}")
+    csv_path.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "rep"
+    assert cli.main([str(csv_path), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "3 finished runs in 2 settings" in md
+    assert "| 0.5 | 2 | 0.8100 ± 0.0141 |" in md and "| 2.0 | 1 | 0.5000 |" in md
