@@ -141,7 +141,8 @@ class RunPlots(Callback):
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(rounds counted from 1, values) of ``key`` over the rounds that logged it."""
-        xs, ys = [], []
+        xs: list[int] = []
+        ys: list[float] = []
         for row in self.history:
             value = row.get(key)
             if value is None or not math.isfinite(float(value)):

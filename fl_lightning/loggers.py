@@ -103,11 +103,11 @@ class WandbLogger(_LightningWandbLogger):
             extra["mode"] = mode
         super().__init__(
             name=name,
-            save_dir=save_dir,
+            save_dir=save_dir or ".",
             version=version,
             offline=False,  # Lightning's offline=True rewrites os.environ; the mode goes below
             project=project,
-            log_model=log_model,
+            log_model=log_model,  # type: ignore[arg-type]  # "all" or a bool, as Lightning's
             **extra,
         )
         # Lightning passes anonymous=None, which W&B >= 0.19 warns about on every run.

@@ -52,7 +52,9 @@ class RoundProgressBar(TQDMProgressBar):
             _update_n(bar, done)
             bar.set_postfix(self.get_metrics(trainer, pl_module))
 
-    def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, str]:
+    def get_metrics(  # type: ignore[override]  # formatted strings are what the bar shows
+        self, trainer: Any, pl_module: Any
+    ) -> dict[str, str]:
         """Loss, accuracy and ε as logged (every metric is logged, none marked for the bar);
         accuracy is kept from the last round that evaluated."""
         for key in SHOWN:
