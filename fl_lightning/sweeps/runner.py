@@ -100,6 +100,39 @@ def _die_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in the
         os._exit(1)
 
 
+# Keys of a resolved config that say where a run wrote or read, not what it ran.
+_NOT_SETTING = ("trainer.logger", "trainer.default_root_dir", "trainer.callbacks", "ckpt_path",
+                "data.root", "config")
+
+
+def resolved_config(run_dir: Path) -> dict[str, Any]:
+    """The run's resolved ``config.yaml`` (written by ``fl-lightning fit``) flattened to dotted
+    keys, without the keys that only say where it wrote or read; {} if there is none."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return {}
+    import yaml
+
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return {}
+
+    def flat(node: Any, prefix: str) -> dict[str, Any]:
+        if not isinstance(node, dict):
+            return {prefix: node}
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+
+    return {
+        k: v
+        for k, v in flat(tree or {}, "").items()
+        if not any(k == n or k.startswith(n + ".") for n in _NOT_SETTING)
+    }
+
+
 def _error_of(log: Path, returncode: int) -> str:
     """The most telling line of a failed run's output."""
     try:
@@ -206,6 +239,9 @@ class SweepRunner:
                     metrics=metrics,
                     epsilon=metrics.get("privacy/epsilon"),
                 )
+                config = resolved_config(run_dir)
+                if config:
+                    row["config"] = config
         self.store.append(row)
         return row
 
