@@ -124,7 +124,14 @@ def _same_label(text: str, pattern: str) -> bool:
     return all(x == y or normalize(x) == normalize(y) or _num_eq(x, y) for x, y in zip(a, b))
 
 
-def run_method(run: Run, key: str | None, mapping: dict[str, str], paper: Paper, default: str):
+def run_method(
+    run: Run,
+    key: str | None,
+    mapping: dict[str, str],
+    paper: Paper,
+    default: str,
+    among: list[str] | None = None,
+) -> str:
     """The paper's method name of a run: ``--method-map`` first, then the paper's names and
     aliases (the project's class and baseline names among them); a composite label maps through
     its method part, with a ``published`` variant as the method itself and a ``corrected`` /
@@ -134,12 +141,12 @@ def run_method(run: Run, key: str | None, mapping: dict[str, str], paper: Paper,
         return default
     for k, v in mapping.items():
         if _same_label(text, k):
-            return paper.method_for(v) or v
-    found = paper.method_for(text)
+            return paper.method_for(v, among) or v
+    found = paper.method_for(text, among)
     if found:
         return found
     parts = text.split(",")
-    methods = [paper.method_for(p) for p in parts]
+    methods = [paper.method_for(p, among) for p in parts]
     hits = [m for m in methods if m]
     if len(hits) == 1:
         rest = [p for p, m in zip(parts, methods) if not m]
@@ -172,8 +179,10 @@ def run_value(run: Run, dim: str) -> Any:
 def matches(value: Any, wanted: Any, dim: str) -> bool:
     """Whether a run's value equals a ``--where`` value (numbers as floats, names on letters and
     digits, dataset aliases such as ``mnist_offline`` = MNIST, class paths by class name)."""
-    if _num_eq(str(value), str(wanted)):
-        return True
+    try:
+        return math.isclose(float(value), float(wanted))
+    except (TypeError, ValueError):
+        pass
     a, b = normalize(value), normalize(wanted)
     if dim == "dataset":
         a, b = DATASET_ALIASES.get(a, a), DATASET_ALIASES.get(b, b)
@@ -256,6 +265,7 @@ def compare(
         eps = float(c["epsilon"]) if use_eps and c.get("epsilon") is not None else None
         key = (str(c.get("method", default_method)), eps)
         cells[key] = Cell(key[0], eps, paper=c["value"])
+    among = [str(c.get("method")) for c in selected]
     labels = {k.strip() for k in (method_key or "").split(",") if k.strip()}
     labels |= {eps_key} if eps_key and use_eps else set()
     labels |= set(where)
@@ -267,7 +277,7 @@ def compare(
         if not finite(value):
             unmatched += 1
             continue
-        method = run_method(run, method_key, method_map or {}, paper, default_method)
+        method = run_method(run, method_key, method_map or {}, paper, default_method, among)
         eps = None
         if use_eps and eps_key and finite(run.get(eps_key)):
             eps = float(run.get(eps_key))

@@ -61,7 +61,9 @@ def ranking_section(rank: Ranking, higher_is_better: bool) -> str:
             f"| {m} | {_f(rank.paper[i])} | {paper_rank[i]} | {_f(rank.ours[i])} | {ours_rank[m]} |"
         )
     lines.append("")
-    lines.append("Equal values (at two decimals) share a rank, marked '='; τ-b counts them as ties.")
+    lines.append(
+        "Equal values (at two decimals) share a rank, marked '='; τ-b counts them as ties."
+    )
     lines.append("")
     if rank.tau is None:
         lines.append(f"Kendall τ: n/a ({rank.note}).")

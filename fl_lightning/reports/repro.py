@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import sys
@@ -221,8 +222,9 @@ def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[Ta
 class ReproRunner(SweepRunner):
     """The sweep runner with a command per arm and a curve per finished point."""
 
-    def __init__(self, points: list[ReproPoint], store: ResultStore, *, name: str, data_root,
-                 **kw: Any) -> None:  # fmt: skip
+    def __init__(
+        self, points: list[ReproPoint], store: ResultStore, *, name: str, data_root, **kw: Any
+    ) -> None:
         self.by_id = {rp.point.id: rp for rp in points}
         spec = SweepSpec(Path(name), "grid", {}, ["fl-lightning", "fit"], name=name)
         super().__init__(spec, store, **kw)
@@ -312,8 +314,14 @@ def _pct(x: Any) -> float | None:
     return None if not isinstance(x, (int, float)) or math.isnan(x) else 100.0 * float(x)
 
 
-def collect(defn: Definition, points: list[ReproPoint], store: ResultStore, table: TableDef,
-            paper_table: PaperTable, metric: str) -> tuple[list[CellResult], CellResult | None]:  # fmt: skip
+def collect(
+    defn: Definition,
+    points: list[ReproPoint],
+    store: ResultStore,
+    table: TableDef,
+    paper_table: PaperTable,
+    metric: str,
+) -> tuple[list[CellResult], CellResult | None]:
     latest = store.latest()
     curves = load_curves(store)
 
@@ -372,8 +380,7 @@ def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
         p = 0.0 if diff != 0 else 1.0
     else:
         p = float(ttest_ind(a.values, b.values, equal_var=False).pvalue)
-    text = (f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: "
-            f"{diff:+.2f} pt, Welch p = {p:.3g}")  # fmt: skip
+    text = f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f} pt, Welch p = {p:.3g}"
     if p < ALPHA:
         return ("confirmed" if diff > 0 else "contradicted"), text
     return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
@@ -382,7 +389,9 @@ def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
 def _ms(c: CellResult) -> str:
     if c.mean is None:
         return "—"
-    return f"{c.mean:.2f}" + (f" ± {c.std:.2f}" if c.std is not None else "") + f" (n={len(c.values)})"
+    return (
+        f"{c.mean:.2f}" + (f" ± {c.std:.2f}" if c.std is not None else "") + f" (n={len(c.values)})"
+    )
 
 
 def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellResult | None]]):
@@ -409,12 +418,22 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
         else:
             verdict = "inconclusive"
         evidence = "; ".join(e for _, e in parts)
+        notes = []
+        for c in [a, *others]:
+            d = _diagnostics(c)  # type: ignore[arg-type]
+            if "anr_fired_mean" in d:
+                notes.append(
+                    f"{c.arm.method}: ANR fired {d['anr_fired_mean']:.1f} times a run, "
+                    f"{d.get('rounds_mean', 0):.1f} rounds, final σ "
+                    f"{d.get('final_noise_multiplier_mean', float('nan')):.2f}"
+                )  # type: ignore[union-attr]
+        if notes:
+            evidence += " (" + "; ".join(notes) + ")"
         if claim.get("paper"):
             evidence += f". Paper: {claim['paper']}"
         if claim.get("reading"):
             evidence += f". Reading: {claim['reading']}"
-        out.append({"claim": text, "verdict": verdict, "evidence": evidence,
-                    "table": t})  # fmt: skip
+        out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
     return out
 
 
@@ -424,22 +443,44 @@ def _setting(defn: Definition, arm: Arm) -> dict[str, Any]:
 
 
 def _diagnostics(c: CellResult) -> dict[str, Any]:
-    rounds = [len(cv.get("round", [])) for cv in c.curves if cv]
-    fired = [sum(x or 0 for x in cv.get("strategy/anr_fired", [])) for cv in c.curves if cv]
-    sigma = [cv["strategy/noise_multiplier"][-1] for cv in c.curves
-             if cv and cv.get("strategy/noise_multiplier")]  # fmt: skip
+    rounds = [m["rounds"] for m in c.metrics if isinstance(m.get("rounds"), (int, float))]
+    fired = [
+        sum(x or 0 for x in cv["strategy/anr_fired"])
+        for cv in c.curves
+        if cv and "strategy/anr_fired" in cv
+    ]
+    sigma = []
+    for cv in c.curves:
+        used = [x for x in (cv or {}).get("strategy/noise_multiplier", []) if x is not None]
+        if used:
+            sigma.append(used[-1])
     out: dict[str, Any] = {}
     if rounds:
         out["rounds_mean"] = statistics.fmean(rounds)
-    if fired and any(fired):
+    if fired:
         out["anr_fired_mean"] = statistics.fmean(fired)
     if sigma:
         out["final_noise_multiplier_mean"] = statistics.fmean(sigma)
-    sound = [m["strategy/epsilon_sound"] for m in c.metrics
-             if isinstance(m.get("strategy/epsilon_sound"), (int, float))]  # fmt: skip
+    sound = [
+        m["strategy/epsilon_sound"]
+        for m in c.metrics
+        if isinstance(m.get("strategy/epsilon_sound"), (int, float))
+    ]
     if sound:
         out["epsilon_sound_mean"] = statistics.fmean(sound)
     return out
+
+
+def _guarantee(c: CellResult) -> str:
+    """The runs' privacy guarantee with its (ε, δ) figures abstracted (they are in
+    ``epsilon_reported``); several distinct ones are joined."""
+    if not c.values:
+        return "no runs"
+    if not c.guarantees:
+        return "none (non-private)"
+    num = r"[-+\d.e]+|inf"
+    kinds = sorted({re.sub(rf"\(({num}), ({num})\)", "(ε, δ)", g) for g in c.guarantees})
+    return "; ".join(kinds)
 
 
 def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
@@ -453,10 +494,9 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
         "seeds": len(c.values),
         "seeds_planned": c.planned,
         "epsilon_reported": round(statistics.fmean(c.eps), 4) if c.eps else None,
-        "guarantee": sorted(set(g.split(" (")[0] for g in c.guarantees))[0]
-        if c.guarantees else "none (non-private)",
+        "guarantee": _guarantee(c),
         "diagnostics": _diagnostics(c),
-    }  # fmt: skip
+    }
 
 
 def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[str, Any]:
@@ -466,15 +506,17 @@ def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[st
             continue
         cells, ref = results[t.table]
         tau, p, n = kendall(cells)
-        tables.append({
-            "table": t.table,
-            "where": t.where,
-            "cells": [cell_json(defn, c) for c in cells],
-            "kendall_tau": None if tau is None else round(tau, 4),
-            "p_value": None if p is None else round(p, 4),
-            "kendall_n": n,
-            "nonprivate_reference": None if ref is None else cell_json(defn, ref),
-        })  # fmt: skip
+        tables.append(
+            {
+                "table": t.table,
+                "where": t.where,
+                "cells": [cell_json(defn, c) for c in cells],
+                "kendall_tau": None if tau is None else round(tau, 4),
+                "p_value": None if p is None else round(p, 4),
+                "kendall_n": n,
+                "nonprivate_reference": None if ref is None else cell_json(defn, ref),
+            }
+        )
     return {
         "paper": defn.paper,
         "profile": defn.profile,
@@ -483,6 +525,55 @@ def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[st
         "verdicts": verdict_rows,
         "deviations": defn.deviations,
     }
+
+
+DOC_KEYS = {"paper": str, "profile": str, "command": str, "tables": list, "verdicts": list}
+TABLE_KEYS = {
+    "table": str,
+    "cells": list,
+    "kendall_tau": (float, type(None)),
+    "p_value": (float, type(None)),
+    "nonprivate_reference": (dict, type(None)),
+}
+CELL_KEYS = {
+    "method": str,
+    "setting": dict,
+    "paper": (float, int, type(None)),
+    "ours_mean": (float, int, type(None)),
+    "ours_std": (float, int, type(None)),
+    "seeds": int,
+    "epsilon_reported": (float, int, type(None)),
+    "guarantee": str,
+}
+VERDICT_KEYS = {"claim": str, "verdict": str, "evidence": str}
+
+
+def validate_document(doc: dict[str, Any]) -> list[str]:
+    """What is wrong with a ``<paper>.json`` against the reproduction schema (empty: valid)."""
+    problems: list[str] = []
+
+    def check(obj: Any, keys: dict[str, Any], where: str) -> None:
+        if not isinstance(obj, dict):
+            problems.append(f"{where}: not an object")
+            return
+        for k, kind in keys.items():
+            if k not in obj:
+                problems.append(f"{where}.{k}: missing")
+            elif not isinstance(obj[k], kind) or isinstance(obj[k], bool):
+                problems.append(f"{where}.{k}: {type(obj[k]).__name__} is not {kind}")
+
+    check(doc, DOC_KEYS, "document")
+    for i, t in enumerate(doc.get("tables") or []):
+        check(t, TABLE_KEYS, f"tables[{i}]")
+        for j, c in enumerate(t.get("cells") or []):
+            check(c, CELL_KEYS, f"tables[{i}].cells[{j}]")
+        if isinstance(t.get("nonprivate_reference"), dict):
+            check(t["nonprivate_reference"], CELL_KEYS, f"tables[{i}].nonprivate_reference")
+    for i, v in enumerate(doc.get("verdicts") or []):
+        check(v, VERDICT_KEYS, f"verdicts[{i}]")
+        if isinstance(v, dict) and v.get("verdict") not in VERDICTS:
+            problems.append(f"verdicts[{i}].verdict: {v.get('verdict')!r} not in {VERDICTS}")
+    return problems
 
 
 def _f(x: Any, d: int = 2) -> str:
@@ -503,8 +594,9 @@ def _ranks(values: list[float | None], higher: bool = True) -> list[str]:
     return out
 
 
-def render_markdown(defn: Definition, doc: dict[str, Any], figures: dict[str, list[Path]],
-                    out_dir: Path) -> str:  # fmt: skip
+def render_markdown(
+    defn: Definition, doc: dict[str, Any], figures: dict[str, list[Path]], out_dir: Path
+) -> str:
     paper = load_paper(defn.paper)
     lines = [
         f"# Reproduction of paper {paper.id}: {paper.name}",
@@ -522,8 +614,9 @@ def render_markdown(defn: Definition, doc: dict[str, Any], figures: dict[str, li
     lines += ["", "## Verdicts", "", "| Claim | Verdict | Evidence |", "|---|---|---|"]
     for v in doc["verdicts"]:
         lines.append(f"| {v['claim']} | **{v['verdict']}** | {v['evidence']} |")
-    for t, tdef in zip(doc["tables"], [d for d in defn.tables if d.table in
-                                        {x['table'] for x in doc['tables']}]):  # fmt: skip
+    for t, tdef in zip(
+        doc["tables"], [d for d in defn.tables if d.table in {x["table"] for x in doc["tables"]}]
+    ):
         ptab = paper.table(t["table"])
         lines += ["", f"## Table {t['table']}", "", f"**Paper:** {ptab.caption}", ""]
         if tdef.note:
@@ -541,9 +634,14 @@ def render_markdown(defn: Definition, doc: dict[str, Any], figures: dict[str, li
         ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
-            ours_s = "—" if c["ours_mean"] is None else (
-                f"{c['ours_mean']:.2f}" + (f" ± {c['ours_std']:.2f}" if c["ours_std"] is not None
-                                           else ""))  # fmt: skip
+            ours_s = (
+                "—"
+                if c["ours_mean"] is None
+                else (
+                    f"{c['ours_mean']:.2f}"
+                    + (f" ± {c['ours_std']:.2f}" if c["ours_std"] is not None else "")
+                )
+            )
             eps = _f(c["epsilon_reported"], 3)
             if "epsilon_sound_mean" in d:
                 eps += f" (sound: {d['epsilon_sound_mean']:.3g})"
@@ -558,8 +656,8 @@ def render_markdown(defn: Definition, doc: dict[str, Any], figures: dict[str, li
         if ref is not None:
             lines.append(
                 f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`): "
-                f"**{_f(ref['ours_mean'])}**" + (f" ± {_f(ref['ours_std'])}" if ref["ours_std"]
-                                                 is not None else "")  # fmt: skip
+                f"**{_f(ref['ours_mean'])}**"
+                + (f" ± {_f(ref['ours_std'])}" if ref["ours_std"] is not None else "")
                 + f" % over {ref['seeds']} seeds."
             )
         if t["kendall_tau"] is None:
@@ -580,11 +678,18 @@ def render_markdown(defn: Definition, doc: dict[str, Any], figures: dict[str, li
         for fig in figures.get(t["table"], []):
             rel = fig.relative_to(out_dir) if fig.is_relative_to(out_dir) else fig
             lines += ["", f"![{fig.stem}]({rel.as_posix()})"]
-    lines += ["", "## Deviations from the paper", "", "| What | Paper | Ours | Why |",
-              "|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Deviations from the paper",
+        "",
+        "| What | Paper | Ours | Why |",
+        "|---|---|---|---|",
+    ]
     for d in defn.deviations:
-        lines.append(f"| {d.get('what', '')} | {d.get('paper', '')} | {d.get('ours', '')} | "
-                     f"{d.get('why', '')} |")  # fmt: skip
+        lines.append(
+            f"| {d.get('what', '')} | {d.get('paper', '')} | {d.get('ours', '')} | "
+            f"{d.get('why', '')} |"
+        )
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -616,8 +721,13 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
                         if v is not None:
                             per.setdefault(r, []).append(v * scale)
                 xs = sorted(per)
-                ax.plot(xs, [statistics.fmean(per[x]) for x in xs], marker=".",
-                        ls="--" if c is ref else "-", label=f"{c.arm.method} ({len(series)} seeds)")  # fmt: skip
+                ax.plot(
+                    xs,
+                    [statistics.fmean(per[x]) for x in xs],
+                    marker=".",
+                    ls="--" if c is ref else "-",
+                    label=f"{c.arm.method} ({len(series)} seeds)",
+                )
                 drawn = True
             if drawn:
                 ax.set_xlabel("round")
@@ -635,8 +745,14 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
             fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
             for c in cells:
                 if c.values and c.eps:
-                    ax.errorbar([statistics.fmean(c.eps)], [c.mean], yerr=[c.std or 0],
-                                marker="o", capsize=3, label=c.arm.method)  # fmt: skip
+                    ax.errorbar(
+                        [statistics.fmean(c.eps)],
+                        [c.mean],
+                        yerr=[c.std or 0],
+                        marker="o",
+                        capsize=3,
+                        label=c.arm.method,
+                    )
             ax.set_xlabel("ε reported")
             ax.set_ylabel("test accuracy (%)")
             ax.grid(alpha=0.3)
@@ -665,14 +781,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="scaled", help="scaled (default) or paper")
     p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: profile's)")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
-    p.add_argument("--store", default=None,
-                   help="store folder (default docs/reproductions/store/<paper>-<profile>)")  # fmt: skip
+    p.add_argument(
+        "--store",
+        default=None,
+        help="store folder (default docs/reproductions/store/<paper>-<profile>)",
+    )
     p.add_argument("--out", default=None, help="output folder (default docs/reproductions)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for every run (part of the points' identity)")  # fmt: skip
-    p.add_argument("--data-root", default=None,
-                   help="data.root for every run (default: the profile's; 'shared' finds "
-                   "shared/data as the tests do)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for every run (part of the points' identity)",
+    )
+    p.add_argument(
+        "--data-root",
+        default=None,
+        help="data.root for every run (default: the profile's; 'shared' finds "
+        "shared/data as the tests do)",
+    )
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        help="only this arm of the tables (repeatable; e.g. to try one setting)",
+    )
+    p.add_argument(
+        "--definition",
+        default=None,
+        help="reproduction definition YAML (default: the shipped one of PAPER)",
+    )
     p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
     p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
     return p
@@ -685,7 +823,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproError("--seeds: must be >= 1")
         if args.jobs < 1:
             raise ReproError("--jobs: must be >= 1")
-        defn = load_definition(args.paper, args.profile)
+        defn = load_definition(
+            args.paper, args.profile, Path(args.definition) if args.definition else None
+        )
         extra = {}
         for item in args.set:
             if "=" not in item:
@@ -702,6 +842,11 @@ def main(argv: list[str] | None = None) -> int:
         defn.tables = tables
         seeds = args.seeds or defn.seeds
         points = plan(defn, seeds=seeds, extra=extra, tables=tables)
+        if args.arm:
+            unknown = sorted(set(args.arm) - {rp.arm.name for rp in points})
+            if unknown:
+                raise ReproError(f"--arm: {unknown} not in the chosen tables")
+            points = [rp for rp in points if rp.arm.name in args.arm]
         root = args.data_root or defn.data_root
         if root == "shared":
             found = find_shared_data()
@@ -736,10 +881,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             signal.signal(signal.SIGTERM, previous)
     command = "fl-lightning repro " + " ".join(
-        [defn.paper] + [f"--table {t.table}" for t in tables if args.table]
+        [defn.paper]
+        + [f"--table {t.table}" for t in tables if args.table]
         + [f"--profile {defn.profile}", f"--seeds {seeds}"]
+        + [f"--arm {a}" for a in args.arm]
         + [f"--set {k}={v}" for k, v in extra.items()]
-    )  # fmt: skip
+    )
     write_documents(defn, points, store, out_dir, command)
     return rc
 
@@ -756,13 +903,20 @@ def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path,
         results[t.table] = collect(defn, points, store, t, ptab, ptab.metric)
     verdict_rows = verdicts(defn, results)
     doc = build_json(defn, results, verdict_rows, command)
+    problems = validate_document(doc)
+    if problems:  # a defect of this module, not of the user's input
+        raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = plots(defn, results, out_dir)
-    (out_dir / f"{defn.paper}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    (out_dir / f"{defn.paper}.json").write_text(
+        json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    )
     (out_dir / f"{defn.paper}.md").write_text(render_markdown(defn, doc, figs, out_dir))
     n = sum(len(c.values) for cs, _ in results.values() for c in cs)
-    print(f"wrote {out_dir / (defn.paper + '.md')}, {defn.paper}.json and "
-          f"{sum(len(v) for v in figs.values())} figures ({n} finished runs in the tables)")  # fmt: skip
+    print(
+        f"wrote {out_dir / (defn.paper + '.md')}, {defn.paper}.json and "
+        f"{sum(len(v) for v in figs.values())} figures ({n} finished runs in the tables)"
+    )
     return doc
 
 

@@ -101,8 +101,14 @@ def _die_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in the
 
 
 # Keys of a resolved config that say where a run wrote or read, not what it ran.
-_NOT_SETTING = ("trainer.logger", "trainer.default_root_dir", "trainer.callbacks", "ckpt_path",
-                "data.root", "config")
+_NOT_SETTING = (
+    "trainer.logger",
+    "trainer.default_root_dir",
+    "trainer.callbacks",
+    "ckpt_path",
+    "data.root",
+    "config",
+)
 
 
 def resolved_config(run_dir: Path) -> dict[str, Any]:
