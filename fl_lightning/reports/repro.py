@@ -36,7 +36,7 @@ import re
 import signal
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -339,8 +339,9 @@ def collect(
                 continue
             res.values.append(v)
             res.metrics.append(m)
-            if isinstance(m.get("privacy/epsilon"), (int, float)):
-                res.eps.append(float(m["privacy/epsilon"]))
+            eps = m.get("privacy/epsilon")
+            if isinstance(eps, (int, float)) and math.isfinite(eps):  # inf: non-private
+                res.eps.append(float(eps))
             if m.get("privacy/guarantee"):
                 res.guarantees.append(str(m["privacy/guarantee"]))
             res.curves.append(curves.get(rp.point.id, {}))
@@ -351,7 +352,10 @@ def collect(
         name = table.paper_method.get(a, defn.arms[a].method)
         hits = paper_table.select(method=name, **table.where)
         paper = hits[0]["value"] if len(hits) == 1 else None
-        out.append(cell(a, paper))
+        res = cell(a, paper)
+        if name not in ("-", res.arm.method) and paper is not None:
+            res.arm = replace(res.arm, method=name)  # the paper's name in this table
+        out.append(res)
     ref = cell(table.reference, None) if table.reference else None
     return out, ref
 
@@ -711,7 +715,7 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
         ):
             fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
             drawn = False
-            for c in cells + ([ref] if ref else []):
+            for k, c in enumerate(cells + ([ref] if ref else [])):
                 series = [cv for cv in c.curves if cv.get(col)]
                 if not series:
                     continue
@@ -724,8 +728,11 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
                 ax.plot(
                     xs,
                     [statistics.fmean(per[x]) for x in xs],
-                    marker=".",
-                    ls="--" if c is ref else "-",
+                    # distinct styles, so that arms with identical curves stay visible
+                    marker="osv^Dxp*"[k % 8],
+                    markersize=4,
+                    ls="-" if c is ref else ["--", ":", "-.", (0, (5, 1))][k % 4],
+                    lw=1.2,
                     label=f"{c.arm.method} ({len(series)} seeds)",
                 )
                 drawn = True
@@ -909,7 +916,7 @@ def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = plots(defn, results, out_dir)
     (out_dir / f"{defn.paper}.json").write_text(
-        json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+        json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     )
     (out_dir / f"{defn.paper}.md").write_text(render_markdown(defn, doc, figs, out_dir))
     n = sum(len(c.values) for cs, _ in results.values() for c in cs)
