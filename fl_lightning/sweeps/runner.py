@@ -189,6 +189,8 @@ class SweepRunner:
         return argv
 
     def run_point(self, point: Point) -> dict[str, Any]:
+        if self._stopping:  # queued before a stop: never start it
+            return {"id": point.id, "status": "interrupted"}
         attempt = self.store.attempts(point.id) + 1
         run_dir = (self.store.root / "runs" / point.id / f"a{attempt}").resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -221,6 +223,10 @@ class SweepRunner:
             )
             with self._lock:
                 self._procs[point.id] = proc
+                stopping = self._stopping
+            if stopping:  # the stop came while it was starting: end it like the others
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
             returncode = proc.wait()
             with self._lock:
                 self._procs.pop(point.id, None)
@@ -269,8 +275,8 @@ class SweepRunner:
         """Terminates the running points; kills those still alive after ``grace_s`` seconds
         (Lightning catches SIGTERM and may not exit on it)."""
         grace_s = self.grace_s
-        self._stopping = True
         with self._lock:
+            self._stopping = True
             procs = list(self._procs.values())
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -324,9 +330,10 @@ class SweepRunner:
                             )
                         )
             except KeyboardInterrupt:
-                self.stop()
+                self._stopping = True
                 for fut in pending:
                     fut.cancel()
+                self.stop()
                 self.print(f"interrupted: {done}/{total} finished; run the same command to resume")
                 raise
         self.print(
