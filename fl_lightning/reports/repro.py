@@ -713,7 +713,7 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
             ("test/accuracy", "test accuracy (%)", "accuracy_vs_round", 100.0),
             ("privacy/epsilon", "ε spent", "epsilon_vs_round", 1.0),
         ):
-            fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+            fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
             drawn = False
             for k, c in enumerate(cells + ([ref] if ref else [])):
                 series = [cv for cv in c.curves if cv.get(col)]
@@ -724,7 +724,7 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
                     for r, v in zip(cv["round"], cv[col]):
                         if v is not None:
                             per.setdefault(r, []).append(v * scale)
-                xs = sorted(per)
+                xs = sorted(r for r in per if len(per[r]) == len(series))  # every seed
                 ax.plot(
                     xs,
                     [statistics.fmean(per[x]) for x in xs],
@@ -739,9 +739,12 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
             if drawn:
                 ax.set_xlabel("round")
                 ax.set_ylabel(ylabel)
-                ax.set_title(f"Paper {defn.paper}, table {tname}: {ylabel} (mean over seeds)")
+                ax.set_title(
+                    f"Paper {defn.paper}, table {tname}: {ylabel}\n"
+                    "(mean over seeds, over the rounds every seed ran)"
+                )
                 ax.grid(alpha=0.3)
-                ax.legend(fontsize=8)
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
                 fig.tight_layout()
                 path = out_dir / f"{defn.paper}_{slug}_{stem}.png"
                 fig.savefig(path)
