@@ -33,17 +33,23 @@ def cell_table(comp: Comparison) -> str:
     return "\n".join(head + rows) + ("\n\n" + note if note else "")
 
 
+def competition_ranks(values: list[float], higher_is_better: bool, digits: int = 2) -> list[str]:
+    """Ranks 1, 2, 2=, ... : values equal at ``digits`` decimals share a rank, marked '='."""
+    keyed = [round(v, digits) for v in values]
+    out = []
+    for v in keyed:
+        better = sum(1 for w in keyed if (w > v if higher_is_better else w < v))
+        tied = keyed.count(v) > 1
+        out.append(f"{better + 1}{'=' if tied else ''}")
+    return out
+
+
 def ranking_section(rank: Ranking, higher_is_better: bool) -> str:
     if not rank.methods:
         return "No method has both our runs and a paper value: no ranking."
     order = "higher is better" if higher_is_better else "lower is better"
-    sign = -1 if higher_is_better else 1
-    ours_rank = {
-        m: i + 1
-        for i, m in enumerate(
-            sorted(rank.methods, key=lambda m: sign * rank.ours[rank.methods.index(m)])
-        )
-    }
+    ours_rank = dict(zip(rank.methods, competition_ranks(rank.ours, higher_is_better)))
+    paper_rank = competition_ranks(rank.paper, higher_is_better)
     lines = [
         f"Methods ranked by the mean over the ε both sides have ({order}).",
         "",
@@ -52,8 +58,12 @@ def ranking_section(rank: Ranking, higher_is_better: bool) -> str:
     ]
     for i, m in enumerate(rank.methods):
         lines.append(
-            f"| {m} | {_f(rank.paper[i])} | {i + 1} | {_f(rank.ours[i])} | {ours_rank[m]} |"
+            f"| {m} | {_f(rank.paper[i])} | {paper_rank[i]} | {_f(rank.ours[i])} | {ours_rank[m]} |"
         )
+    lines.append("")
+    lines.append(
+        "Equal values (at two decimals) share a rank, marked '='; τ-b counts them as ties."
+    )
     lines.append("")
     if rank.tau is None:
         lines.append(f"Kendall τ: n/a ({rank.note}).")
@@ -97,6 +107,7 @@ def render(
         "",
         f"- Runs: `{source}` ({sum(len(c.runs) for c in comp.cells)} finished runs matched"
         + (f", {comp.unmatched_runs} without `{comp.metric}`" if comp.unmatched_runs else "")
+        + (f", {comp.filtered_runs} left out by --where" if comp.filtered_runs else "")
         + ")",
         f"- Our metric: `{comp.metric}`" + (" × 100" if comp.scale != 1 else ""),
         f"- Method from: `{comp.method_key or '(all runs one method)'}`; "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -24,12 +24,20 @@ class Run:
     metrics: dict[str, Any]
     run_dir: Path | None = None
     wall_time_s: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)
 
     def get(self, key: str) -> Any:
-        """A parameter or a metric by key (parameters first)."""
+        """A parameter, a metric or a value of the resolved config by key (in that order)."""
         if key in self.params:
             return self.params[key]
-        return self.metrics.get(key)
+        if key in self.metrics:
+            return self.metrics[key]
+        return self.config.get(key)
+
+    def setting(self) -> dict[str, Any]:
+        """Everything that defines the run: its resolved config overlaid with its swept
+        parameters."""
+        return {**self.config, **self.params}
 
     def history(self, column: str) -> list[tuple[int, float]]:
         """(round, value) pairs of one column of the run's ``metrics.csv`` (rounds from 1)."""
@@ -70,6 +78,8 @@ def load_store(path: str | Path) -> list[Run]:
         run_dir = Path(row["run_dir"]) if row.get("run_dir") else None
         if run_dir is not None and not run_dir.is_absolute():
             run_dir = store.root / run_dir
+        elif run_dir is not None and not run_dir.exists() and len(run_dir.parts) >= 3:
+            run_dir = store.root.joinpath(*run_dir.parts[-3:])  # a store moved or committed
         runs.append(
             Run(
                 row["id"],
@@ -77,6 +87,7 @@ def load_store(path: str | Path) -> list[Run]:
                 dict(row["metrics"]),
                 run_dir,
                 row.get("wall_time_s"),
+                dict(row.get("config") or {}),
             )
         )
     return runs

@@ -83,17 +83,21 @@ class Paper:
             f"tables: {', '.join(self.tables)}"
         )
 
-    def method_for(self, name: Any) -> str | None:
+    def method_for(self, name: Any, among: list[str] | None = None) -> str | None:
         """The paper's method name for a run's label (a name, an alias, a class path or a
-        config file path), matched on letters and digits only."""
+        config file path), matched on letters and digits only; where two of the paper's names
+        share an alias (DP-SGD / DPSGD), the one among ``among`` (a table's methods) wins."""
         text = str(name)
         candidates = {normalize(text), normalize(text.rsplit(".", 1)[-1])}
         stem = re.sub(r"\.ya?ml$", "", text.rsplit("/", 1)[-1])
         candidates.add(normalize(stem))
-        for method, aliases in self.methods.items():
-            if candidates & {normalize(method), *map(normalize, aliases)}:
-                return method
-        return None
+        hits = [
+            method
+            for method, aliases in self.methods.items()
+            if candidates & {normalize(method), *map(normalize, aliases)}
+        ]
+        preferred = [m for m in hits if among and m in among]
+        return (preferred or hits or [None])[0]
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -18,7 +18,11 @@ The server averages the uploaded models with p_j = |D_j|/|D| (Eq. 1) and then ap
 **ANR** (``anr``, §3.2, Eqs. 11–12): with v(ω) the server's loss (on the held-out validation
 split by default, ``anr_loss: test`` for the paper's test loss), if v(ω_t) − v(ω_{t+1}) < μ
 then σ_{t+1} = ρ·σ_t (optionally not below ``noise_floor``). The paper prints ρ = 0.001, which
-is its μ; ρ is not reported, and 0.9 is our documented default.
+is its μ; ρ is not reported, and 0.9 is our documented default. ``anr_patience`` k > 1 reads
+Eq. 11 over a window of k rounds, v(ω_{t+1−k}) − v(ω_{t+1}) < μ, tested once k rounds have
+passed since the last decay (k = 1 is the published rule exactly). With few local steps the
+loss moves less than μ per round, so the published rule fires every round and spends the budget
+in a few rounds; the window makes ANR fire on a plateau, as §3.2 describes.
 
 Privacy: record-level (ε, δ)-DP per client. Each client's steps are recorded by the core with
 the σ_t actually used (``ClientUpdate.dp_steps``) and composed by the accountant as the sum of the
@@ -72,6 +76,8 @@ class DPFLAGN(Strategy):
             ``test`` (the paper's test loss, which leaks the test set into training).
         adam_state: ``persist`` (per-client Adam state kept across rounds, checkpointed) or
             ``reset`` (a fresh optimizer every round).
+        anr_patience: k, the rounds over which the loss decrease is measured (Eq. 11 over a
+            window, tested k rounds after the last decay); 1 (default) is the published rule.
     """
 
     def __init__(
@@ -84,6 +90,7 @@ class DPFLAGN(Strategy):
         noise_floor: float = 0.0,
         anr_loss: Literal["val", "test"] = "val",
         adam_state: Literal["persist", "reset"] = "persist",
+        anr_patience: int = 1,
     ) -> None:
         super().__init__(weighting="num_examples")
         if mu < 0:
@@ -98,6 +105,10 @@ class DPFLAGN(Strategy):
             raise ValueError(
                 f"strategy.adam_state: expected 'persist' or 'reset', got {adam_state!r}"
             )
+        if isinstance(anr_patience, bool) or not isinstance(anr_patience, int) or anr_patience < 1:
+            raise ValueError(f"strategy.anr_patience: must be an integer >= 1, got {anr_patience}")
+        self.anr_patience = anr_patience
+        self.anr_window: list[float] = []
         self.adaptive_lr = adaptive_lr
         self.anr = anr
         self.mu = mu
@@ -155,14 +166,26 @@ class DPFLAGN(Strategy):
             raise RuntimeError("DPFL-AGN: σ_0 is set in on_train_start")
         if self.anr and self.prev_loss is None:
             self.prev_loss = self.server_loss(ctx)  # v(ω_0), before the first round
+            self.anr_window = [self.prev_loss]
         return {"noise_multiplier": self.sigma}
 
     def anr_step(self, loss: float) -> bool:
-        """Eqs. 11–12: decays σ when v(ω_t) − v(ω_{t+1}) < μ; returns whether it fired."""
+        """Eqs. 11–12: decays σ when v(ω_{t+1−k}) − v(ω_{t+1}) < μ (k = ``anr_patience``; k = 1
+        is the paper's v(ω_t) − v(ω_{t+1}) < μ), tested once k rounds have passed since the last
+        decay; returns whether it fired."""
         assert self.sigma is not None and self.prev_loss is not None
-        fired = (self.prev_loss - loss) < self.mu
-        if fired:
-            self.sigma = max(self.rho * self.sigma, self.noise_floor)
+        if not self.anr_window:  # a state from before the window existed
+            self.anr_window = [self.prev_loss]
+        self.anr_window.append(loss)
+        fired = False
+        k = self.anr_patience
+        if len(self.anr_window) > k:
+            fired = (self.anr_window[-1 - k] - loss) < self.mu
+            if fired:
+                self.sigma = max(self.rho * self.sigma, self.noise_floor)
+                self.anr_window = [loss]
+            else:
+                self.anr_window = self.anr_window[-k:]
         self.prev_loss = loss
         return fired
 
@@ -211,6 +234,7 @@ class DPFLAGN(Strategy):
         return {
             "sigma": self.sigma,
             "prev_loss": self.prev_loss,
+            "anr_window": list(self.anr_window),
             "sigma_history": list(self.sigma_history),
             "decay_rounds": list(self.decay_rounds),
             "optimizer_states": dict(self.optimizer_states),
@@ -219,6 +243,7 @@ class DPFLAGN(Strategy):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.sigma = state_dict["sigma"]
         self.prev_loss = state_dict["prev_loss"]
+        self.anr_window = list(state_dict.get("anr_window", []))
         self.sigma_history = list(state_dict["sigma_history"])
         self.decay_rounds = list(state_dict["decay_rounds"])
         self.optimizer_states = {int(k): v for k, v in state_dict["optimizer_states"].items()}

@@ -99,6 +99,45 @@ def _die_with_parent(parent_pid: int) -> None:  # pragma: no cover - runs in the
         os._exit(1)
 
 
+# Keys of a resolved config that say where a run wrote or read, not what it ran.
+_NOT_SETTING = (
+    "trainer.logger",
+    "trainer.default_root_dir",
+    "trainer.callbacks",
+    "ckpt_path",
+    "data.root",
+    "config",
+)
+
+
+def resolved_config(run_dir: Path) -> dict[str, Any]:
+    """The run's resolved ``config.yaml`` (written by ``fl-lightning fit``) flattened to dotted
+    keys, without the keys that only say where it wrote or read; {} if there is none."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return {}
+    import yaml
+
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return {}
+
+    def flat(node: Any, prefix: str) -> dict[str, Any]:
+        if not isinstance(node, dict):
+            return {prefix: node}
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+
+    return {
+        k: v
+        for k, v in flat(tree or {}, "").items()
+        if not any(k == n or k.startswith(n + ".") for n in _NOT_SETTING)
+    }
+
+
 def _error_of(log: Path, returncode: int) -> str:
     """The most telling line of a failed run's output."""
     try:
@@ -149,6 +188,8 @@ class SweepRunner:
         return argv
 
     def run_point(self, point: Point) -> dict[str, Any]:
+        if self._stopping:  # queued before a stop: never start it
+            return {"id": point.id, "status": "interrupted"}
         attempt = self.store.attempts(point.id) + 1
         run_dir = (self.store.root / "runs" / point.id / f"a{attempt}").resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -180,6 +221,10 @@ class SweepRunner:
             )
             with self._lock:
                 self._procs[point.id] = proc
+                stopping = self._stopping
+            if stopping:  # the stop came while it was starting: end it like the others
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
             returncode = proc.wait()
             with self._lock:
                 self._procs.pop(point.id, None)
@@ -204,6 +249,9 @@ class SweepRunner:
                     metrics=metrics,
                     epsilon=metrics.get("privacy/epsilon"),
                 )
+                config = resolved_config(run_dir)
+                if config:
+                    row["config"] = config
         self.store.append(row)
         return row
 
@@ -225,8 +273,8 @@ class SweepRunner:
         """Terminates the running points; kills those still alive after ``grace_s`` seconds
         (Lightning catches SIGTERM and may not exit on it)."""
         grace_s = self.grace_s
-        self._stopping = True
         with self._lock:
+            self._stopping = True
             procs = list(self._procs.values())
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -280,9 +328,10 @@ class SweepRunner:
                             )
                         )
             except KeyboardInterrupt:
-                self.stop()
+                self._stopping = True
                 for fut in pending:
                     fut.cancel()
+                self.stop()
                 self.print(f"interrupted: {done}/{total} finished; run the same command to resume")
                 raise
         self.print(

@@ -55,6 +55,35 @@ def test_anr_fires_exactly_when_the_decrease_is_below_mu():
     assert losses == []  # v(ω_0) once, then one evaluation per round
 
 
+def test_anr_patience_measures_the_decrease_over_a_window_of_rounds():
+    # Per-round decreases of 0.125 < μ = 0.25: the published rule (k = 1) fires every round,
+    # a window of k = 3 sees 0.375 >= μ and never fires; after a plateau it fires once, then
+    # waits k rounds before it can fire again.
+    steady = [2.0 - 0.125 * i for i in range(7)]
+    published = DPFLAGN(mu=0.25, rho=0.5, anr_loss="test")
+    windowed = DPFLAGN(mu=0.25, rho=0.5, anr_loss="test", anr_patience=3)
+    for s in (published, windowed):
+        s.sigma, losses, fired = 4.0, list(steady), []
+        for t in range(6):
+            ctx = _ctx(t, losses)
+            s.configure_round(ctx)
+            s.after_round(ctx, torch.zeros(3))
+            fired.append(bool(s.round_metrics["anr_fired"]))
+        s.fired = fired
+    assert published.fired == [True] * 6 and published.sigma == 4.0 * 0.5**6
+    assert windowed.fired == [False] * 6 and windowed.sigma == 4.0
+    plateau = DPFLAGN(mu=0.25, rho=0.5, anr_loss="test", anr_patience=2)
+    plateau.sigma, plateau.prev_loss = 4.0, 1.0
+    fired = [plateau.anr_step(loss) for loss in [1.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.0, 0.0]]
+    # window [1,1,1]: fires at the 2nd; restarts at [1]; fires 2 rounds later; then 1 -> 0.5 -> 0
+    # decreases by 1 over 2 rounds (no), 0.5 -> 0 -> 0 by 0.5 (no), 0 -> 0 -> 0 (yes).
+    assert fired == [False, True, False, True, False, False, False, True]
+    assert plateau.sigma == 0.5
+    restored = DPFLAGN(anr_patience=2)
+    restored.load_state_dict(plateau.state_dict())
+    assert restored.anr_window == plateau.anr_window == [0.0]
+
+
 def test_anr_respects_the_noise_floor_and_off_switch():
     s = DPFLAGN(mu=1.0, rho=0.5, noise_floor=1.5)
     s.sigma, s.prev_loss = 4.0, 1.0
@@ -78,6 +107,7 @@ def test_anr_respects_the_noise_floor_and_off_switch():
         ({"anr_loss": "train"}, "strategy.anr_loss"),
         ({"adam_state": "x"}, "strategy.adam_state"),
         ({"noise_floor": -1.0}, "strategy.noise_floor"),
+        ({"anr_patience": 0}, "strategy.anr_patience"),
     ],
 )
 def test_bad_options_name_the_field(kwargs, field):

@@ -131,3 +131,29 @@ def test_bayes_is_refused_with_one_line(fake_sweep, capsys):
     assert runner.main([str(spec)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "wandb agent" in err
+
+
+def test_sigterm_starts_no_queued_point(fake_sweep, tmp_path):
+    """One point at a time, three queued: after SIGTERM the killed point is not followed by the
+    next one (the worker thread must not start it while the runner waits for the grace)."""
+    spec = fake_sweep({"x": {"values": [1, 2, 3]}, "sleep": {"value": 60},
+                       "ignore_term": {"value": True}})  # fmt: skip
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "fl_lightning.cli", "sweep", str(spec), "--store", str(store),
+           "--parallel", "1", "--grace", "1"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    pids_file = Path(str(fake_sweep.calls) + ".pids")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (pids_file.exists() and pids_file.read_text().split()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(timeout=30) == 130
+    finally:
+        for pid in [int(p) for p in pids_file.read_text().split()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert len(fake_sweep.calls.read_text().splitlines()) == 1
+    rows = list(ResultStore(store).rows())
+    assert [r["status"] for r in rows] == ["running"]

@@ -1,0 +1,934 @@
+"""``fl-lightning repro``: reproduce a paper's tables with one command.
+
+Usage::
+
+    fl-lightning repro PAPER [--table T] [--profile scaled|paper] [--seeds N] [--jobs J]
+        [--store DIR] [--out DIR] [--set KEY=VALUE ...] [--report-only] [--dry-run]
+
+A paper's reproduction is defined in ``fl_lightning/reports/repro_specs/<paper>.yaml``: its
+*arms* (a method label, config files and overrides, per profile), its *tables* (which arms, the
+paper's table in ``paper_tables/<paper>.json``, the non-private reference arm), its *claims*
+(how a verdict is computed) and its *deviations* from the paper. The command
+
+1. runs every (arm, seed) point of the chosen tables as ``fl-lightning fit`` subprocesses through
+   the sweep runner, against an append-only store (``docs/reproductions/store/<paper>-<profile>/
+   results.jsonl``); a point already finished there is not run again, a killed command resumes
+   where it stopped, and each finished point's per-round curve is appended to ``curves.jsonl``
+   beside the store (the run folders under ``runs/`` are not needed afterwards);
+2. writes ``<out>/<paper>.json`` (the machine-readable result), ``<out>/<paper>.md`` and PNG
+   plots beside them (accuracy vs round per method; ε vs round; accuracy vs ε where the table has
+   an ε axis).
+
+A point's id hashes its parameters, its arm and the text of its config files, so a changed arm
+never reuses (or pools with) results of another setting. With every point finished the command
+only regenerates the documents (seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import sys
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fl_lightning.reports.tables import PaperTable, list_papers, load_paper
+from fl_lightning.sweeps.runner import SweepRunner, logger_override
+from fl_lightning.sweeps.spec import Point, SweepSpec, build_command, point_id
+from fl_lightning.sweeps.store import ResultStore
+
+PROFILES = ("scaled", "paper")
+REPO = Path(__file__).resolve().parents[2]
+CURVE_COLUMNS = (
+    "test/accuracy",
+    "test/loss",
+    "privacy/epsilon",
+    "strategy/noise_multiplier",
+    "strategy/anr_fired",
+    "strategy/anr_loss",
+)
+VERDICTS = ("confirmed", "contradicted", "inconclusive")
+SEED_KEY = "seed_everything"
+ALPHA = 0.05
+
+
+class ReproError(ValueError):
+    """A bad definition or argument (the message is one line: ``<field>: <why>``)."""
+
+
+# -- the definition ---------------------------------------------------------------------------
+@dataclass
+class Arm:
+    name: str
+    method: str
+    configs: list[str]
+    overrides: dict[str, Any]
+    note: str = ""
+
+
+@dataclass
+class TableDef:
+    table: str
+    where: dict[str, Any]
+    arms: list[str]
+    reference: str | None
+    paper_method: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class Definition:
+    paper: str
+    title: str
+    profile: str
+    base: list[str]
+    arms: dict[str, Arm]
+    tables: list[TableDef]
+    claims: list[dict[str, Any]]
+    deviations: list[dict[str, str]]
+    notes: list[str]
+    data_root: str | None
+    seeds: int
+
+
+def definition_path(paper: str) -> Path:
+    return Path(str(resources.files("fl_lightning.reports") / "repro_specs" / f"{paper}.yaml"))
+
+
+def _need(raw: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in raw:
+        raise ReproError(f"{where}.{key}: missing")
+    if not isinstance(raw[key], kind):
+        raise ReproError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}")
+    return raw[key]
+
+
+def load_definition(paper: str, profile: str, path: Path | None = None) -> Definition:
+    """The reproduction of ``paper`` (an id of ``paper_tables``) in ``profile``."""
+    if profile not in PROFILES:
+        raise ReproError(f"--profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
+    pid = load_paper(paper).id
+    path = path or definition_path(pid)
+    if not path.exists():
+        have = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ReproError(f"PAPER: no reproduction defined for paper {pid} (defined: {have})")
+    raw = yaml.safe_load(path.read_text())
+    where = path.name
+    profiles = _need(raw, "profiles", where, dict)
+    if profile not in profiles:
+        raise ReproError(f"--profile: {where} defines {sorted(profiles)}, not {profile!r}")
+    prof = profiles[profile] or {}
+    base = prof.get("base", [])
+    base = [base] if isinstance(base, str) else list(base)
+    arms: dict[str, Arm] = {}
+    for name, a in _need(raw, "arms", where, dict).items():
+        a = a or {}
+        per = (a.get("profiles") or {}).get(profile) or {}
+        cfgs = list(a.get("configs", [])) + list(per.get("configs", []))
+        overrides = {**(prof.get("overrides") or {}), **(a.get("overrides") or {})}
+        overrides.update(per.get("overrides") or {})
+        arms[name] = Arm(name, str(a.get("method", name)), cfgs, overrides, str(a.get("note", "")))
+    tables = []
+    for i, t in enumerate(_need(raw, "tables", where, list)):
+        tw = f"{where}.tables[{i}]"
+        tdef = TableDef(
+            table=str(_need(t, "table", tw, (str, int))),
+            where=dict(t.get("where") or {}),
+            arms=list(_need(t, "arms", tw, list)),
+            reference=t.get("reference"),
+            paper_method=dict(t.get("paper_method") or {}),
+            note=str(t.get("note", "")),
+        )
+        for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
+            if a not in arms:
+                raise ReproError(f"{tw}.arms: unknown arm {a!r}")
+        load_paper(pid).table(tdef.table)  # KeyError if the paper has no such table
+        tables.append(tdef)
+    return Definition(
+        paper=pid,
+        title=str(raw.get("title", "")),
+        profile=profile,
+        base=base,
+        arms=arms,
+        tables=tables,
+        claims=list(raw.get("claims") or []),
+        deviations=list(prof.get("deviations") or []) + list(raw.get("deviations") or []),
+        notes=list(prof.get("notes") or []),
+        data_root=prof.get("data_root"),
+        seeds=int(prof.get("seeds", 3)),
+    )
+
+
+# -- points -----------------------------------------------------------------------------------
+def find_shared_data() -> Path | None:
+    """``shared/data`` with the MNIST test set: ``$FL_SHARED_DATA``, else the nearest
+    ``shared/data`` beside the checkout or one of its parents (as the tests find it)."""
+    marker = Path("MNIST", "raw", "t10k-images-idx3-ubyte.gz")
+    cands = [Path(os.environ["FL_SHARED_DATA"])] if "FL_SHARED_DATA" in os.environ else []
+    cands += [p / "shared" / "data" for p in [REPO, *REPO.parents]]
+    cands += [p / "shared" / "data" for p in Path.cwd().resolve().parents]
+    return next((c.resolve() for c in cands if (c / marker).exists()), None)
+
+
+def _file_digest(paths: list[str]) -> str:
+    h = hashlib.sha1()
+    for p in paths:
+        f = Path(p) if Path(p).is_absolute() else REPO / p
+        if not f.exists():
+            raise ReproError(f"config: {p} does not exist")
+        h.update(p.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+@dataclass
+class ReproPoint:
+    point: Point
+    arm: Arm
+    seed: int
+    configs: list[str]
+
+
+def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]):
+    """The (arm, seed) points of ``tables``, seed-major (every arm's seed 0 first, so a
+    sweep stopped early has every arm)."""
+    names: list[str] = []
+    for t in tables:
+        for a in t.arms + ([t.reference] if t.reference else []):
+            if a not in names:
+                names.append(a)
+    out = []
+    for seed in range(seeds):
+        for name in names:
+            arm = defn.arms[name]
+            cfgs = defn.base + arm.configs
+            params = {**arm.overrides, **extra, SEED_KEY: seed}
+            salt = f"{defn.paper}:{defn.profile}:{name}:{_file_digest(cfgs)}"
+            pid = f"{name}-s{seed}-{point_id(params, salt)}"
+            out.append(ReproPoint(Point(len(out), params, pid), arm, seed, cfgs))
+    return out
+
+
+class ReproRunner(SweepRunner):
+    """The sweep runner with a command per arm and a curve per finished point."""
+
+    def __init__(
+        self, points: list[ReproPoint], store: ResultStore, *, name: str, data_root, **kw: Any
+    ) -> None:
+        self.by_id = {rp.point.id: rp for rp in points}
+        spec = SweepSpec(Path(name), "grid", {}, ["fl-lightning", "fit"], name=name)
+        super().__init__(spec, store, **kw)
+        self.data_root = data_root
+        self.curves = store.root / "curves.jsonl"
+
+    def command_for(self, point: Point, run_dir: Path) -> list[str]:
+        rp = self.by_id[point.id]
+        cmd = ["fl-lightning", "fit"]
+        for c in rp.configs:
+            cmd += ["--config", str(Path(c) if Path(c).is_absolute() else REPO / c)]
+        if self.data_root is not None:
+            cmd.append(f"--data.root={self.data_root}")
+        cmd.append("${args}")
+        spec = SweepSpec(self.spec.path, "grid", {}, cmd, name=self.spec.name)
+        argv = build_command(spec, point.params)
+        return argv + logger_override(run_dir, sweep=self.spec.name, point=point, wandb=False)
+
+    def run_point(self, point: Point) -> dict[str, Any]:
+        row = super().run_point(point)
+        if row.get("status") == "finished":
+            curve = read_curve(Path(row["run_dir"]))
+            line = json.dumps({"id": point.id, "curve": curve}, sort_keys=True)
+            with self._lock, self.curves.open("a") as f:
+                f.write(line + "\n")
+        return row
+
+
+def read_curve(run_dir: Path) -> dict[str, list]:
+    """The per-round columns of a run's ``metrics.csv`` (rounds from 1)."""
+    out: dict[str, list] = {"round": []}
+    path = run_dir / "metrics.csv"
+    if not path.exists():
+        return out
+    by_round: dict[int, dict[str, float]] = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            idx = row.get("round/index") or row.get("step")
+            if idx in (None, ""):
+                continue
+            r = by_round.setdefault(int(float(idx)) + 1, {})
+            for c in CURVE_COLUMNS:
+                if row.get(c) not in (None, ""):
+                    r[c] = float(row[c])
+    for r in sorted(by_round):
+        out["round"].append(r)
+        for c in CURVE_COLUMNS:
+            out.setdefault(c, []).append(by_round[r].get(c))
+    return {k: v for k, v in out.items() if any(x is not None for x in v) or k == "round"}
+
+
+def load_curves(store: ResultStore) -> dict[str, dict[str, list]]:
+    path = store.root / "curves.jsonl"
+    out: dict[str, dict[str, list]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line of a killed run
+            out[row["id"]] = row["curve"]
+    return out
+
+
+# -- results ----------------------------------------------------------------------------------
+@dataclass
+class CellResult:
+    arm: Arm
+    paper: float | None
+    values: list[float]
+    eps: list[float]
+    guarantees: list[str]
+    curves: list[dict[str, list]]
+    metrics: list[dict[str, Any]]
+    planned: int
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+
+def _pct(x: Any) -> float | None:
+    return None if not isinstance(x, (int, float)) or math.isnan(x) else 100.0 * float(x)
+
+
+def collect(
+    defn: Definition,
+    points: list[ReproPoint],
+    store: ResultStore,
+    table: TableDef,
+    paper_table: PaperTable,
+    metric: str,
+) -> tuple[list[CellResult], CellResult | None]:
+    latest = store.latest()
+    curves = load_curves(store)
+
+    def cell(arm_name: str, paper: float | None) -> CellResult:
+        arm = defn.arms[arm_name]
+        mine = [rp for rp in points if rp.arm.name == arm_name]
+        res = CellResult(arm, paper, [], [], [], [], [], len(mine))
+        for rp in mine:
+            row = latest.get(rp.point.id)
+            if not row or row.get("status") != "finished":
+                continue
+            m = row.get("metrics") or {}
+            v = _pct(m.get(metric))
+            if v is None:
+                continue
+            res.values.append(v)
+            res.metrics.append(m)
+            eps = m.get("privacy/epsilon")
+            if isinstance(eps, (int, float)) and math.isfinite(eps):  # inf: non-private
+                res.eps.append(float(eps))
+            if m.get("privacy/guarantee"):
+                res.guarantees.append(str(m["privacy/guarantee"]))
+            res.curves.append(curves.get(rp.point.id, {}))
+        return res
+
+    out = []
+    for a in table.arms:
+        name = table.paper_method.get(a, defn.arms[a].method)
+        hits = paper_table.select(method=name, **table.where)
+        paper = hits[0]["value"] if len(hits) == 1 else None
+        res = cell(a, paper)
+        if name not in ("-", res.arm.method) and paper is not None:
+            res.arm = replace(res.arm, method=name)  # the paper's name in this table
+        out.append(res)
+    ref = cell(table.reference, None) if table.reference else None
+    return out, ref
+
+
+def kendall(cells: list[CellResult]) -> tuple[float | None, float | None, int]:
+    """Kendall τ-b (ties counted as ties) between our means and the paper's, with its p-value
+    (``scipy.stats.kendalltau``), over the cells that have both."""
+    from scipy.stats import kendalltau
+
+    both = [c for c in cells if c.mean is not None and c.paper is not None]
+    if len(both) < 2:
+        return None, None, len(both)
+    res = kendalltau([round(c.mean, 2) for c in both], [c.paper for c in both])
+    tau, p = float(res.statistic), float(res.pvalue)
+    return (tau if math.isfinite(tau) else None), (p if math.isfinite(p) else None), len(both)
+
+
+def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
+    """Whether ``a`` beats ``b``: Welch's t-test over seeds (two-sided, α = 0.05)."""
+    from scipy.stats import ttest_ind
+
+    if len(a.values) < 2 or len(b.values) < 2:
+        return "inconclusive", f"{a.arm.method} or {b.arm.method}: fewer than 2 seeds finished"
+    diff = a.mean - b.mean  # type: ignore[operator]
+    if statistics.pstdev(a.values) == 0 and statistics.pstdev(b.values) == 0:
+        p = 0.0 if diff != 0 else 1.0
+    else:
+        p = float(ttest_ind(a.values, b.values, equal_var=False).pvalue)
+    text = f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f} pt, Welch p = {p:.3g}"
+    if p < ALPHA:
+        return ("confirmed" if diff > 0 else "contradicted"), text
+    return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
+
+
+def _ms(c: CellResult) -> str:
+    if c.mean is None:
+        return "—"
+    return (
+        f"{c.mean:.2f}" + (f" ± {c.std:.2f}" if c.std is not None else "") + f" (n={len(c.values)})"
+    )
+
+
+def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellResult | None]]):
+    out = []
+    for i, claim in enumerate(defn.claims):
+        text = str(claim.get("claim", f"claim {i}"))
+        t = str(claim.get("table"))
+        if t not in results:
+            continue
+        cells = {c.arm.name: c for c in results[t][0]}
+        rule = claim.get("better")
+        if not isinstance(rule, dict):
+            raise ReproError(f"claims[{i}]: only 'better: {{arm, than}}' claims are supported")
+        a = cells.get(rule["arm"])
+        others = [cells.get(b) for b in rule["than"]]
+        if a is None or any(o is None for o in others):
+            raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
+        parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+        kinds = {k for k, _ in parts}
+        if kinds == {"confirmed"}:
+            verdict = "confirmed"
+        elif "contradicted" in kinds:
+            verdict = "contradicted"
+        else:
+            verdict = "inconclusive"
+        evidence = "; ".join(e for _, e in parts)
+        notes = []
+        for c in [a, *others]:
+            d = _diagnostics(c)  # type: ignore[arg-type]
+            if "anr_fired_mean" in d:
+                notes.append(
+                    f"{c.arm.method}: ANR fired {d['anr_fired_mean']:.1f} times a run, "
+                    f"{d.get('rounds_mean', 0):.1f} rounds, final σ "
+                    f"{d.get('final_noise_multiplier_mean', float('nan')):.2f}"
+                )  # type: ignore[union-attr]
+        if notes:
+            evidence += " (" + "; ".join(notes) + ")"
+        if claim.get("paper"):
+            evidence += f". Paper: {claim['paper']}"
+        if claim.get("reading"):
+            evidence += f". Reading: {claim['reading']}"
+        out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
+    return out
+
+
+# -- documents --------------------------------------------------------------------------------
+def _setting(defn: Definition, arm: Arm) -> dict[str, Any]:
+    return {"configs": defn.base + arm.configs, **arm.overrides}
+
+
+def _diagnostics(c: CellResult) -> dict[str, Any]:
+    rounds = [m["rounds"] for m in c.metrics if isinstance(m.get("rounds"), (int, float))]
+    fired = [
+        sum(x or 0 for x in cv["strategy/anr_fired"])
+        for cv in c.curves
+        if cv and "strategy/anr_fired" in cv
+    ]
+    sigma = []
+    for cv in c.curves:
+        used = [x for x in (cv or {}).get("strategy/noise_multiplier", []) if x is not None]
+        if used:
+            sigma.append(used[-1])
+    out: dict[str, Any] = {}
+    if rounds:
+        out["rounds_mean"] = statistics.fmean(rounds)
+    if fired:
+        out["anr_fired_mean"] = statistics.fmean(fired)
+    if sigma:
+        out["final_noise_multiplier_mean"] = statistics.fmean(sigma)
+    sound = [
+        m["strategy/epsilon_sound"]
+        for m in c.metrics
+        if isinstance(m.get("strategy/epsilon_sound"), (int, float))
+    ]
+    if sound:
+        out["epsilon_sound_mean"] = statistics.fmean(sound)
+    return out
+
+
+def _guarantee(c: CellResult) -> str:
+    """The runs' privacy guarantee with its (ε, δ) figures abstracted (they are in
+    ``epsilon_reported``); several distinct ones are joined."""
+    if not c.values:
+        return "no runs"
+    if not c.guarantees:
+        return "none (non-private)"
+    num = r"[-+\d.e]+|inf"
+    kinds = sorted({re.sub(rf"\(({num}), ({num})\)", "(ε, δ)", g) for g in c.guarantees})
+    return "; ".join(kinds)
+
+
+def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
+    return {
+        "method": c.arm.method,
+        "arm": c.arm.name,
+        "setting": _setting(defn, c.arm),
+        "paper": c.paper,
+        "ours_mean": None if c.mean is None else round(c.mean, 3),
+        "ours_std": None if c.std is None else round(c.std, 3),
+        "seeds": len(c.values),
+        "seeds_planned": c.planned,
+        "epsilon_reported": round(statistics.fmean(c.eps), 4) if c.eps else None,
+        "guarantee": _guarantee(c),
+        "diagnostics": _diagnostics(c),
+    }
+
+
+def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[str, Any]:
+    tables = []
+    for t in defn.tables:
+        if t.table not in results:
+            continue
+        cells, ref = results[t.table]
+        tau, p, n = kendall(cells)
+        tables.append(
+            {
+                "table": t.table,
+                "where": t.where,
+                "cells": [cell_json(defn, c) for c in cells],
+                "kendall_tau": None if tau is None else round(tau, 4),
+                "p_value": None if p is None else round(p, 4),
+                "kendall_n": n,
+                "nonprivate_reference": None if ref is None else cell_json(defn, ref),
+            }
+        )
+    return {
+        "paper": defn.paper,
+        "profile": defn.profile,
+        "command": command,
+        "tables": tables,
+        "verdicts": verdict_rows,
+        "deviations": defn.deviations,
+    }
+
+
+DOC_KEYS = {"paper": str, "profile": str, "command": str, "tables": list, "verdicts": list}
+TABLE_KEYS = {
+    "table": str,
+    "cells": list,
+    "kendall_tau": (float, type(None)),
+    "p_value": (float, type(None)),
+    "nonprivate_reference": (dict, type(None)),
+}
+CELL_KEYS = {
+    "method": str,
+    "setting": dict,
+    "paper": (float, int, type(None)),
+    "ours_mean": (float, int, type(None)),
+    "ours_std": (float, int, type(None)),
+    "seeds": int,
+    "epsilon_reported": (float, int, type(None)),
+    "guarantee": str,
+}
+VERDICT_KEYS = {"claim": str, "verdict": str, "evidence": str}
+
+
+def validate_document(doc: dict[str, Any]) -> list[str]:
+    """What is wrong with a ``<paper>.json`` against the reproduction schema (empty: valid)."""
+    problems: list[str] = []
+
+    def check(obj: Any, keys: dict[str, Any], where: str) -> None:
+        if not isinstance(obj, dict):
+            problems.append(f"{where}: not an object")
+            return
+        for k, kind in keys.items():
+            if k not in obj:
+                problems.append(f"{where}.{k}: missing")
+            elif not isinstance(obj[k], kind) or isinstance(obj[k], bool):
+                problems.append(f"{where}.{k}: {type(obj[k]).__name__} is not {kind}")
+
+    check(doc, DOC_KEYS, "document")
+    for i, t in enumerate(doc.get("tables") or []):
+        check(t, TABLE_KEYS, f"tables[{i}]")
+        for j, c in enumerate(t.get("cells") or []):
+            check(c, CELL_KEYS, f"tables[{i}].cells[{j}]")
+        if isinstance(t.get("nonprivate_reference"), dict):
+            check(t["nonprivate_reference"], CELL_KEYS, f"tables[{i}].nonprivate_reference")
+    for i, v in enumerate(doc.get("verdicts") or []):
+        check(v, VERDICT_KEYS, f"verdicts[{i}]")
+        if isinstance(v, dict) and v.get("verdict") not in VERDICTS:
+            problems.append(f"verdicts[{i}].verdict: {v.get('verdict')!r} not in {VERDICTS}")
+    return problems
+
+
+def _f(x: Any, d: int = 2) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def _ranks(values: list[float | None], higher: bool = True) -> list[str]:
+    """Competition ranks; equal values (at two decimals) share a rank and are marked '='."""
+    keyed = [(round(v, 2) if v is not None else None) for v in values]
+    out = []
+    for v in keyed:
+        if v is None:
+            out.append("—")
+            continue
+        better = sum(1 for w in keyed if w is not None and (w > v if higher else w < v))
+        tied = sum(1 for w in keyed if w == v) > 1
+        out.append(f"{better + 1}{'=' if tied else ''}")
+    return out
+
+
+def render_markdown(
+    defn: Definition, doc: dict[str, Any], figures: dict[str, list[Path]], out_dir: Path
+) -> str:
+    paper = load_paper(defn.paper)
+    lines = [
+        f"# Reproduction of paper {paper.id}: {paper.name}",
+        "",
+        f"*{paper.title}* — {paper.citation}. Notes: `{paper.notes}`.",
+        "",
+        f"Generated by `{doc['command']}` (profile **{defn.profile}**) from the sweep store; "
+        "do not edit by hand — rerun the command (it reruns nothing already finished).",
+        "",
+    ]
+    if defn.title:
+        lines += [defn.title.strip(), ""]
+    for n in defn.notes:
+        lines += [f"- {n.strip()}"]
+    lines += ["", "## Verdicts", "", "| Claim | Verdict | Evidence |", "|---|---|---|"]
+    for v in doc["verdicts"]:
+        lines.append(f"| {v['claim']} | **{v['verdict']}** | {v['evidence']} |")
+    for t, tdef in zip(
+        doc["tables"], [d for d in defn.tables if d.table in {x["table"] for x in doc["tables"]}]
+    ):
+        ptab = paper.table(t["table"])
+        lines += ["", f"## Table {t['table']}", "", f"**Paper:** {ptab.caption}", ""]
+        if tdef.note:
+            lines += [tdef.note.strip(), ""]
+        where = ", ".join(f"{k} = {v}" for k, v in t["where"].items())
+        if where:
+            lines += [f"Paper cells at {where}. Values: test accuracy (%).", ""]
+        ours = [c["ours_mean"] for c in t["cells"]]
+        papers = [c["paper"] for c in t["cells"]]
+        r_ours, r_paper = _ranks(ours), _ranks(papers)
+        lines += [
+            "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
+            "ε reported | Guarantee | Rounds | ANR firings | Final σ |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for c, ro, rp in zip(t["cells"], r_ours, r_paper):
+            d = c["diagnostics"]
+            ours_s = (
+                "—"
+                if c["ours_mean"] is None
+                else (
+                    f"{c['ours_mean']:.2f}"
+                    + (f" ± {c['ours_std']:.2f}" if c["ours_std"] is not None else "")
+                )
+            )
+            eps = _f(c["epsilon_reported"], 3)
+            if "epsilon_sound_mean" in d:
+                eps += f" (sound: {d['epsilon_sound_mean']:.3g})"
+            lines.append(
+                f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'])} | {rp} | {ours_s} | {ro} | "
+                f"{c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
+                f"{_f(d.get('rounds_mean'), 1)} | {_f(d.get('anr_fired_mean'), 1)} | "
+                f"{_f(d.get('final_noise_multiplier_mean'), 3)} |"
+            )
+        ref = t["nonprivate_reference"]
+        lines.append("")
+        if ref is not None:
+            lines.append(
+                f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`): "
+                f"**{_f(ref['ours_mean'])}**"
+                + (f" ± {_f(ref['ours_std'])}" if ref["ours_std"] is not None else "")
+                + f" % over {ref['seeds']} seeds."
+            )
+        if t["kendall_tau"] is None:
+            lines.append(f"\nKendall τ: n/a ({t['kendall_n']} methods with both values).")
+        else:
+            lines.append(
+                f"\nKendall τ-b between our order and the paper's: **{t['kendall_tau']:.3f}** "
+                f"(p = {_f(t['p_value'], 3)}, {t['kendall_n']} methods; our means compared at two "
+                "decimals, equal ones count as ties)."
+            )
+        lines += ["", "Arm settings (over the base configs):", ""]
+        for c in t["cells"] + ([ref] if ref else []):
+            ov = {k: v for k, v in c["setting"].items() if k != "configs"}
+            lines.append(
+                f"- `{c['arm']}`: configs {', '.join(f'`{x}`' for x in c['setting']['configs'])}"
+                + (f"; {', '.join(f'`{k}={v}`' for k, v in ov.items())}" if ov else "")
+            )
+        for fig in figures.get(t["table"], []):
+            rel = fig.relative_to(out_dir) if fig.is_relative_to(out_dir) else fig
+            lines += ["", f"![{fig.stem}]({rel.as_posix()})"]
+    lines += [
+        "",
+        "## Deviations from the paper",
+        "",
+        "| What | Paper | Ours | Why |",
+        "|---|---|---|---|",
+    ]
+    for d in defn.deviations:
+        lines.append(
+            f"| {d.get('what', '')} | {d.get('paper', '')} | {d.get('ours', '')} | "
+            f"{d.get('why', '')} |"
+        )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
+    """Accuracy vs round and ε vs round per method (mean over seeds); accuracy vs ε where the
+    table has more than one ε."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs: dict[str, list[Path]] = {}
+    for tname, (cells, ref) in results.items():
+        slug = "".join(ch if ch.isalnum() else "_" for ch in tname)
+        made = []
+        for col, ylabel, stem, scale in (
+            ("test/accuracy", "test accuracy (%)", "accuracy_vs_round", 100.0),
+            ("privacy/epsilon", "ε spent", "epsilon_vs_round", 1.0),
+        ):
+            fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+            drawn = False
+            for k, c in enumerate(cells + ([ref] if ref else [])):
+                series = [cv for cv in c.curves if cv.get(col)]
+                if not series:
+                    continue
+                per: dict[int, list[float]] = {}
+                for cv in series:
+                    for r, v in zip(cv["round"], cv[col]):
+                        if v is not None:
+                            per.setdefault(r, []).append(v * scale)
+                xs = sorted(r for r in per if len(per[r]) == len(series))  # every seed
+                ax.plot(
+                    xs,
+                    [statistics.fmean(per[x]) for x in xs],
+                    # distinct styles, so that arms with identical curves stay visible
+                    marker="osv^Dxp*"[k % 8],
+                    markersize=4,
+                    ls="-" if c is ref else ["--", ":", "-.", (0, (5, 1))][k % 4],
+                    lw=1.2,
+                    label=f"{c.arm.method} ({len(series)} seeds)",
+                )
+                drawn = True
+            if drawn:
+                ax.set_xlabel("round")
+                ax.set_ylabel(ylabel)
+                ax.set_title(
+                    f"Paper {defn.paper}, table {tname}: {ylabel}\n"
+                    "(mean over seeds, over the rounds every seed ran)"
+                )
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+                fig.tight_layout()
+                path = out_dir / f"{defn.paper}_{slug}_{stem}.png"
+                fig.savefig(path)
+                made.append(path)
+            plt.close(fig)
+        eps_levels = {round(e, 1) for c in cells for e in c.eps}
+        if len(eps_levels) > 1:
+            fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+            for c in cells:
+                if c.values and c.eps:
+                    ax.errorbar(
+                        [statistics.fmean(c.eps)],
+                        [c.mean],
+                        yerr=[c.std or 0],
+                        marker="o",
+                        capsize=3,
+                        label=c.arm.method,
+                    )
+            ax.set_xlabel("ε reported")
+            ax.set_ylabel("test accuracy (%)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png"
+            fig.savefig(path)
+            plt.close(fig)
+            made.append(path)
+        figs[tname] = made
+    return figs
+
+
+# -- the command ------------------------------------------------------------------------------
+def _typed(v: str) -> Any:
+    try:
+        return yaml.safe_load(v)
+    except yaml.YAMLError:
+        return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fl-lightning repro", description=__doc__.split("\n")[0])
+    p.add_argument("paper", help=f"paper id ({', '.join(list_papers())}) or name")
+    p.add_argument("--table", action="append", default=[], help="only this table (repeatable)")
+    p.add_argument("--profile", default="scaled", help="scaled (default) or paper")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: profile's)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="store folder (default docs/reproductions/store/<paper>-<profile>)",
+    )
+    p.add_argument("--out", default=None, help="output folder (default docs/reproductions)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for every run (part of the points' identity)",
+    )
+    p.add_argument(
+        "--data-root",
+        default=None,
+        help="data.root for every run (default: the profile's; 'shared' finds "
+        "shared/data as the tests do)",
+    )
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        help="only this arm of the tables (repeatable; e.g. to try one setting)",
+    )
+    p.add_argument(
+        "--definition",
+        default=None,
+        help="reproduction definition YAML (default: the shipped one of PAPER)",
+    )
+    p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
+    p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.seeds is not None and args.seeds < 1:
+            raise ReproError("--seeds: must be >= 1")
+        if args.jobs < 1:
+            raise ReproError("--jobs: must be >= 1")
+        defn = load_definition(
+            args.paper, args.profile, Path(args.definition) if args.definition else None
+        )
+        extra = {}
+        for item in args.set:
+            if "=" not in item:
+                raise ReproError(f"--set: expected KEY=VALUE, got {item!r}")
+            k, v = item.split("=", 1)
+            extra[k.strip()] = _typed(v.strip())
+        tables = defn.tables
+        if args.table:
+            want = {t.lower() for t in args.table}
+            tables = [t for t in defn.tables if t.table.lower() in want]
+            if len(tables) != len(want):
+                have = ", ".join(t.table for t in defn.tables)
+                raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
+        defn.tables = tables
+        seeds = args.seeds or defn.seeds
+        points = plan(defn, seeds=seeds, extra=extra, tables=tables)
+        if args.arm:
+            unknown = sorted(set(args.arm) - {rp.arm.name for rp in points})
+            if unknown:
+                raise ReproError(f"--arm: {unknown} not in the chosen tables")
+            points = [rp for rp in points if rp.arm.name in args.arm]
+        root = args.data_root or defn.data_root
+        if root == "shared":
+            found = find_shared_data()
+            if found is None and not args.report_only:
+                raise ReproError(
+                    "--data-root: shared/data (the MNIST test set) not found beside this "
+                    "checkout; set FL_SHARED_DATA or pass --data-root DIR"
+                )
+            root = str(found) if found else None
+    except (ReproError, KeyError) as err:
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    store = ResultStore(Path(args.store or f"docs/reproductions/store/{defn.paper}-{defn.profile}"))
+    out_dir = Path(args.out or "docs/reproductions")
+    name = f"repro-{defn.paper}-{defn.profile}"
+    runner = ReproRunner(points, store, name=name, data_root=root, parallel=args.jobs)
+    todo, done, _ = runner.pending([rp.point for rp in points])
+    if args.dry_run:
+        print(f"{len(points)} points, {done} finished, {len(todo)} to run")
+        for p in todo:
+            print(" ".join(runner.command_for(p, store.root / "runs" / p.id / "a?")))
+        return 0
+    rc = 0
+    if todo and not args.report_only:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            rc = runner.run([rp.point for rp in points])
+        except KeyboardInterrupt:
+            print("interrupted; the documents are written from what finished")
+            rc = 130
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    command = "fl-lightning repro " + " ".join(
+        [defn.paper]
+        + [f"--table {t.table}" for t in tables if args.table]
+        + [f"--profile {defn.profile}", f"--seeds {seeds}"]
+        + [f"--arm {a}" for a in args.arm]
+        + [f"--set {k}={v}" for k, v in extra.items()]
+    )
+    write_documents(defn, points, store, out_dir, command)
+    return rc
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path, command: str):
+    paper = load_paper(defn.paper)
+    results = {}
+    for t in defn.tables:
+        ptab = paper.table(t.table)
+        results[t.table] = collect(defn, points, store, t, ptab, ptab.metric)
+    verdict_rows = verdicts(defn, results)
+    doc = build_json(defn, results, verdict_rows, command)
+    problems = validate_document(doc)
+    if problems:  # a defect of this module, not of the user's input
+        raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figs = plots(defn, results, out_dir)
+    (out_dir / f"{defn.paper}.json").write_text(
+        json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    )
+    (out_dir / f"{defn.paper}.md").write_text(render_markdown(defn, doc, figs, out_dir))
+    n = sum(len(c.values) for cs, _ in results.values() for c in cs)
+    print(
+        f"wrote {out_dir / (defn.paper + '.md')}, {defn.paper}.json and "
+        f"{sum(len(v) for v in figs.values())} figures ({n} finished runs in the tables)"
+    )
+    return doc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""``fl-lightning repro`` end to end on a tiny table (sweep -> store -> JSON -> Markdown -> PNG),
+its resumability, the JSON schema, and the paper profile building one round on synthetic data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fl_lightning.reports import repro
+from fl_lightning.sweeps.store import ResultStore
+
+BASE = {
+    "seed_everything": 0,
+    "trainer": {"max_steps": 2, "enable_checkpointing": False, "enable_progress_bar": False},
+    "model": {"clients_per_round": 3, "sampling": "poisson", "client_rate": 1.0, "eval_every": 1},
+    "data": {"dataset": "digits", "num_clients": 3, "partitioner": "iid", "val_fraction": 0.1},
+    "client": {
+        "net": {
+            "class_path": "fl_lightning.models.MLP",
+            "init_args": {"input_dim": 64, "hidden": [16], "num_classes": 10},
+        },
+        "num_classes": 10,
+        "optimizer": "adam",
+        "lr": 0.01,
+        "local_steps": 2,
+        "batch_size": 32,
+        "dp_sgd": {"noise_multiplier": 1.0, "max_grad_norm": 1.0},
+    },
+    "strategy": {
+        "class_path": "fl_lightning.strategies.dpfl_agn.DPFLAGN",
+        "init_args": {"anr": True},
+    },
+    "privacy": {"accountant": "rdp", "delta": 1.0e-5, "target_epsilon": None},
+}
+NONPRIVATE = {
+    "client": {"dp_sgd": None},
+    "strategy": {"class_path": "fl_lightning.strategies.fedavg.FedAvg"},
+}
+
+
+def _definition(tmp_path: Path) -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    (tmp_path / "np.yaml").write_text(yaml.safe_dump(NONPRIVATE))
+    d = {
+        "profiles": {
+            "scaled": {"base": [str(tmp_path / "base.yaml")], "seeds": 1, "notes": ["a tiny table"]}
+        },
+        "arms": {
+            "dpfl_agn": {"method": "DPFL-AGN", "overrides": {"strategy.init_args.anr": True}},
+            "agn": {"method": "AGN", "overrides": {"strategy.init_args.anr": False}},
+            "ref": {"method": "FedAvg (non-private)", "configs": [str(tmp_path / "np.yaml")]},
+        },
+        "tables": [
+            {
+                "table": "5.3",
+                "where": {"dataset": "MNIST"},
+                "arms": ["dpfl_agn", "agn"],
+                "reference": "ref",
+            }
+        ],
+        "claims": [
+            {
+                "claim": "DPFL-AGN beats AGN",
+                "table": "5.3",
+                "better": {"arm": "dpfl_agn", "than": ["agn"]},
+            }
+        ],
+        "deviations": [{"what": "data", "paper": "MNIST", "ours": "digits", "why": "a test"}],
+    }
+    path = tmp_path / "002.yaml"
+    path.write_text(yaml.safe_dump(d))
+    return path
+
+
+def test_repro_end_to_end_and_resume(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    defn = _definition(tmp_path)
+    store, out = tmp_path / "store", tmp_path / "out"
+    args = ["002", "--definition", str(defn), "--store", str(store), "--out", str(out)]
+    assert repro.main([*args, "--seeds", "1", "--arm", "dpfl_agn", "--arm", "ref"]) == 0
+    rows = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
+    assert len(rows) == 2 and all(r["metrics"]["test/accuracy"] > 0 for r in rows)
+    curves = repro.load_curves(ResultStore(store))
+    assert set(curves) == {r["id"] for r in rows}
+    assert all(c["round"] == [1, 2] and len(c["test/accuracy"]) == 2 for c in curves.values())
+
+    doc = json.loads((out / "002.json").read_text())
+    assert repro.validate_document(doc) == []
+    assert doc["paper"] == "002" and doc["profile"] == "scaled"
+    (table,) = doc["tables"]
+    cells = {c["arm"]: c for c in table["cells"]}
+    assert cells["dpfl_agn"]["seeds"] == 1 and cells["dpfl_agn"]["paper"] == 95.23
+    assert cells["dpfl_agn"]["epsilon_reported"] > 0
+    assert cells["dpfl_agn"]["guarantee"].startswith("record-level")
+    assert cells["agn"]["seeds"] == 0 and cells["agn"]["ours_mean"] is None  # not run (--arm)
+    ref = table["nonprivate_reference"]
+    assert ref["seeds"] == 1 and ref["guarantee"].startswith("none")
+    assert doc["verdicts"][0]["verdict"] == "inconclusive"  # AGN has no runs
+    md = (out / "002.md").read_text()
+    assert "## Verdicts" in md and "| data | MNIST | digits | a test |" in md
+    for png in ("002_5_3_accuracy_vs_round.png", "002_5_3_epsilon_vs_round.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png})" in md
+
+    # resumable: the rest of the table runs, what finished is not run again
+    capsys.readouterr()
+    assert repro.main(args) == 0
+    text = capsys.readouterr().out
+    assert "2 already finished, 1 to run" in text
+    doc = json.loads((out / "002.json").read_text())
+    cells = {c["arm"]: c for c in doc["tables"][0]["cells"]}
+    assert cells["agn"]["seeds"] == 1
+    assert doc["tables"][0]["kendall_n"] == 2
+    # with everything finished: the documents are regenerated from the store alone
+    (out / "002.md").unlink()
+    n_rows = len(list(ResultStore(store).rows()))
+    assert repro.main(args) == 0
+    assert len(list(ResultStore(store).rows())) == n_rows and (out / "002.md").exists()
+    assert json.loads((out / "002.json").read_text())["tables"] == doc["tables"]
+    # a changed setting is a new point, never pooled with the old ones
+    assert (
+        repro.main([*args, "--seeds", "1", "--arm", "agn", "--dry-run", "--set", "client.lr=0.02"])
+        == 0
+    )
+    assert "1 points, 0 finished, 1 to run" in capsys.readouterr().out
+
+
+def test_schema_validation_names_the_defects():
+    good = {
+        "paper": "002",
+        "profile": "scaled",
+        "command": "x",
+        "verdicts": [],
+        "tables": [
+            {
+                "table": "5.3",
+                "kendall_tau": None,
+                "p_value": None,
+                "nonprivate_reference": None,
+                "cells": [
+                    {
+                        "method": "A",
+                        "setting": {},
+                        "paper": 1.0,
+                        "ours_mean": 2.0,
+                        "ours_std": None,
+                        "seeds": 3,
+                        "epsilon_reported": 1.0,
+                        "guarantee": "g",
+                    }
+                ],
+            }
+        ],
+    }
+    assert repro.validate_document(good) == []
+    bad = json.loads(json.dumps(good))
+    del bad["tables"][0]["cells"][0]["seeds"]
+    bad["verdicts"] = [{"claim": "c", "verdict": "likely", "evidence": "e"}]
+    bad["tables"][0]["kendall_tau"] = "0.5"
+    problems = repro.validate_document(bad)
+    assert "tables[0].cells[0].seeds: missing" in problems
+    assert any(p.startswith("verdicts[0].verdict") for p in problems)
+    assert any(p.startswith("tables[0].kendall_tau") for p in problems)
+
+
+def test_verdicts_compare_seeds_with_welch():
+    arm = lambda n: repro.Arm(n, n, [], {})  # noqa: E731
+    cell = lambda n, v: repro.CellResult(arm(n), None, v, [], [], [], [], len(v))  # noqa: E731
+    v, e = repro.compare_methods(cell("A", [90, 91, 92]), cell("B", [80, 81, 82]))
+    assert v == "confirmed" and "+10.00 pt" in e
+    v, _ = repro.compare_methods(cell("A", [80, 81, 82]), cell("B", [90, 91, 92]))
+    assert v == "contradicted"
+    v, e = repro.compare_methods(cell("A", [80, 90, 85]), cell("B", [84, 86, 85]))
+    assert v == "inconclusive" and "tie" in e
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["002", "--profile", "huge"], "--profile"),
+        (["002", "--seeds", "0"], "--seeds"),
+        (["002", "--table", "IX"], "--table"),
+        (["002", "--arm", "nope"], "--arm"),
+        (["002", "--set", "novalue"], "--set"),
+        (["001"], "PAPER"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(argv, field, capsys):
+    assert repro.main([*argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {field}") and "\n" not in err
+
+
+def test_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
+    """The paper profile (full MNIST by download, the paper's CNN, 1000 rounds) builds and runs
+    one round when its data is replaced by synthetic 28x28 images."""
+    store, out = tmp_path / "store", tmp_path / "out"
+    argv = [
+        "002",
+        "--profile",
+        "paper",
+        "--table",
+        "5.3",
+        "--arm",
+        "dpfl_agn",
+        "--seeds",
+        "1",
+        "--store",
+        str(store),
+        "--out",
+        str(out),
+        "--set",
+        "data.dataset=synthetic",
+        "--set",
+        "data.download=false",
+        "--set",
+        'data.dataset_options={"shape": [1, 28, 28], "num_examples": 1200}',
+        "--set",
+        "trainer.max_steps=1",
+        "--set",
+        "client.batch_size=4",
+    ]
+    assert repro.main(argv) == 0, capsys.readouterr()
+    (row,) = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
+    assert row["metrics"]["rounds"] == 1
+    assert "AbadiCNN" in json.dumps(row["command"]) or "paper.yaml" in json.dumps(row["command"])
+    doc = json.loads((out / "002.json").read_text())
+    assert doc["profile"] == "paper" and repro.validate_document(doc) == []
