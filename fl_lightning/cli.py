@@ -58,6 +58,19 @@ def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
     return callbacks
 
 
+def _default_plugins(given: Any) -> Any:
+    """The user's plugins plus an atomic, ``weights_only``-loading CheckpointIO
+    (``utils/atomic.py``), unless a CheckpointIO was given."""
+    from lightning.fabric.plugins import CheckpointIO
+
+    from fl_lightning.utils.atomic import build_checkpoint_io
+
+    plugins = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
+    if any(isinstance(p, CheckpointIO) for p in plugins):
+        return given
+    return [*plugins, build_checkpoint_io()]
+
+
 def build_cli_class():  # noqa: ANN201
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -74,7 +87,9 @@ def build_cli_class():  # noqa: ANN201
         """
 
         def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-            log_dir = trainer.log_dir
+            if self.already_saved:
+                return
+            log_dir = trainer.log_dir  # a collective under DDP: every rank asks
             if log_dir and not self.overwrite:
                 target = os.path.join(log_dir, self.config_filename)
                 if os.path.exists(target):
@@ -82,13 +97,26 @@ def build_cli_class():  # noqa: ANN201
                         f"trainer.default_root_dir: {log_dir} already holds a run ({target}); "
                         "choose another directory so nothing is overwritten"
                     )
-            super().setup(trainer, pl_module, stage)
+            if trainer.is_global_zero:
+                if log_dir and self.save_to_log_dir:
+                    # Atomic, and with environment secrets redacted (utils/redact.py).
+                    from fl_lightning.utils.atomic import atomic_write
+                    from fl_lightning.utils.redact import redact_text
+
+                    config = self.parser.dump(self.config, skip_none=False, format="yaml")
+                    target = os.path.join(log_dir, self.config_filename)
+                    atomic_write(target, redact_text(config))
+                self.save_config(trainer, pl_module, stage)
+                self.already_saved = True
+            self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
         def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
             config = self.parser.dump(self.config, skip_none=False, format="yaml")
             import yaml
 
-            flat = _flatten(yaml.safe_load(config))
+            from fl_lightning.utils.redact import redact
+
+            flat = redact(_flatten(yaml.safe_load(config)))
             for logger in trainer.loggers:
                 logger.log_hyperparams(flat)
 
@@ -104,6 +132,7 @@ def build_cli_class():  # noqa: ANN201
             parser.link_arguments("seed_everything", "data.seed")
 
         def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+            config = {**config, "plugins": _default_plugins(config.get("plugins"))}
             return super()._instantiate_trainer(config, [*callbacks, *_default_callbacks(config)])
 
         def before_fit(self) -> None:
@@ -174,11 +203,16 @@ def one_line(err: BaseException) -> str:
 def run_lightning(args: list[str] | None = None) -> int:
     from jsonargparse import ArgumentError
 
+    from fl_lightning.utils.atomic import OutputWriteError
+
     make = build_cli_class()
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     try:
         make(args)
+    except OutputWriteError as err:  # disk full, read-only folder: not bad input, exit 1
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return 1
     except (
         ArgumentError, ValueError, FileNotFoundError, TypeError, KeyError,
         MisconfigurationException,

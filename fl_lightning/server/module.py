@@ -44,7 +44,9 @@ from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
+from fl_lightning.utils.redact import redact
 from fl_lightning.utils.rng import generator_for
 
 
@@ -319,11 +321,9 @@ class FederatedModule(pl.LightningModule):
         sizes = hist.sum(dim=1)
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero and log_dir:
-            path = Path(log_dir) / "label_histogram.csv"
-            path.parent.mkdir(parents=True, exist_ok=True)
             rows = ["client," + ",".join(f"label_{c}" for c in range(hist.shape[1]))]
             rows += [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(hist)]
-            path.write_text("\n".join(rows) + "\n")
+            atomic_write(Path(log_dir) / "label_histogram.csv", "\n".join(rows) + "\n")
         for logger in self.loggers:
             logger.log_hyperparams(
                 {
@@ -571,10 +571,9 @@ class FederatedModule(pl.LightningModule):
             if isinstance(logger, WandbLogger):
                 for k, v in summary.items():
                     logger.experiment.summary[k] = v
-        if log_dir:
-            path = Path(log_dir) / "summary.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        if log_dir:  # atomic (utils/atomic.py), environment secrets redacted
+            text = json.dumps(redact(summary), indent=2, default=str) + "\n"
+            atomic_write(Path(log_dir) / "summary.json", text)
         eps = summary.get("privacy/epsilon", math.inf)
         print(
             f"Finished {self.rounds_completed} rounds: test accuracy "
