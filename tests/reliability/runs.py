@@ -37,8 +37,11 @@ def env() -> dict[str, str]:
 
 def run(args: list[str], *, fault: tuple[str, int] | None = None, timeout: float = 300):
     """The CLI as a subprocess (with ``fault`` = (kind, nth) injected); the CompletedProcess."""
-    head = [sys.executable, "-m", "tests.reliability.faults", fault[0], str(fault[1]), "--"]
-    cmd = head + args if fault else [sys.executable, "-m", "fl_lightning.cli", *args]
+    if fault:
+        cmd = [sys.executable, "-m", "tests.reliability.faults", fault[0], str(fault[1]), "--"]
+    else:
+        cmd = [sys.executable, "-m", "fl_lightning.cli"]
+    cmd += args
     return subprocess.run(
         cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout
     )
