@@ -163,7 +163,9 @@ class ResultStore:
             try:
                 written = os.write(fd, line)
                 if written != len(line):
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    raise OSError(
+                        errno.ENOSPC, f"only {written} of {len(line)} bytes written (disk full?)"
+                    )
                 os.fsync(fd)
             except OSError as err:
                 with contextlib.suppress(OSError):

@@ -42,9 +42,7 @@ def run(args: list[str], *, fault: tuple[str, int] | None = None, timeout: float
     else:
         cmd = [sys.executable, "-m", "fl_lightning.cli"]
     cmd += args
-    return subprocess.run(
-        cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout)
 
 
 def load(ckpt: Path) -> dict:
@@ -63,7 +61,10 @@ def global_weights(ckpt: dict) -> dict[str, torch.Tensor]:
 
 def assert_same_result(reference: Path, resumed: Path, rounds: int = ROUNDS) -> None:
     """Weights within 1e-6, ε equal, every round counted exactly once."""
-    a, b = load(reference / "checkpoints" / "last.ckpt"), load(resumed / "checkpoints" / "last.ckpt")
+    a, b = (
+        load(reference / "checkpoints" / "last.ckpt"),
+        load(resumed / "checkpoints" / "last.ckpt"),
+    )
     wa, wb = global_weights(a), global_weights(b)
     assert wa.keys() == wb.keys() and wa
     for k in wa:

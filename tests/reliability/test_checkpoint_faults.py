@@ -180,9 +180,7 @@ def long_reference(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(RANDOM_KILLS))
-def test_kill_at_a_random_instant_resumes_to_the_uninterrupted_run(
-    long_reference, tmp_path, trial
-):
+def test_kill_at_a_random_instant_resumes_to_the_uninterrupted_run(long_reference, tmp_path, trial):
     """SIGKILL at a random instant once the first checkpoint exists (in a round, inside a
     checkpoint write or between them), then resume from whatever is on disk."""
     rng = random.Random(f"kill-{trial}")

@@ -1,0 +1,176 @@
+"""Issue 23, item 5: the budget is never overspent, and the reported ε can be recomputed.
+
+A property test (hypothesis) of the accountant with the budget stop exactly as
+``FederatedModule.training_step`` drives it: before each round, ``would_exceed(planned)``; if
+False, ``record(planned)``. Random configurations: accountant (rdp / prv / pld), level
+(client-level DP-FedAvg events, record-level DP-SGD events per client, or both), sampling
+(poisson / fixed), σ, cohort, rounds, target ε, δ, heterogeneous client sizes (so every client
+has its own DP-SGD rate B/n_i and steps), and resume points (the accountant rebuilt from its
+``state_dict`` as a checkpoint resume does). Properties:
+
+1. the final ε never exceeds ``target_epsilon``;
+2. the stop is tight: the round it refused would have exceeded the target;
+3. the reported ε equals an independent recomputation from the logged events with
+   dp-accounting alone (not through ``fl_lightning.privacy.analysis``).
+
+Assumptions (the lead's accountant rewrite may change them; adapt ``round_events`` and
+``independent_epsilon``, nothing else):
+
+* API: ``PrivacyAccountant(accountant, delta, target_epsilon)``, ``would_exceed(RoundPrivacy)``,
+  ``record(RoundPrivacy)``, ``report()["privacy/epsilon"]``, ``state_dict()`` /
+  ``load_state_dict()``; events are ``SampledGaussian(noise_multiplier, sample_rate, steps)``.
+* A round's client-level event is one Poisson-subsampled Gaussian with q = m/N for **both**
+  samplings (today fixed-size cohorts are accounted as Poisson at m/N; with a
+  without-replacement event the recomputation becomes
+  ``SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(σ))`` under replace-one).
+* A cohort client's record-level events are ``steps_i = E·ceil(n_i/B)`` Poisson-subsampled
+  Gaussian steps at q_i = min(1, B/n_i) (``planned_privacy`` today); the headline is the
+  client level when present, else the max over clients of the record-level ε.
+* rdp is Opacus' RDP at Opacus' default orders (recomputed with dp-accounting's RDP accountant
+  at the same orders); prv is Opacus' PRV (recomputed with dp-accounting's PLD, within PRV's
+  stated ε error); pld is dp-accounting's PLD at discretisation 1e-3.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import dp_accounting
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+
+EXAMPLES = int(os.environ.get("FL_HYPOTHESIS_EXAMPLES", "30"))
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> dict:
+    n_clients = draw(st.integers(2, 20))
+    rounds = draw(st.integers(1, 25))
+    return {
+        "accountant": draw(st.sampled_from(["rdp", "prv", "pld"])),
+        "level": draw(st.sampled_from(["client", "record", "both"])),
+        "sampling": draw(st.sampled_from(["poisson", "fixed"])),
+        "n_clients": n_clients,
+        "cohort": draw(st.integers(1, n_clients)),
+        "sigma": draw(st.floats(0.6, 4.0)),
+        "dp_sgd_sigma": draw(st.floats(0.6, 4.0)),
+        "rounds": rounds,
+        "target": draw(st.floats(0.3, 12.0)),
+        "delta": draw(st.sampled_from([1e-5, 1e-6, 1e-3])),
+        "sizes": draw(st.lists(st.integers(4, 300), min_size=n_clients, max_size=n_clients)),
+        "batch": draw(st.integers(1, 64)),
+        "local_epochs": draw(st.integers(1, 2)),
+        "resume_at": draw(st.sets(st.integers(1, rounds), max_size=3)),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+def round_events(cfg: dict, round_idx: int) -> RoundPrivacy:
+    """What round ``round_idx`` spends (the shape ``planned_privacy`` gives the accountant)."""
+    rng = np.random.default_rng([cfg["seed"], round_idx])
+    n, m = cfg["n_clients"], cfg["cohort"]
+    if cfg["sampling"] == "poisson":
+        cohort = [int(c) for c in np.flatnonzero(rng.random(n) < m / n)]
+    else:
+        cohort = sorted(int(c) for c in rng.choice(n, size=m, replace=False))
+    spent = RoundPrivacy()
+    if cfg["level"] in ("client", "both"):
+        spent.client_level = [SampledGaussian(cfg["sigma"], m / n, 1)]
+    if cfg["level"] in ("record", "both"):
+        b, e = cfg["batch"], cfg["local_epochs"]
+        for cid in cohort:
+            size = cfg["sizes"][cid]
+            steps = e * math.ceil(size / b)
+            spent.record_level[cid] = [
+                SampledGaussian(cfg["dp_sgd_sigma"], min(1.0, b / size), steps)
+            ]
+    return spent
+
+
+OPACUS_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+
+
+def _history_epsilon(events: list[SampledGaussian], delta: float, accountant: str) -> float:
+    if not events:
+        return 0.0
+    if accountant == "rdp":
+        acc = dp_accounting.rdp.RdpAccountant(orders=OPACUS_ORDERS)
+    else:
+        acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    for e in events:
+        event = dp_accounting.GaussianDpEvent(e.noise_multiplier)
+        if e.sample_rate < 1.0:
+            event = dp_accounting.PoissonSampledDpEvent(e.sample_rate, event)
+        acc.compose(event, e.steps)
+    return float(acc.get_epsilon(delta))
+
+
+def independent_epsilon(log: list[RoundPrivacy], cfg: dict) -> float:
+    """The headline ε recomputed from the logged rounds with dp-accounting only."""
+    if not log:
+        return 0.0
+    client = [e for spent in log for e in spent.client_level]
+    if client:
+        return _history_epsilon(client, cfg["delta"], cfg["accountant"])
+    per_client: dict[int, list[SampledGaussian]] = {}
+    for spent in log:
+        for cid, events in spent.record_level.items():
+            per_client.setdefault(cid, []).extend(events)
+    return max(
+        (_history_epsilon(ev, cfg["delta"], cfg["accountant"]) for ev in per_client.values()),
+        default=0.0,
+    )
+
+
+def tolerance(accountant: str, eps: float) -> float:
+    """rdp: the same formula at the same orders; pld: the same library, composed per round
+    instead of per merged run of rounds; prv: Opacus' PRV error bound (eps_error 0.01) and
+    the PLD's 1e-3 discretisation."""
+    return {"rdp": 1e-6 * max(1.0, eps), "pld": 2e-3 * max(1.0, eps), "prv": 0.02 + 0.01 * eps}[
+        accountant
+    ]
+
+
+def simulate(cfg: dict) -> tuple[PrivacyAccountant, list[RoundPrivacy], RoundPrivacy | None]:
+    """The budget stop of ``training_step``, with checkpoint/resume at ``resume_at``."""
+    acc = PrivacyAccountant(cfg["accountant"], cfg["delta"], cfg["target"])
+    log: list[RoundPrivacy] = []
+    refused = None
+    for r in range(cfg["rounds"]):
+        if r in cfg["resume_at"]:  # a resume: a fresh accountant from the checkpointed state
+            state = acc.state_dict()
+            acc = PrivacyAccountant(cfg["accountant"], cfg["delta"], cfg["target"])
+            acc.load_state_dict(state)
+        planned = round_events(cfg, r)
+        if acc.would_exceed(planned):
+            refused = planned
+            break
+        acc.record(planned)
+        log.append(planned)
+    assert acc.rounds == len(log)  # no round counted twice or lost across resumes
+    return acc, log, refused
+
+
+@pytest.mark.fault
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(cfg=configs())
+def test_budget_is_never_overspent_and_epsilon_is_recomputable(cfg):
+    acc, log, refused = simulate(cfg)
+    reported = acc.report()["privacy/epsilon"]
+    assert reported <= cfg["target"]
+    expected = independent_epsilon(log, cfg)
+    assert reported == pytest.approx(expected, abs=tolerance(cfg["accountant"], expected))
+    if refused is not None:  # the stop was needed: one more round would have gone over
+        over = independent_epsilon([*log, refused], cfg)
+        assert over > cfg["target"] - tolerance(cfg["accountant"], over)
