@@ -13,7 +13,6 @@ round counted once).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import signal

@@ -161,9 +161,8 @@ def test_legacy_store_rows_are_read_and_a_stale_running_point_reruns(fake_sweep,
     assert rows[-1]["id"] == p2.id and rows[-1]["attempt"] == 2
 
 
-def test_a_live_workers_point_is_not_taken(fake_sweep, tmp_path):
+def test_a_live_workers_point_is_not_taken(tmp_path):
     """A point claimed by a worker that is alive stays its own, even across store objects."""
-    spec = fake_sweep({"x": {"values": [1]}})
     store = tmp_path / "store"
     other = ResultStore(store, worker="elsewhere-1-aaaaaa")
     other.register_worker()
