@@ -131,6 +131,17 @@ def build_cli_class():  # noqa: ANN201
             parser.link_arguments("seed_everything", "model.seed")
             parser.link_arguments("seed_everything", "data.seed")
 
+        def _parse_ckpt_path(self) -> None:
+            """Lightning reads ``--ckpt_path``'s hyperparameters with ``weights_only=True``
+            before anything else; a refused or truncated file becomes one ``ckpt_path`` line."""
+            from fl_lightning.utils.atomic import CHECKPOINT_ERRORS, checkpoint_error
+
+            try:
+                super()._parse_ckpt_path()
+            except CHECKPOINT_ERRORS as err:
+                path = self.config[self.config.subcommand].get("ckpt_path")
+                raise checkpoint_error(path, err) from err
+
         def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
             config = {**config, "plugins": _default_plugins(config.get("plugins"))}
             return super()._instantiate_trainer(config, [*callbacks, *_default_callbacks(config)])

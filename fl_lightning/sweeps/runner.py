@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -147,9 +148,15 @@ class SweepRunner:
         print(msg, file=self.out or sys.stdout, flush=True)
 
     # -- one point ---------------------------------------------------------------------------
+    def runs_fl_lightning_fit(self) -> bool:
+        """Whether the spec's own ``program``/``command`` runs ``fl-lightning fit``; decided
+        without the parameters, so no swept value can change what is run or how."""
+        own = [t for t in self.spec.command if not t.startswith("${args")]
+        return is_fl_lightning_fit(build_command(replace(self.spec, command=own), {}))
+
     def command_for(self, point: Point, run_dir: Path) -> list[str]:
         argv = build_command(self.spec, point.params, json_file=run_dir / "params.json")
-        if is_fl_lightning_fit(argv):
+        if self.runs_fl_lightning_fit():
             argv += logger_override(run_dir, sweep=self.spec.name, point=point, wandb=self.wandb)
         return argv
 

@@ -108,6 +108,24 @@ def atomic_write(path: str | os.PathLike, data: bytes | bytearray | memoryview |
     _remove_stale_temporaries(path)
 
 
+CHECKPOINT_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, OSError)
+
+
+def checkpoint_error(path: Any, err: BaseException) -> ValueError:
+    """The one-line ``ckpt_path`` error for a checkpoint ``torch.load(weights_only=True)``
+    could not read: objects it refuses (unpickling them could run code), or a truncated file."""
+    first = next((ln for ln in str(err).strip().splitlines() if ln.strip()), "empty")
+    if isinstance(err, pickle.UnpicklingError):
+        return ValueError(
+            f"ckpt_path: {path} holds objects that torch.load(weights_only=True) refuses "
+            f"({first.strip()}); fl-lightning loads only checkpoints of plain tensors and "
+            "containers, since unpickling anything else can run code"
+        )
+    return ValueError(
+        f"ckpt_path: {path} is not a complete checkpoint ({type(err).__name__}: {first.strip()})"
+    )
+
+
 def build_checkpoint_io():  # noqa: ANN201 - an AtomicCheckpointIO (Lightning imported lazily)
     """Lightning's ``TorchCheckpointIO`` with atomic, fsync-ed saves and ``weights_only`` loads."""
     import torch
@@ -153,17 +171,7 @@ def build_checkpoint_io():  # noqa: ANN201 - an AtomicCheckpointIO (Lightning im
                 raise FileNotFoundError(f"ckpt_path: no checkpoint file at {path}")
             try:
                 return torch.load(path, map_location=map_location, weights_only=True)
-            except pickle.UnpicklingError as err:
-                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                raise ValueError(
-                    f"ckpt_path: {path} holds objects that torch.load(weights_only=True) "
-                    f"refuses ({first}); fl-lightning loads only checkpoints of plain tensors "
-                    "and containers, since unpickling anything else can run code"
-                ) from err
-            except (EOFError, RuntimeError, OSError) as err:
-                raise ValueError(
-                    f"ckpt_path: {path} is not a complete checkpoint ({type(err).__name__}: "
-                    f"{str(err).strip().splitlines()[0] if str(err).strip() else 'empty'})"
-                ) from err
+            except CHECKPOINT_ERRORS as err:
+                raise checkpoint_error(path, err) from err
 
     return AtomicCheckpointIO()
