@@ -10,6 +10,7 @@ before any training.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -71,6 +72,80 @@ def _default_plugins(given: Any) -> Any:
     return [*plugins, build_checkpoint_io()]
 
 
+DEFAULT_DISTRIBUTED_TIMEOUT_S = 1800.0
+_CURRENT_TRAINER: list[Any] = []  # the Trainer of the running command (for failure messages)
+
+
+def _set_timeout(strategy: Any, timeout_s: Any) -> None:
+    """Collectives of a DDP strategy time out after ``distributed_timeout`` seconds (set before
+    the process group starts; a strategy object given with its own timeout keeps it)."""
+    if timeout_s is None or not float(timeout_s) > 0:
+        raise ValueError(f"distributed_timeout: must be > 0 seconds, got {timeout_s}")
+    from lightning.pytorch.strategies import DDPStrategy
+    from lightning.pytorch.strategies.ddp import default_pg_timeout
+
+    if isinstance(strategy, DDPStrategy) and strategy._timeout in (None, default_pg_timeout):
+        from datetime import timedelta
+
+        strategy._timeout = timedelta(seconds=float(timeout_s))
+
+
+_DISTRIBUTED_SIGNS = (
+    "gloo", "nccl", "connection closed by peer", "connection reset by peer", "timed out",
+    "broken pipe", "socket timeout",
+)  # fmt: skip
+
+
+def is_distributed_failure(err: BaseException) -> bool:
+    """A collective failed: a peer process died, hung past the timeout, or its link broke."""
+    import torch.distributed as dist
+
+    if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(sign in text for sign in _DISTRIBUTED_SIGNS)
+
+
+def _distributed_failure_line(err: BaseException) -> str:
+    """One line: which rank, which round, why, what was stopped and where to resume from."""
+    text = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". This is")[0].rstrip(".")
+    rank = world = step = "?"
+    resume = "no checkpoint was written yet"
+    if _CURRENT_TRAINER:
+        trainer = _CURRENT_TRAINER[0]
+        rank, world, step = trainer.global_rank, trainer.world_size, trainer.global_step
+        cb = trainer.checkpoint_callback
+        last = getattr(cb, "last_model_path", "") or ""
+        if not last and getattr(cb, "dirpath", None):
+            last = os.path.join(cb.dirpath, "last.ckpt")
+        if last and os.path.exists(last):
+            resume = (
+                f"resume from the last complete checkpoint with --ckpt_path {last} "
+                "(any number of processes gives the same result)"
+            )
+    return (
+        f"error: distributed: rank {rank} of {world} lost its peers in round {step} ({text}); "
+        f"the job is stopped, {resume}"
+    )
+
+
+def _stop_launched_ranks() -> None:
+    """Kills the rank processes this one launched (Lightning's launcher), so no rank is left
+    blocked in a collective or stopped; under torchrun/SLURM the launcher does this."""
+    import signal
+
+    if not _CURRENT_TRAINER:
+        return
+    launcher = getattr(_CURRENT_TRAINER[0].strategy, "launcher", None)
+    for proc in list(getattr(launcher, "procs", []) or []):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=30)
+
+
 def build_cli_class():  # noqa: ANN201
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -130,6 +205,13 @@ def build_cli_class():  # noqa: ANN201
             parser.link_arguments("privacy", "model.privacy", apply_on="instantiate")
             parser.link_arguments("seed_everything", "model.seed")
             parser.link_arguments("seed_everything", "data.seed")
+            parser.add_argument(
+                "--distributed_timeout",
+                type=float,
+                default=DEFAULT_DISTRIBUTED_TIMEOUT_S,
+                help="seconds a process waits in a collective for the others before the run "
+                "fails (DDP: a lost or hung rank ends the job instead of blocking it)",
+            )
 
         def _parse_ckpt_path(self) -> None:
             """Lightning reads ``--ckpt_path``'s hyperparameters with ``weights_only=True``
@@ -143,8 +225,14 @@ def build_cli_class():  # noqa: ANN201
                 raise checkpoint_error(path, err) from err
 
         def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+            timeout = self._get(self.config_init, "distributed_timeout")
             config = {**config, "plugins": _default_plugins(config.get("plugins"))}
-            return super()._instantiate_trainer(config, [*callbacks, *_default_callbacks(config)])
+            trainer = super()._instantiate_trainer(
+                config, [*callbacks, *_default_callbacks(config)]
+            )
+            _set_timeout(trainer.strategy, timeout)
+            _CURRENT_TRAINER[:] = [trainer]
+            return trainer
 
         def before_fit(self) -> None:
             """Checks that need both the model and the data, before the Trainer starts."""
@@ -233,8 +321,15 @@ def run_lightning(args: list[str] | None = None) -> int:
         if getattr(rank_zero_only, "rank", 0) == 0:  # one line from rank 0 only
             print(f"error: {one_line(err)}", file=sys.stderr)
         return 2
+    except (RuntimeError, OSError) as err:
+        if not is_distributed_failure(err):
+            raise
+        print(_distributed_failure_line(err), file=sys.stderr, flush=True)
+        _stop_launched_ranks()
+        return 1
     finally:
         _finish_wandb()
+        _CURRENT_TRAINER.clear()
     return 0
 
 
