@@ -46,6 +46,7 @@ from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 
 EXAMPLES = int(os.environ.get("FL_HYPOTHESIS_EXAMPLES", "30"))
+RANDOM = os.environ.get("FL_HYPOTHESIS_RANDOM") == "1"  # explore beyond the fixed examples
 
 
 @st.composite
@@ -161,7 +162,7 @@ def simulate(cfg: dict) -> tuple[PrivacyAccountant, list[RoundPrivacy], RoundPri
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
-    derandomize=True,
+    derandomize=not RANDOM,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(cfg=configs())

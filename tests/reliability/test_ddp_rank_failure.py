@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.reliability.runs import assert_same_result, env, fit_args, load
+from tests.reliability.runs import assert_same_result, env, fit_args, global_weights, load
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow, pytest.mark.fault]
 
-LONG = 30
+LONG = 12
 TIMEOUT_S = 60  # --distributed_timeout of the hung-rank case (rendezvous under load included)
 
 
@@ -49,18 +49,31 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("one_process")
-    proc = subprocess.run([sys.executable, "-m", "fl_lightning.cli", *fit_args(root, LONG)],
-                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)  # fmt: skip
+def _fit(root: Path, processes: int, *extra: str) -> Path:
+    args = fit_args(root, LONG, *extra)
+    if processes > 1:
+        args = ddp(args, processes)
+    cmd = [sys.executable, "-m", "fl_lightning.cli", *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return root
 
 
+@pytest.fixture(scope="module")
+def references(tmp_path_factory) -> dict[int, Path]:
+    """Uninterrupted runs on 1 and on 2 processes."""
+    return {n: _fit(tmp_path_factory.mktemp(f"uninterrupted_{n}"), n) for n in (1, 2)}
+
+
+def _max_difference(a: Path, b: Path) -> float:
+    wa = global_weights(load(a / "checkpoints" / "last.ckpt"))
+    wb = global_weights(load(b / "checkpoints" / "last.ckpt"))
+    return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+
+
 @pytest.mark.parametrize("how", ["kill", "hang"])
 def test_a_lost_rank_ends_the_job_and_its_checkpoint_resumes_on_any_world_size(
-    reference, tmp_path, how
+    references, tmp_path, how
 ):
     killed = tmp_path / "ddp"
     last = killed / "checkpoints" / "last.ckpt"
@@ -98,12 +111,13 @@ def test_a_lost_rank_ends_the_job_and_its_checkpoint_resumes_on_any_world_size(
     assert not _alive(victim), "the lost rank was left behind"
     done = load(last)["global_step"]
     assert 1 <= done < LONG
-    for processes in (1, 2):  # resume on any world size: the same result as one process
-        resumed = tmp_path / f"resumed_{processes}"
-        args = fit_args(resumed, LONG, "--ckpt_path", str(last))
-        if processes > 1:
-            args = ddp(args, processes)
-        run = subprocess.run([sys.executable, "-m", "fl_lightning.cli", *args], cwd=REPO,
-                             env=env(), capture_output=True, text=True, timeout=600)  # fmt: skip
-        assert run.returncode == 0, run.stderr[-2000:]
-        assert_same_result(reference, resumed, rounds=LONG, atol=1e-5)
+    # Resume on the same world size: the uninterrupted 2-process result (same summation
+    # order). On 1 process: no further from the 1-process result than float summation order
+    # puts the two uninterrupted runs from each other (DDP adds per-rank partial sums).
+    _fit(tmp_path / "resumed_2", 2, "--ckpt_path", str(last))
+    assert_same_result(references[2], tmp_path / "resumed_2", rounds=LONG, atol=1e-6)
+    _fit(tmp_path / "resumed_1", 1, "--ckpt_path", str(last))
+    order = _max_difference(references[1], references[2])
+    print(f"max |w(1 process) - w(2 processes)| uninterrupted: {order:.3g}")
+    assert_same_result(references[1], tmp_path / "resumed_1", rounds=LONG,
+                       atol=max(1e-5, 2 * order))  # fmt: skip
