@@ -130,10 +130,11 @@ def independent_epsilon(log: list[RoundPrivacy], cfg: dict) -> float:
 
 
 def tolerance(accountant: str, eps: float) -> float:
-    """rdp: the same formula at the same orders; pld: the same library, composed per round
-    instead of per merged run of rounds; prv: Opacus' PRV error bound (eps_error 0.01) and
-    the PLD's 1e-3 discretisation."""
-    return {"rdp": 1e-6 * max(1.0, eps), "pld": 2e-3 * max(1.0, eps), "prv": 0.02 + 0.01 * eps}[
+    """rdp: the same bound at the same orders, by two implementations (Opacus and
+    dp-accounting differ in the last digits of the fractional-order series: 3.7e-6 relative
+    seen); pld: the same library, composed per round instead of per merged run of rounds; prv:
+    Opacus' PRV error bound (eps_error 0.01) and the PLD's 1e-3 discretisation."""
+    return {"rdp": 1e-4 * max(1.0, eps), "pld": 2e-3 * max(1.0, eps), "prv": 0.02 + 0.01 * eps}[
         accountant
     ]
 
@@ -175,3 +176,19 @@ def test_budget_is_never_overspent_and_epsilon_is_recomputable(cfg):
     if refused is not None:  # the stop was needed: one more round would have gone over
         over = independent_epsilon([*log, refused], cfg)
         assert over > cfg["target"] - tolerance(cfg["accountant"], over)
+
+
+@pytest.mark.parametrize("accountant", ["pld", "prv"])
+def test_record_level_headline_is_the_worst_client_under_the_chosen_accountant(accountant):
+    """Found by this file's recomputation: ranking clients by RDP and evaluating only that one
+    under PLD/PRV under-reported ε (here PLD 2.09 instead of 2.40), so the budget stop could
+    let the worst client overspend. RDP ranks A worst (2.96 vs 2.63), PLD ranks B worst."""
+    a = SampledGaussian(0.7, 0.02, 5)
+    b = SampledGaussian(4.0, 0.5, 20)
+    acc = PrivacyAccountant(accountant, 1e-5, None)
+    acc.record(RoundPrivacy(record_level={0: [a], 1: [b]}))
+    cfg = {"delta": 1e-5, "accountant": accountant}
+    expected = max(_history_epsilon([a], 1e-5, accountant), _history_epsilon([b], 1e-5, accountant))
+    reported = acc.report()["privacy/epsilon"]
+    assert reported == pytest.approx(expected, abs=tolerance(accountant, expected))
+    assert independent_epsilon([RoundPrivacy(record_level={0: [a], 1: [b]})], cfg) == expected
