@@ -100,6 +100,8 @@ def test_workers_killed_at_random_lose_only_their_points(fake_sweep, tmp_path, t
     assert all(r["status"] == "finished" for r in latest.values()) and len(latest) == n
     stats = check_store(store, n, killed, _starts(fake_sweep))
     assert stats["reruns"] <= 2 * len(killed)  # at most the points the killed workers ran
+    print(f"workers trial {trial}: {len(killed)} workers killed, {stats['reruns']} points re-run, "
+          f"{stats['rows']} rows, all {n} points finished once")  # fmt: skip
 
 
 # -- the store's own guarantees --------------------------------------------------------------
