@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 from fl_lightning import extensions as _extensions  # noqa: F401  (registers subcommands)
@@ -27,17 +28,32 @@ def _trainer_defaults() -> dict[str, Any]:
         "enable_model_summary": False,
         "max_steps": 20,
         "default_root_dir": "runs",
-        "logger": [
-            {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": "runs", "name": "fl"},
-            },
-            {
-                "class_path": "lightning.pytorch.loggers.WandbLogger",
-                "init_args": {"save_dir": "runs", "project": "fl-lightning", "offline": True},
-            },
-        ],
+        # True: the default loggers, built under default_root_dir by _default_loggers.
+        "logger": True,
     }
+
+
+def _default_loggers(root: str | os.PathLike[str]) -> list[Any]:
+    """CSV (``<root>/fl/version_N``) and W&B (``<root>/wandb``; mode from the environment,
+    :mod:`fl_lightning.loggers`)."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from fl_lightning.loggers import WandbLogger
+
+    return [CSVLogger(save_dir=os.fspath(root), name="fl"), WandbLogger()]
+
+
+def _loggers_under(root: str | os.PathLike[str], logger: Any) -> Any:
+    """The trainer's ``logger`` argument with every output under ``root``: ``True`` becomes the
+    default loggers; a W&B logger given without a directory writes under ``root``."""
+    from fl_lightning.loggers import WandbLogger
+
+    if logger is True:
+        logger = _default_loggers(root)
+    for lg in logger if isinstance(logger, (list, tuple)) else [logger]:
+        if isinstance(lg, WandbLogger):
+            lg.default_save_dir(root)
+    return logger
 
 
 def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
@@ -144,12 +160,134 @@ def _stop_launched_ranks() -> None:
                 proc.send_signal(signal.SIGKILL)
             with contextlib.suppress(Exception):
                 proc.wait(timeout=30)
+_RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "hparams.yaml")
+
+
+def _not_a_directory(path: Path) -> Path | None:
+    """The first of ``path`` and its parents that exists and is not a directory."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def output_problem(trainer: Any) -> str | None:
+    """Why the run may not write where it would (one line naming the field), or None.
+
+    Checked before the Trainer starts: Lightning's CSV logger deletes an existing
+    ``metrics.csv`` as soon as its experiment is created (in ``Trainer.fit``'s setup), so a
+    check any later would come after the loss.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    root = Path(trainer.default_root_dir).absolute()
+    log_dir = Path(trainer.log_dir or root).absolute()
+
+    def field_of(path: Path) -> str:
+        return "trainer.default_root_dir" if path.is_relative_to(root) else "trainer.logger"
+
+    dirs = [root, log_dir]
+    dirs += [Path(lg.save_dir).absolute() for lg in trainer.loggers if lg.save_dir]
+    explicit_ckpt_dirs = [
+        Path(cb.dirpath).absolute()
+        for cb in trainer.callbacks
+        if isinstance(cb, ModelCheckpoint) and cb.dirpath
+    ]
+    for d in [*dirs, *explicit_ckpt_dirs]:
+        blocker = _not_a_directory(d)
+        if blocker is not None:
+            field = field_of(d) if d not in explicit_ckpt_dirs else "trainer.callbacks"
+            return f"{field}: {blocker} is a file, not a directory; choose another output path"
+    held = [log_dir / name for name in _RUN_FILES if (log_dir / name).exists()]
+    for d in [log_dir / "checkpoints", *explicit_ckpt_dirs]:
+        held += sorted(d.glob("*.ckpt")) if d.is_dir() else []
+    if held:
+        return (
+            f"{field_of(log_dir)}: {log_dir} already holds a run ({held[0].name}); choose "
+            "another directory (or logger version) so nothing is overwritten"
+        )
+    return None
+
+
+_CKPT_ALIASES = ("last", "best", "hpc", "registry")
+
+
+def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str | None:
+    """Why ``ckpt_path`` cannot resume this run (one line naming the field), or None: missing,
+    unreadable, not a Lightning checkpoint, saved from another model, or already at
+    ``max_steps`` rounds (resuming would train nothing)."""
+    import torch
+
+    if path in _CKPT_ALIASES or "://" in path:
+        return None  # Lightning resolves these itself
+    if not Path(path).is_file():
+        return f"ckpt_path: {path} does not exist or is not a file"
+    from fl_lightning.utils.atomic import checkpoint_error
+
+    try:
+        # Loaded the way AtomicCheckpointIO will load it: weights_only, so nothing in it runs.
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any failure to unpickle means the same thing
+        return str(checkpoint_error(path, err))
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        return f"ckpt_path: {path} is not a Lightning checkpoint (no state_dict)"
+    saved, here = ckpt["state_dict"], model.state_dict()
+    for key, tensor in here.items():
+        if key not in saved:
+            return (
+                f"ckpt_path: {path} was saved from another model ({key} is missing); check "
+                "client.net and the dataset"
+            )
+        got = getattr(saved[key], "shape", None)
+        if got is not None and tuple(got) != tuple(tensor.shape):
+            return (
+                f"ckpt_path: {path} was saved from another model ({key} has shape "
+                f"{list(got)} there, {list(tensor.shape)} here); check client.net and the dataset"
+            )
+    extra = sorted(set(saved) - set(here))
+    if extra:
+        return (
+            f"ckpt_path: {path} was saved from another model (it has {extra[0]}, this model "
+            "does not); check client.net and the dataset"
+        )
+    done = int(ckpt.get("global_step", 0))
+    if max_steps is not None and 0 < max_steps <= done:
+        return (
+            f"trainer.max_steps: {path} has already run {done} rounds, so max_steps "
+            f"{max_steps} leaves nothing to train; set trainer.max_steps above {done}"
+        )
+    return None
+
+
+class _Phase:
+    """Where the command is: ``config`` (parsing, building), ``setup`` (``Trainer.fit`` before
+    the first round) or ``training`` (rounds or evaluation running). Decides how an error is
+    reported (:func:`run_lightning`)."""
+
+    value = "config"
+
+
+def _phase_callback() -> Any:
+    from lightning.pytorch.callbacks import Callback
+
+    class TrainingPhase(Callback):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            _Phase.value = "training"
+
+        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+            _Phase.value = "training"
+
+        def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+            _Phase.value = "training"
+
+    return TrainingPhase()
 
 
 def build_cli_class():  # noqa: ANN201
     from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
     from fl_lightning.client.module import ClientModule
+    from fl_lightning.configs import base_config_kwargs
     from fl_lightning.data.datamodule import FederatedDataModule
     from fl_lightning.privacy.accountant import PrivacyAccountant
     from fl_lightning.server.module import FederatedModule
@@ -213,29 +351,70 @@ def build_cli_class():  # noqa: ANN201
                 "fails (DDP: a lost or hung rank ends the job instead of blocking it)",
             )
 
-        def _parse_ckpt_path(self) -> None:
-            """Lightning reads ``--ckpt_path``'s hyperparameters with ``weights_only=True``
-            before anything else; a refused or truncated file becomes one ``ckpt_path`` line."""
-            from fl_lightning.utils.atomic import CHECKPOINT_ERRORS, checkpoint_error
-
-            try:
-                super()._parse_ckpt_path()
-            except CHECKPOINT_ERRORS as err:
-                path = self.config[self.config.subcommand].get("ckpt_path")
-                raise checkpoint_error(path, err) from err
-
         def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
-            timeout = self._get(self.config_init, "distributed_timeout")
-            config = {**config, "plugins": _default_plugins(config.get("plugins"))}
-            trainer = super()._instantiate_trainer(
-                config, [*callbacks, *_default_callbacks(config)]
-            )
-            _set_timeout(trainer.strategy, timeout)
+            root = config.get("default_root_dir") or "runs"
+            blocker = _not_a_directory(Path(root).absolute())
+            if blocker is not None:  # before any logger or callback makes a directory
+                raise ValueError(
+                    f"trainer.default_root_dir: {blocker} is a file, not a directory; "
+                    "choose another output path"
+                )
+            config = {**config, "logger": _loggers_under(root, config.get("logger", True))}
+            config["plugins"] = _default_plugins(config.get("plugins"))
+            extra = [*_default_callbacks(config), _phase_callback()]
+            trainer = super()._instantiate_trainer(config, [*callbacks, *extra])
+            _set_timeout(trainer.strategy, self._get(self.config_init, "distributed_timeout"))
             _CURRENT_TRAINER[:] = [trainer]
             return trainer
 
+        def _parse_ckpt_path(self) -> None:
+            """Lightning reads the checkpoint's hyperparameters (``weights_only=True``) while
+            parsing; a refused or unreadable file is one line naming ckpt_path."""
+            from fl_lightning.utils.atomic import checkpoint_error
+
+            try:
+                super()._parse_ckpt_path()
+            except Exception as err:  # noqa: BLE001 - any load failure means the same thing
+                path = self.config[self.config.subcommand].get("ckpt_path")
+                raise checkpoint_error(path, err) from err
+
+        def _run_subcommand(self, subcommand: str) -> None:
+            _Phase.value = "setup"
+            super()._run_subcommand(subcommand)
+
+        def _check_checkpoint(self, subcommand: str) -> None:
+            ckpt_path = self.config[subcommand].get("ckpt_path")
+            if not ckpt_path:
+                return
+            max_steps = int(self.trainer.max_steps) if subcommand == "fit" else None
+            problem = checkpoint_problem(str(ckpt_path), self.model, max_steps=max_steps)
+            if problem:
+                raise ValueError(problem)
+            if subcommand == "fit" and self.trainer.is_global_zero:
+                print(f"Resuming from {ckpt_path}", flush=True)
+
+        def _check_outputs(self) -> None:
+            problem = output_problem(self.trainer)
+            if problem:
+                raise ValueError(problem)
+
+        def before_validate(self) -> None:
+            self._check_outputs()
+            self._check_checkpoint("validate")
+
+        def before_test(self) -> None:
+            self._check_outputs()
+            self._check_checkpoint("test")
+
         def before_fit(self) -> None:
             """Checks that need both the model and the data, before the Trainer starts."""
+            if self.trainer.max_steps == 0:
+                raise ValueError(
+                    "trainer.max_steps: 0 rounds would train nothing; give the number of "
+                    "rounds (>= 1)"
+                )
+            self._check_outputs()
+            self._check_checkpoint("fit")
             data = self.datamodule
             if data.hparams.partitioner != "natural":
                 self.model.sampler.check_population(data.num_clients)
@@ -251,15 +430,38 @@ def build_cli_class():  # noqa: ANN201
             if problem:
                 raise ValueError(problem)
 
-    def make(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
-        return FederatedCLI(
+        def after_fit(self) -> None:
+            trainer = self.trainer
+            log_dir = trainer.log_dir
+            if trainer.is_global_zero and log_dir and Path(log_dir, "summary.json").exists():
+                print(f"Run directory: {log_dir}", flush=True)
+
+    class ParseOnlyCLI(FederatedCLI):
+        """Parses and type-checks the arguments; builds and runs nothing (sweep validation)."""
+
+        def _set_seed(self) -> None:
+            pass
+
+        def _parse_ckpt_path(self) -> None:
+            pass
+
+        def instantiate_classes(self) -> None:
+            pass
+
+        def _run_subcommand(self, subcommand: str) -> None:
+            pass
+
+    def make(
+        args: list[str] | None = None, run: bool = True, parse_only: bool = False
+    ) -> FederatedCLI:
+        return (ParseOnlyCLI if parse_only else FederatedCLI)(
             FederatedModule,
             FederatedDataModule,
             save_config_callback=LoggedConfigCallback,
             save_config_kwargs={"overwrite": False},
             trainer_defaults=_trainer_defaults(),
             seed_everything_default=0,
-            parser_kwargs={"exit_on_error": False},
+            parser_kwargs={"exit_on_error": False, **base_config_kwargs(run)},
             args=args,
             run=run,
             auto_configure_optimizers=False,
@@ -281,14 +483,44 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+_UNION = "Does not validate against any of the Union subtypes"
+_YAML_MARK = re.compile(r'in "[^"]*", line (\d+), column (\d+)')
+
+
 def one_line(err: BaseException) -> str:
     """The bad field and why, on one line, from a ValueError or a jsonargparse error."""
     text = str(err).strip() or type(err).__name__
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    stripped = [ln.lstrip("- ") for ln in lines]
+    unknown = re.search(r"unrecognized arguments: --([^\s=]+)", text)
+    if unknown:
+        return f"{unknown.group(1)}: not an option (see fl-lightning fit --help)"
     keys = re.findall(r'Parser key "([^"]+)"', text)
+    option = re.search(r"class_path '([^']+)':\s*Option '([^']+)' is not accepted", text)
+    if option:
+        cls = option.group(1).rsplit(".", 1)[-1]
+        where = ".".join(keys) or "class"
+        return f"{where}.init_args.{option.group(2)}: not a parameter of {cls}"
+    if _UNION in text:
+        # A class-typed group (strategy, client.dp_sgd, ...) whose __init__ refused a value:
+        # the refusal names the field; "Expected a <class 'NoneType'>" is the other subtype.
+        labels = ("Subtypes:", "Errors:", "Given value", "Expected")
+        named = [
+            ln
+            for ln in stripped
+            if re.match(r"^[A-Za-z_][\w.]*: ", ln) and not ln.startswith(labels)
+        ]
+        if named:
+            return named[0]
+    unable = re.search(r"Unable to load config '([^']+)'", text)
+    mark = _YAML_MARK.findall(text)
+    if unable and mark:
+        problem = next((ln for ln in stripped[2:] if not ln.startswith("in ")), "invalid YAML")
+        line, col = mark[-1]
+        where = ".".join(keys) or "config"
+        return f"{where}: {unable.group(1)} line {line}, column {col}: {problem}"
     if not keys:
         return lines[0] if lines else text
-    stripped = [ln.lstrip("- ") for ln in lines]
     reason = next(
         (ln for ln in stripped if ln.startswith("Expected")),
         next((ln for ln in stripped if ln.startswith("Problem")), lines[0]),
@@ -299,36 +531,142 @@ def one_line(err: BaseException) -> str:
     return f"{'.'.join(keys)}: {reason}{got}"
 
 
-def run_lightning(args: list[str] | None = None) -> int:
+def yaml_problem(args: list[str]) -> str | None:
+    """The first YAML file named on the command line that does not parse, as one line with
+    its flag, file, line and column (jsonargparse names neither file nor line)."""
+    import yaml
+
+    for i, tok in enumerate(args):
+        flag, _, value = tok.partition("=")
+        if not flag.startswith("--"):
+            continue
+        if not value and i + 1 < len(args):
+            value = args[i + 1]
+        if not value.endswith((".yaml", ".yml")) or not Path(value).is_file():
+            continue
+        try:
+            yaml.safe_load(Path(value).read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            context = getattr(err, "context", None)
+            why = f"{problem} ({context})" if context else problem
+            return f"{flag.lstrip('-')}: {value}{where}: {why}"
+    return None
+
+
+def argument_problem(args: list[str]) -> str | None:
+    """Why ``fl-lightning <args>`` would be refused while parsing (an unknown key, a value of
+    the wrong type, a missing or malformed config file), as one line; None if it parses. Builds
+    nothing, so it is quick enough to check every point of a sweep before launching any."""
     from jsonargparse import ArgumentError
 
-    from fl_lightning.utils.atomic import OutputWriteError
+    problem = yaml_problem(args)
+    if problem:
+        return problem
+    try:
+        build_cli_class()(args, parse_only=True)
+    except (ArgumentError, ValueError, TypeError, KeyError, FileNotFoundError) as err:
+        return one_line(err)
+    return None
 
-    make = build_cli_class()
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+SWEEP_PARAM_PATH = "WANDB_SWEEP_PARAM_PATH"
+
+
+def sweep_agent_args(args: list[str]) -> list[str]:
+    """``args`` plus the parameters ``wandb agent`` chose for this run (its ``wandb.config``,
+    which the agent writes to ``$WANDB_SWEEP_PARAM_PATH``) that the command line does not set
+    already: a spec whose command has no ``${args}`` still runs the agent's point."""
+    path = os.environ.get(SWEEP_PARAM_PATH)
+    if not path or not os.environ.get("WANDB_SWEEP_ID") or not Path(path).is_file():
+        return args
+    import yaml
+
+    from fl_lightning.sweeps.spec import format_value
 
     try:
-        make(args)
-    except OutputWriteError as err:  # disk full, read-only folder: not bad input, exit 1
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        return 1
-    except (
-        ArgumentError, ValueError, FileNotFoundError, TypeError, KeyError,
-        MisconfigurationException,
-    ) as err:  # fmt: skip
-        from lightning.fabric.utilities.rank_zero import rank_zero_only
+        params = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError:
+        return args
+    given = {a.split("=", 1)[0][2:] for a in args if a.startswith("--")}
+    extra = []
+    for key, entry in params.items():
+        if str(key).startswith("_") or key == "wandb_version" or key in given:
+            continue
+        value = entry.get("value") if isinstance(entry, dict) and "value" in entry else entry
+        extra.append(f"--{key}={format_value(value)}")
+    return [*args, *extra]
 
-        if getattr(rank_zero_only, "rank", 0) == 0:  # one line from rank 0 only
-            print(f"error: {one_line(err)}", file=sys.stderr)
+
+def run_lightning(args: list[str] | None = None) -> int:
+    """Runs fit/validate/test. Bad input (found while parsing and building, or a refusal
+    raised before the first round) ends in one line ``error: <field>: <why>`` and exit 2; an
+    error once training has started is a bug or a failure, not bad input, and keeps its
+    traceback (exit 1)."""
+    from jsonargparse import ArgumentError
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    from fl_lightning.privacy.budget import BudgetError
+    from fl_lightning.utils.atomic import OutputWriteError
+
+    argv = list(sys.argv[1:] if args is None else args)
+    with_agent = sweep_agent_args(argv)
+    if with_agent != argv:
+        args = argv = with_agent
+    rank0 = getattr(rank_zero_only, "rank", 0) == 0
+    problem = yaml_problem(argv)
+    if problem:
+        if rank0:
+            print(f"error: {problem}", file=sys.stderr)
         return 2
-    except (RuntimeError, OSError) as err:
-        if not is_distributed_failure(err):
+    make = build_cli_class()
+    config_errors: dict[str, tuple[type[BaseException], ...]] = {
+        "config": (
+            ArgumentError,
+            ValueError,
+            FileNotFoundError,
+            TypeError,
+            KeyError,
+            MisconfigurationException,
+        ),  # fmt: skip
+        # Inside Trainer.fit before the first round: the checks raise ValueError; a TypeError
+        # or KeyError here is a bug and keeps its traceback.
+        "setup": (ValueError, FileNotFoundError, MisconfigurationException),
+        "training": (),
+    }
+    _Phase.value = "config"
+    try:
+        make(args)
+    except Exception as err:
+        phase = _Phase.value
+        if isinstance(err, OutputWriteError):  # disk full, read-only folder: one line, exit 1
+            print(f"error: {one_line(err)}", file=sys.stderr)
+            return 1
+        if phase != "config" and is_distributed_failure(err):
+            print(_distributed_failure_line(err), file=sys.stderr, flush=True)
+            _stop_launched_ranks()
+            return 1
+        # A budget that cannot pay for the first round is bad input wherever it is found
+        # (strategies whose cohort is known only at round 0 find it there): one line.
+        if isinstance(err, (*config_errors[phase], BudgetError)):
+            if rank0:  # one line from rank 0 only
+                print(f"error: {one_line(err)}", file=sys.stderr)
+            return 2
+        if phase == "config":
             raise
-        print(_distributed_failure_line(err), file=sys.stderr, flush=True)
-        _stop_launched_ranks()
+        import traceback
+
+        traceback.print_exc()
+        where = "during training" if phase == "training" else "while setting up the run"
+        first = (str(err).strip().splitlines() or [""])[0]
+        print(f"error: {where}: {type(err).__name__}: {first} (traceback above)", file=sys.stderr)
         return 1
     finally:
         _finish_wandb()
+        _Phase.value = "config"
         _CURRENT_TRAINER.clear()
     return 0
 
@@ -339,16 +677,39 @@ def _finish_wandb() -> None:
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()
+        # finish() can return before wandb-core has written the run's records (seen offline,
+        # on a loaded machine); teardown waits for the service, so the .wandb file is whole.
+        teardown = getattr(wandb, "teardown", None)
+        if teardown is not None:
+            teardown()
+
+
+def quiet_console() -> None:
+    """Keeps the console to what the user needs: the round bar, the final summary, warnings
+    that need attention and errors. Silenced: Lightning's info lines ("Seed set to 0",
+    "GPU available", "TPU available", the litlogger/litmodels tips, "`Trainer.fit` stopped",
+    which the summary line repeats) and a torch-internal deprecation that Lightning triggers
+    on every run (``_pytree``'s ``LeafSpec``)."""
+    import logging
+
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    # Lightning's CSV logger would delete it; output_problem refuses that run first.
+    warnings.filterwarnings("ignore", message="Experiment logs directory .* is not empty")
+    # A resumed run writes into its own new directory, by design (nothing is overwritten).
+    warnings.filterwarnings("ignore", message="The dirpath has changed from")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fl-lightning`` console script."""
-    os.environ.setdefault("WANDB_MODE", "offline")
+    # W&B's mode follows the environment (fl_lightning.loggers.wandb_mode); its chatter does not.
     os.environ.setdefault("WANDB_SILENT", "true")
     # Lightning warns that a checkpoint taken under manual optimisation holds the state after
     # the optimizer step. For a federated round that is the point: the checkpoint of round r
     # holds the global model after round r, and resume continues with round r + 1.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+    quiet_console()
     args = list(sys.argv[1:] if argv is None else argv)
     handler = _extensions.SUBCOMMANDS.get(args[0]) if args else None
     if handler is not None:

@@ -43,22 +43,6 @@ TINY = [
 ]  # fmt: skip
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--runslow", action="store_true", default=False, help="also run tests marked slow"
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``slow`` tests run only with ``--runslow`` or a ``-m`` expression naming ``slow``."""
-    if config.getoption("--runslow") or "slow" in (config.getoption("-m") or ""):
-        return
-    skip = pytest.mark.skip(reason="slow: run with --runslow or -m slow (docs/reliability.md)")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
-
-
 @pytest.fixture
 def run_cli(tmp_path, monkeypatch):
     """Runs ``fl-lightning <args>`` in-process in a temporary directory; returns (rc, output)."""
@@ -85,3 +69,12 @@ def offline_mnist_args() -> list[str]:
             "set FL_SHARED_DATA to its folder"
         )
     return ["--data.root", str(SHARED_DATA)]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/golden/*.json from this checkout's runs (tests/golden/README.md)",
+    )

@@ -23,13 +23,24 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.attacks import ATTACKS, INVERSION_ATTACKS, MIA_ATTACKS
+# The membership attacks register themselves at import (attacks/registry.py).
+from fl_lightning.attacks import (
+    ATTACKS,
+    INVERSION_ATTACKS,
+    MIA_ATTACKS,
+    cs_mia,  # noqa: F401
+    lira,  # noqa: F401
+    ml_leaks,  # noqa: F401
+    threshold,  # noqa: F401
+)
+from fl_lightning.attacks.metrics import MIAResult
 from fl_lightning.attacks.pipeline import AuditSplit, Pipeline, audit_split
+from fl_lightning.attacks.registry import AttackSettings, get_attack
 from fl_lightning.attacks.shadows import SeriesRecorder, ShadowBank
 from fl_lightning.privacy.mechanisms.base import Mechanism
 
@@ -68,6 +79,9 @@ class AuditCallback(Callback):
         seed: seed of the audit split, the shadows and the attacks.
     """
 
+    # Shadow runs built from this run's config leave this callback out (Pipeline.build).
+    skip_in_shadow_runs: ClassVar[bool] = True
+
     def __init__(
         self,
         attacks: Sequence[str] = ("threshold", "lira", "dlg"),
@@ -101,7 +115,9 @@ class AuditCallback(Callback):
             raise ValueError("audit.dlg_batch_size, audit.dlg_examples: must be >= 1")
         self.num_targets = num_targets
         self.shadow_models = shadow_models
-        self.threshold_score = threshold_score
+        self.threshold_score: Literal["loss", "confidence"] = (
+            "loss" if threshold_score == "loss" else "confidence"
+        )
         self.dlg_iterations = dlg_iterations
         self.dlg_batch_size = dlg_batch_size
         self.dlg_examples = dlg_examples
@@ -187,32 +203,14 @@ class AuditCallback(Callback):
         bank: ShadowBank,
         *,
         delta: float,
-    ):  # noqa: ANN202
-        if name == "threshold":
-            from fl_lightning.attacks.threshold import threshold_attack
-
-            return threshold_attack(
-                target, split, bank, score=self.threshold_score, delta=delta, seed=self.seed
-            )
-        if name == "ml_leaks":
-            from fl_lightning.attacks.ml_leaks import ml_leaks_attack
-
-            return ml_leaks_attack(target, split, bank, delta=delta, seed=self.seed)
-        if name == "lira":
-            from fl_lightning.attacks.lira import lira_offline_attack
-
-            return lira_offline_attack(
-                target, split, bank, num_shadows=self.shadow_models, delta=delta, seed=self.seed
-            )
-        from fl_lightning.attacks.cs_mia import cs_mia_attack
-
-        series = self.recorder.as_array() if self.recorder is not None else None
-        if series is None or series.shape[1] < 2:
-            raise ValueError(
-                "audit: cs_mia needs the per-round confidence series recorded during training; "
-                "run it as a fit callback or `fl-lightning audit` without --checkpoint"
-            )
-        return cs_mia_attack(series, split, bank, delta=delta, seed=self.seed)
+    ) -> MIAResult:
+        settings = AttackSettings(
+            threshold_score=self.threshold_score,
+            shadow_models=self.shadow_models,
+            series=self.recorder.as_array() if self.recorder is not None else None,
+        )
+        attack = get_attack(name)
+        return attack(target, split, bank, delta=delta, seed=self.seed, settings=settings)
 
     def _inversion(
         self, name: str, module: Any, datamodule: Any, out_dir: Path, loggers: Sequence[Any]
@@ -227,7 +225,9 @@ class AuditCallback(Callback):
         if n_batches < 1:
             raise ValueError(f"audit.dlg_client: client {self.dlg_client} has too few examples")
         metrics: list[dict[str, float]] = []
-        originals, snaps, labels_ok = [], [[], [], []], []
+        originals: list[torch.Tensor] = []
+        snaps: list[list[torch.Tensor]] = [[], [], []]
+        labels_ok: list[float] = []
         for i in range(n_batches):
             x, y = x_all[i * b : (i + 1) * b], y_all[i * b : (i + 1) * b]
             grads = upload_gradient(

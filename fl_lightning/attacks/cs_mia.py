@@ -12,10 +12,12 @@ applied to the target's series (recorded during the target's ``fit``).
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sklearn.neural_network import MLPClassifier
 
 from fl_lightning.attacks.metrics import MIAResult, evaluate_scores
 from fl_lightning.attacks.pipeline import AuditSplit
+from fl_lightning.attacks.registry import AttackSettings, register_attack
 from fl_lightning.attacks.shadows import ShadowBank
 
 
@@ -51,3 +53,23 @@ def cs_mia_attack(
     p = clf.predict_proba(series_features(target_series, rounds))[:, 1]
     n = len(split.members)
     return evaluate_scores("cs_mia", p[:n], p[n:], threshold=0.5, delta=delta, seed=seed)
+
+
+@register_attack("cs_mia")
+def _cs_mia(
+    target: torch.nn.Module,
+    split: AuditSplit,
+    bank: ShadowBank,
+    *,
+    delta: float,
+    seed: int,
+    settings: AttackSettings,
+) -> MIAResult:
+    """The target enters through its recorded series, not its final weights."""
+    series = settings.series
+    if series is None or series.shape[1] < 2:
+        raise ValueError(
+            "audit: cs_mia needs the per-round confidence series recorded during training; "
+            "run it as a fit callback or `fl-lightning audit` without --checkpoint"
+        )
+    return cs_mia_attack(series, split, bank, delta=delta, seed=seed)

@@ -17,6 +17,7 @@ import torch
 
 from fl_lightning.attacks.metrics import MIAResult, evaluate_scores
 from fl_lightning.attacks.pipeline import AuditSplit, logits_of
+from fl_lightning.attacks.registry import AttackSettings, register_attack
 from fl_lightning.attacks.shadows import ShadowBank
 
 
@@ -48,3 +49,18 @@ def lira_offline_attack(
     score = (logit_confidence(target, targets.x, targets.y) - mu) / sigma
     n = len(split.members)
     return evaluate_scores("lira", score[:n], score[n:], threshold=None, delta=delta, seed=seed)
+
+
+@register_attack("lira")
+def _lira(
+    target: torch.nn.Module,
+    split: AuditSplit,
+    bank: ShadowBank,
+    *,
+    delta: float,
+    seed: int,
+    settings: AttackSettings,
+) -> MIAResult:
+    return lira_offline_attack(
+        target, split, bank, num_shadows=settings.shadow_models, delta=delta, seed=seed
+    )

@@ -22,14 +22,14 @@ from scipy.stats import beta
 from sklearn.metrics import roc_auc_score, roc_curve
 
 
-def _cp_lower(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+def _cp_lower(k: np.ndarray | int, n: int, alpha: float) -> np.ndarray:
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         lo = beta.ppf(alpha / 2, k, n - k + 1)
     return np.where(k <= 0, 0.0, lo)
 
 
-def _cp_upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+def _cp_upper(k: np.ndarray | int, n: int, alpha: float) -> np.ndarray:
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         hi = beta.ppf(1 - alpha / 2, k + 1, n - k)

@@ -14,6 +14,7 @@ from sklearn.neural_network import MLPClassifier
 
 from fl_lightning.attacks.metrics import MIAResult, evaluate_scores
 from fl_lightning.attacks.pipeline import AuditSplit, logits_of
+from fl_lightning.attacks.registry import AttackSettings, register_attack
 from fl_lightning.attacks.shadows import ShadowBank
 
 
@@ -44,3 +45,16 @@ def ml_leaks_attack(
     m = clf.predict_proba(top3_posteriors(target, split.members.x))[:, 1]
     n = clf.predict_proba(top3_posteriors(target, split.nonmembers.x))[:, 1]
     return evaluate_scores("ml_leaks", m, n, threshold=0.5, delta=delta, seed=seed)
+
+
+@register_attack("ml_leaks")
+def _ml_leaks(
+    target: torch.nn.Module,
+    split: AuditSplit,
+    bank: ShadowBank,
+    *,
+    delta: float,
+    seed: int,
+    settings: AttackSettings,
+) -> MIAResult:
+    return ml_leaks_attack(target, split, bank, delta=delta, seed=seed)

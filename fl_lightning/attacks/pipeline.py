@@ -163,7 +163,6 @@ class Pipeline:
 
     def build(self, *extra: str, root_dir: str | None = None, quiet: bool = False) -> Any:
         """A LightningCLI with ``.model``, ``.datamodule``, ``.trainer``, not run."""
-        from fl_lightning.attacks.callback import AuditCallback
         from fl_lightning.cli import build_cli_class
 
         args = [*self.args, *extra]
@@ -175,9 +174,11 @@ class Pipeline:
         if quiet:  # shadows never audit themselves, show progress or write checkpoints
             from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
-            drop = (AuditCallback, ModelCheckpoint, ProgressBar)
+            drop = (ModelCheckpoint, ProgressBar)
             cli.trainer.callbacks[:] = [
-                cb for cb in cli.trainer.callbacks if not isinstance(cb, drop)
+                cb
+                for cb in cli.trainer.callbacks
+                if not isinstance(cb, drop) and not getattr(cb, "skip_in_shadow_runs", False)
             ]
         return cli
 

@@ -22,6 +22,7 @@ from fl_lightning.attacks.pipeline import (
     per_example_loss,
     true_class_confidence,
 )
+from fl_lightning.attacks.registry import AttackSettings, register_attack
 from fl_lightning.attacks.shadows import ShadowBank
 
 
@@ -54,3 +55,18 @@ def threshold_attack(
     n = membership_scores(target, split.nonmembers.x, split.nonmembers.y, score)
     name = "threshold" if score == "loss" else "threshold_confidence"
     return evaluate_scores(name, m, n, threshold=t, delta=delta, seed=seed)
+
+
+@register_attack("threshold")
+def _threshold(
+    target: torch.nn.Module,
+    split: AuditSplit,
+    bank: ShadowBank,
+    *,
+    delta: float,
+    seed: int,
+    settings: AttackSettings,
+) -> MIAResult:
+    return threshold_attack(
+        target, split, bank, score=settings.threshold_score, delta=delta, seed=seed
+    )

@@ -13,6 +13,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fl_lightning.privacy.clipping import clip_factors
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -92,6 +94,9 @@ class DPSGDEngine(GradientEngine):
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:
         size = self.max_physical_batch_size or n
+        if n == 0:
+            # An empty Poisson batch: no clipped gradient, the step releases noise only.
+            return []
         return [(i, min(n, i + size)) for i in range(0, n, size)]
 
     def _clipped_sum_(
@@ -124,9 +129,7 @@ class DPSGDEngine(GradientEngine):
         return loss_total / len(x) if len(x) else float("nan")
 
 
-def _clip_factors(norms: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
-    """min(1, C / (‖g_i‖ + 1e-6)), Opacus' ``clip_and_accumulate`` formula."""
-    return (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+_clip_factors = clip_factors  # the one clipping formula lives in privacy/clipping.py
 
 
 def per_sample_losses(loss_fn: LossFn, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

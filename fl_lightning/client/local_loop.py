@@ -16,6 +16,7 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.client.module import ClientModule
+from fl_lightning.privacy.budget import dp_sgd_event
 from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
@@ -117,7 +118,9 @@ class LocalTrainer:
             strategy.adjust_local_gradients(client_id, self.params, ctx)
             self.optimizer.step()
         if dp is not None:
-            dp_steps.append(SampledGaussian(dp.noise_multiplier, rate, steps))
+            dp_steps.append(
+                dp_sgd_event(dp.noise_multiplier, batch_size=cfg.batch_size, size=n, steps=steps)
+            )
         if strategy.persists_client_optimizer_state:
             strategy.save_client_optimizer_state(client_id, self.optimizer.state_dict())
 

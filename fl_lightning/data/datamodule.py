@@ -110,7 +110,7 @@ class FederatedDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train is not None:
             return
-        hp = self.hparams
+        hp: Any = self.hparams  # an AttributeDict: attribute access is untyped
         spec = DATASETS[hp.dataset]
         train, test = spec.load(
             root=hp.root,
@@ -139,7 +139,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self, labels: torch.Tensor, num_clients: int, partitioner: str
     ) -> list[torch.Tensor]:
         """Splits ``labels``' indices among ``num_clients`` with this module's partition options."""
-        hp = self.hparams
+        hp: Any = self.hparams  # an AttributeDict: attribute access is untyped
         return PARTITIONERS[partitioner](
             labels.cpu().numpy(),
             num_clients,
@@ -185,7 +185,7 @@ class FederatedDataModule(pl.LightningDataModule):
         assert split is not None
         return DataLoader(
             TorchTensorDataset(split.x.cpu(), split.y.cpu()),
-            batch_size=self.hparams.eval_batch_size,
+            batch_size=self.hparams["eval_batch_size"],
         )
 
     def val_dataloader(self) -> DataLoader:

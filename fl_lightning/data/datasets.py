@@ -173,6 +173,14 @@ _TORCHVISION = {
     "cifar100": ("CIFAR100", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 _EMNIST_CLASSES = {"byclass": 62, "balanced": 47}
+# Where torchvision looks for each dataset's files under data.root.
+_LAYOUT = {
+    "mnist": "MNIST/raw/*-ubyte[.gz]",
+    "fashion_mnist": "FashionMNIST/raw/*-ubyte[.gz]",
+    "emnist": "EMNIST/raw/",
+    "cifar10": "cifar-10-batches-py/",
+    "cifar100": "cifar-100-python/",
+}
 
 
 def _torchvision_kwargs(name: str, split: str | None) -> dict[str, object]:
@@ -189,14 +197,26 @@ def _make_torchvision_check(name: str) -> Callable[..., None]:
         import torchvision
 
         cls = getattr(torchvision.datasets, _TORCHVISION[name][0])
-        _torchvision_kwargs(name, split)
-        if download:
-            return
+        kwargs = _torchvision_kwargs(name, split)
         try:
-            cls(root, train=False, download=False, **_torchvision_kwargs(name, split))
+            cls(root, train=False, download=False, **kwargs)
+            return
         except RuntimeError as err:
+            if not download:
+                raise ValueError(
+                    f"data.root: {name} files not found under {root!r} ({_LAYOUT[name]}) and "
+                    "data.download is false"
+                ) from err
+        try:  # fetched here, so that no internet is one line before any work
+            for train in (True, False):
+                cls(root, train=train, download=True, **kwargs)
+        except (OSError, RuntimeError) as err:  # URLError is an OSError
+            reason = str(getattr(err, "reason", "") or err).splitlines()[0]
             raise ValueError(
-                f"data.root: {name} files not found under {root!r} and data.download is false"
+                f"data.download: could not download {name} ({reason}); no internet? Put the "
+                f"files under {root!r} ({_LAYOUT[name]}) and set data.download false, or use an "
+                "offline dataset: data.dataset mnist_offline (the MNIST test set, IDX files) or "
+                "digits (ships with scikit-learn)"
             ) from err
 
     return check
@@ -222,6 +242,7 @@ def _make_torchvision_loader(name: str) -> Callable[..., tuple[TensorDataset, Te
             m = torch.tensor(mean).view(1, -1, 1, 1)
             s = torch.tensor(std).view(1, -1, 1, 1)
             y = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
+            assert num_classes is not None  # set above for the one entry without (EMNIST)
             parts.append(TensorDataset(((x - m) / s).contiguous(), y, int(num_classes)))
         return parts[0], parts[1]
 

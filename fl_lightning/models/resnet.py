@@ -40,9 +40,9 @@ class Bottleneck(nn.Module):
             _norm(width, groups),
             nn.ReLU(inplace=True),
             nn.Conv2d(width, out_ch, 1, bias=False),
-            _norm(out_ch, groups),
+            last_norm := _norm(out_ch, groups),
         )
-        nn.init.zeros_(self.branch[-1].weight)
+        nn.init.zeros_(last_norm.weight)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_ch != out_ch:
             self.shortcut = nn.Sequential(

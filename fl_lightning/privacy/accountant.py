@@ -1,16 +1,23 @@
 """The run's privacy accountant: a checkpointed Lightning Callback.
 
-It keeps three ledgers, one per level of protection (see ``privacy/events.py``):
+It composes only the events the mechanisms produced (``privacy/events.py``), in three ledgers,
+one per level of protection:
 
-* client level: the sampled-Gaussian events on the aggregate (DP-FedAvg), one history;
+* client level: the subsampled-Gaussian events on the aggregate (DP-FedAvg), one history; the
+  sampling (Poisson or fixed-size without replacement) comes from the cohort sampler and sets
+  the adjacency (add/remove or replace-one client);
 * record level: each client's DP-SGD steps, one history per client. The reported ε is the
   maximum over clients of the ε of the steps that client actually ran; no amplification from
   client sampling is claimed;
-* local: pure-ε (or (ε, δ)) local reports per client, composed by basic composition.
+* local: each client's privatised uploads (:class:`LocalRelease`), composed over all its
+  coordinates and all its uploads by the best valid theorem (basic, or the optimal composition
+  of dp-accounting's PLD); the headline is the worst client's whole participation, with the
+  per-coordinate and per-upload figures as secondary metrics named with their unit.
 
 ``privacy/epsilon`` is the headline: client level when the run has client-level noise, else
 record level, else local. When the strategy says its algorithm gives no guarantee (e.g. values
-uploaded without noise), ``privacy/epsilon`` is ∞ and ``privacy/guarantee`` says why.
+uploaded without noise), ``privacy/epsilon`` is ∞ and ``privacy/guarantee`` says why. The budget
+stop, the checkpoint and every report read this one ledger.
 """
 
 from __future__ import annotations
@@ -20,8 +27,28 @@ from typing import Any, Literal
 
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.privacy.analysis import ACCOUNTANTS, as_history, epsilon
+from fl_lightning.privacy.analysis import ACCOUNTANTS, as_history, epsilon, local_epsilon
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+
+ACCOUNTANT_NAMES = {
+    "rdp": "RDP accountant (Opacus)",
+    "prv": "PRV accountant (Opacus)",
+    "pld": "PLD accountant (dp-accounting)",
+}
+
+
+def describe_sampling(events: list[SampledGaussian], what: str) -> str:
+    """Adjacency and sampling of a client-level history, in words."""
+    last = events[-1]
+    if last.population:
+        m = round(last.sample_rate * last.population)
+        return (
+            f"replace-one {what}, fixed-size cohorts ({m} of {last.population} without "
+            "replacement), RDP accountant (dp-accounting, Wang et al. 2019)"
+        )
+    if last.sample_rate < 1.0:
+        return f"add/remove one {what}, Poisson cohorts (q = {last.sample_rate:.3g})"
+    return f"add/remove one {what}, every {what} in every round"
 
 
 class PrivacyAccountant(Callback):
@@ -54,19 +81,25 @@ class PrivacyAccountant(Callback):
         self.target_epsilon = target_epsilon
         self.client_level: list[SampledGaussian] = []
         self.record_level: dict[int, list[SampledGaussian]] = {}
-        self.local_epsilon: dict[int, float] = {}
-        self.local_delta: dict[int, float] = {}
+        self.local: dict[int, dict[tuple[float, float, str, int], int]] = {}
+        """Per client: how many uploads of each (ε, δ, unit, coordinates) release."""
         self.no_guarantee: str | None = None
         self.rounds = 0
+        self.private_run = True
+        """False for a run whose strategy declares no privacy (set by the FederatedModule);
+        then a round that releases nothing is "not private", not "no release yet"."""
+        self.not_private_reason = "non-private run"
 
     # -- ledger ------------------------------------------------------------------------------
     def record(self, spent: RoundPrivacy) -> None:
         self.client_level.extend(spent.client_level)
         for cid, events in spent.record_level.items():
             self.record_level.setdefault(int(cid), []).extend(events)
-        for cid, eps in spent.local_epsilon.items():
-            self.local_epsilon[int(cid)] = self.local_epsilon.get(int(cid), 0.0) + eps
-            self.local_delta[int(cid)] = self.local_delta.get(int(cid), 0.0) + spent.local_delta
+        for cid, releases in spent.local.items():
+            ledger = self.local.setdefault(int(cid), {})
+            for r in releases:
+                key = (float(r.epsilon), float(r.delta), r.unit, int(r.units))
+                ledger[key] = ledger.get(key, 0) + 1
         if spent.no_guarantee:
             self.no_guarantee = spent.no_guarantee
         self.rounds += 1
@@ -80,45 +113,77 @@ class PrivacyAccountant(Callback):
         # be the worst by PLD/PRV (tests/privacy/test_budget_property.py has a pair).
         return max(epsilon(h, self.delta, self.accountant) for h in histories)
 
+    def local_client_epsilon(self, cid: int) -> tuple[float, float, str]:
+        """(ε, δ, theorem) of client ``cid``'s whole participation (all units, all uploads)."""
+        rows = [(e, d, units * n) for (e, d, _, units), n in self.local.get(cid, {}).items()]
+        return local_epsilon(rows, self.delta)
+
+    def _local_report(self, out: dict[str, Any]) -> tuple[float, float, str] | None:
+        if not self.local:
+            return None
+        per_client = {cid: self.local_client_epsilon(cid) for cid in self.local}
+        worst = max(per_client, key=lambda c: per_client[c][0])
+        eps, dlt, theorem = per_client[worst]
+        uploads = max(sum(rows.values()) for rows in self.local.values())
+        keys = [k for rows in self.local.values() for k in rows]
+        out["privacy/epsilon_local_per_client"] = eps
+        out["privacy/delta_local_per_client"] = dlt
+        out["privacy/epsilon_local_per_upload"] = max(e * u for e, _, _, u in keys)
+        per_coordinate = [e for e, _, unit, _ in keys if unit == "coordinate"]
+        if per_coordinate:
+            out["privacy/epsilon_local_per_coordinate"] = max(per_coordinate)
+        out["privacy/uploads_max"] = float(uploads)
+        units = max(u for _, _, _, u in keys)
+        unit_words = (
+            f"{units} coordinates an upload, ε = {max(per_coordinate):.3g} per coordinate"
+            if per_coordinate
+            else f"ε = {out['privacy/epsilon_local_per_upload']:.3g} per upload"
+        )
+        sentence = (
+            f"local ({eps:.3g}, {dlt:g})-DP per client for its whole participation (any two "
+            f"inputs of one client; up to {uploads} uploads, {unit_words}), {theorem}"
+        )
+        return eps, dlt, sentence
+
     def report(self) -> dict[str, Any]:
         """The metrics to log: ε per level, the headline ε and the guarantee in words."""
         out: dict[str, Any] = {"privacy/delta": self.delta}
         eps_client = epsilon(self.client_level, self.delta, self.accountant)
         eps_record = self._record_level_epsilon(self.record_level)
-        eps_local = max(self.local_epsilon.values(), default=0.0)
+        local = self._local_report(out)
         if self.client_level:
             out["privacy/epsilon_client"] = eps_client
         if self.record_level:
             out["privacy/epsilon_record"] = eps_record
-        if self.local_epsilon:
-            out["privacy/epsilon_local"] = eps_local
-            out["privacy/delta_local"] = max(self.local_delta.values(), default=0.0)
-        if self.rounds == 0:
-            out["privacy/epsilon"] = 0.0
-            out["privacy/guarantee"] = "nothing released: no round completed"
-        elif self.no_guarantee:
+        name = ACCOUNTANT_NAMES[self.accountant]
+        if self.no_guarantee:
             out["privacy/epsilon"] = math.inf
             out["privacy/guarantee"] = f"none: {self.no_guarantee}"
         elif self.client_level:
             out["privacy/epsilon"] = eps_client
-            out["privacy/guarantee"] = (
-                f"client-level ({eps_client:.3g}, {self.delta:g})-DP ({self.accountant})"
-            )
+            how = describe_sampling(self.client_level, "client")
+            if not self.client_level[-1].population:
+                how = f"{how}, {name}"
+            out["privacy/guarantee"] = f"client-level ({eps_client:.3g}, {self.delta:g})-DP, {how}"
         elif self.record_level:
             out["privacy/epsilon"] = eps_record
             out["privacy/guarantee"] = (
-                f"record-level ({eps_record:.3g}, {self.delta:g})-DP ({self.accountant}, "
-                "max over clients, no amplification by client sampling claimed)"
+                f"record-level ({eps_record:.3g}, {self.delta:g})-DP, add/remove one record, "
+                f"Poisson batches, {name}, max over clients, no amplification by client "
+                "sampling claimed"
             )
-        elif self.local_epsilon:
-            out["privacy/epsilon"] = eps_local
-            d = out["privacy/delta_local"]
-            out["privacy/guarantee"] = (
-                f"local ({eps_local:.3g}, {d:g})-DP per client by basic composition"
-            )
+        elif local is not None:
+            out["privacy/epsilon"] = local[0]
+            out["privacy/guarantee"] = local[2]
+        elif self.rounds == 0:
+            out["privacy/epsilon"] = 0.0
+            out["privacy/guarantee"] = "nothing released: no round completed"
+        elif self.private_run:
+            out["privacy/epsilon"] = 0.0
+            out["privacy/guarantee"] = "no release yet, ε = 0"
         else:
             out["privacy/epsilon"] = math.inf
-            out["privacy/guarantee"] = "none: non-private run"
+            out["privacy/guarantee"] = f"none: not private ({self.not_private_reason})"
         return out
 
     @property
@@ -132,32 +197,59 @@ class PrivacyAccountant(Callback):
         trial = PrivacyAccountant(self.accountant, self.delta, None)
         trial.load_state_dict(self.state_dict())
         trial.record(prospective)
+        trial.private_run = self.private_run
         report = trial.report()
         if report["privacy/guarantee"].startswith("none"):
             return False
         return report["privacy/epsilon"] > self.target_epsilon
 
+    def report_of(self, prospective: RoundPrivacy) -> str:
+        """The guarantee sentence ``prospective`` alone would give."""
+        trial = PrivacyAccountant(self.accountant, self.delta, None)
+        trial.record(prospective)
+        return str(trial.report()["privacy/guarantee"])
+
+    def round_cost(self, prospective: RoundPrivacy) -> float:
+        """The headline ε of ``prospective`` alone (what one such round costs from scratch)."""
+        trial = PrivacyAccountant(self.accountant, self.delta, None)
+        trial.record(prospective)
+        return float(trial.report()["privacy/epsilon"])
+
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        def dump(events: list[SampledGaussian]) -> list[tuple[float, float, int]]:
-            return [(e.noise_multiplier, e.sample_rate, e.steps) for e in events]
+        def dump(events: list[SampledGaussian]) -> list[tuple[float, float, int, int]]:
+            return [(e.noise_multiplier, e.sample_rate, e.steps, e.population) for e in events]
 
         return {
             "client_level": dump(self.client_level),
             "record_level": {cid: dump(ev) for cid, ev in self.record_level.items()},
-            "local_epsilon": dict(self.local_epsilon),
-            "local_delta": dict(self.local_delta),
+            "local": {
+                cid: [[e, d, unit, units, n] for (e, d, unit, units), n in rows.items()]
+                for cid, rows in self.local.items()
+            },
             "no_guarantee": self.no_guarantee,
             "rounds": self.rounds,
+            "private_run": self.private_run,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         def load(rows: list) -> list[SampledGaussian]:
-            return [SampledGaussian(float(s), float(q), int(k)) for s, q, k in rows]
+            # Rows of checkpoints written before fixed-size sampling was accounted have 3 fields.
+            return [
+                SampledGaussian(float(r[0]), float(r[1]), int(r[2]), int(r[3]) if len(r) > 3 else 0)
+                for r in rows
+            ]
 
         self.client_level = load(state_dict["client_level"])
         self.record_level = {int(c): load(r) for c, r in state_dict["record_level"].items()}
-        self.local_epsilon = {int(c): float(v) for c, v in state_dict["local_epsilon"].items()}
-        self.local_delta = {int(c): float(v) for c, v in state_dict["local_delta"].items()}
+        self.local = {
+            int(c): {(float(e), float(d), str(u), int(k)): int(n) for e, d, u, k, n in rows}
+            for c, rows in state_dict.get("local", {}).items()
+        }
+        if "local_epsilon" in state_dict:  # checkpoints written before per-unit local ledgers
+            for c, eps in state_dict["local_epsilon"].items():
+                d = float(state_dict.get("local_delta", {}).get(c, 0.0))
+                self.local.setdefault(int(c), {})[(float(eps), d, "upload", 1)] = 1
         self.no_guarantee = state_dict["no_guarantee"]
+        self.private_run = bool(state_dict.get("private_run", True))
         self.rounds = int(state_dict["rounds"])

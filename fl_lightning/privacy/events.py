@@ -3,10 +3,15 @@
 A round can spend privacy at three levels, reported separately and never mixed:
 
 * ``client_level``: mechanisms on the aggregate that protect a whole client's data
-  (DP-FedAvg of McMahan et al. 2018): sampled Gaussian events with the cohort rate.
-* ``record_level``: each client's DP-SGD steps (Abadi et al. 2016), keyed by client id.
-* ``local_epsilon``: pure-ε local mechanisms applied to a client's upload (basic composition).
+  (DP-FedAvg of McMahan et al. 2018): subsampled Gaussian events whose sampling is the cohort
+  sampler's (:class:`CohortSampling`): Poisson cohorts give add/remove-one-client adjacency,
+  fixed-size cohorts drawn without replacement give replace-one-client adjacency.
+* ``record_level``: each client's DP-SGD steps (Abadi et al. 2016), keyed by client id
+  (Poisson batches, add/remove one record).
+* ``local``: releases a client privatises itself before upload (local DP), keyed by client id,
+  each a :class:`LocalRelease` that names its unit (one coordinate or one whole upload).
 
+Events are built by the mechanisms (``privacy/mechanisms``), never by hand in a strategy.
 A strategy whose algorithm does not give the guarantee its paper claims sets ``no_guarantee``
 to a sentence saying why; the accountant then logs that sentence instead of an ε.
 """
@@ -14,21 +19,123 @@ to a sentence saying why; the accountant then logs that sentence instead of an �
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+import dp_accounting
+
+SamplingMode = Literal["poisson", "fixed"]
+LocalUnit = Literal["coordinate", "upload"]
+
+
+@dataclass(frozen=True)
+class CohortSampling:
+    """How a round's participants were drawn, as the accountant must know it.
+
+    Attributes:
+        mode: ``poisson`` (each of N clients independently with probability ``rate``) or
+            ``fixed`` (exactly m = ``size`` of N without replacement).
+        rate: q (Poisson) or m/N (fixed).
+        population: N.
+    """
+
+    mode: SamplingMode
+    rate: float
+    population: int
+
+    @property
+    def size(self) -> int:
+        """m, the cohort size of fixed-size sampling."""
+        return round(self.rate * self.population)
+
+    @property
+    def without_replacement(self) -> bool:
+        """True when the accounting must use the without-replacement (replace-one) analysis:
+        fixed-size cohorts smaller than the population. A cohort of every client is no
+        sampling at all and is accounted as rate 1 under add/remove adjacency."""
+        return self.mode == "fixed" and self.size < self.population
+
+    def describe(self) -> str:
+        if self.mode == "poisson":
+            return f"Poisson cohorts (q = {self.rate:.3g})"
+        if not self.without_replacement:
+            return "every client in every round"
+        return f"fixed-size cohorts ({self.size} of {self.population}, without replacement)"
 
 
 @dataclass(frozen=True)
 class SampledGaussian:
-    """``steps`` compositions of the Poisson-subsampled Gaussian mechanism.
+    """``steps`` compositions of a subsampled Gaussian mechanism.
 
     Attributes:
-        noise_multiplier: σ/C, noise std in units of the L2 sensitivity.
-        sample_rate: Poisson sampling rate (1.0 for no subsampling).
+        noise_multiplier: σ/C, noise std in units of the add/remove L2 sensitivity C (one
+            client's or one record's clipped contribution).
+        sample_rate: the sampling rate (1.0 for no subsampling).
         steps: how many times it was applied.
+        population: 0 for Poisson sampling (add/remove adjacency); N > 0 for a fixed-size
+            sample of round(q·N) drawn without replacement from N (replace-one adjacency, under
+            which the L2 sensitivity of a sum is 2C, so the event's multiplier is σ/2; Wang,
+            Balle, Kasiviswanathan 2019 via dp_accounting's RDP accountant).
     """
 
     noise_multiplier: float
     sample_rate: float
     steps: int = 1
+    population: int = 0
+
+    @classmethod
+    def for_cohort(
+        cls, noise_multiplier: float, sampling: CohortSampling, steps: int = 1
+    ) -> SampledGaussian:
+        """The event of a Gaussian on the sum over a cohort drawn by ``sampling``."""
+        if sampling.without_replacement:
+            return cls(noise_multiplier, sampling.rate, steps, sampling.population)
+        rate = sampling.rate if sampling.mode == "poisson" else 1.0
+        return cls(noise_multiplier, rate, steps, 0)
+
+    @property
+    def adjacency(self) -> str:
+        return "replace-one" if self.population else "add/remove-one"
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        """The dp_accounting event of one step (compose it ``steps`` times)."""
+        if self.noise_multiplier == 0:
+            return dp_accounting.NonPrivateDpEvent()
+        if self.population:
+            size = round(self.sample_rate * self.population)
+            base = dp_accounting.GaussianDpEvent(self.noise_multiplier / 2.0)
+            return dp_accounting.SampledWithoutReplacementDpEvent(self.population, size, base)
+        base = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        if self.sample_rate >= 1.0:
+            return base
+        return dp_accounting.PoissonSampledDpEvent(self.sample_rate, base)
+
+
+@dataclass(frozen=True)
+class LocalRelease:
+    """One privatised upload of a client under local DP.
+
+    Attributes:
+        epsilon: ε of the mechanism per ``unit`` (one coordinate, or the whole upload).
+        delta: δ per unit (0 for pure ε-DP).
+        unit: ``coordinate`` when the mechanism is ε-LDP per coordinate and the upload holds
+            ``coordinates`` independently privatised coordinates; ``upload`` when ``epsilon``
+            already covers the whole upload (any two inputs the client could upload).
+        coordinates: number of independently privatised units in the upload.
+    """
+
+    epsilon: float
+    delta: float = 0.0
+    unit: LocalUnit = "upload"
+    coordinates: int = 1
+
+    @property
+    def units(self) -> int:
+        return self.coordinates if self.unit == "coordinate" else 1
+
+    @property
+    def upload_epsilon_basic(self) -> float:
+        """ε of the whole upload by basic composition over its coordinates."""
+        return self.epsilon * self.units
 
 
 @dataclass
@@ -37,6 +144,8 @@ class RoundPrivacy:
 
     client_level: list[SampledGaussian] = field(default_factory=list)
     record_level: dict[int, list[SampledGaussian]] = field(default_factory=dict)
-    local_epsilon: dict[int, float] = field(default_factory=dict)
-    local_delta: float = 0.0
+    local: dict[int, list[LocalRelease]] = field(default_factory=dict)
     no_guarantee: str | None = None
+
+    def releases_anything(self) -> bool:
+        return bool(self.client_level or self.record_level or self.local)

@@ -26,6 +26,7 @@ from typing import Literal
 import dp_accounting
 import torch
 
+from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 
@@ -140,6 +141,13 @@ class UploadMechanism:
 
     def upload_delta(self) -> float:
         return self.delta if self.mechanism == "gaussian" else 0.0
+
+    def release(self, *, epsilon: float) -> LocalRelease:
+        """The accounting record of one upload at ``epsilon`` (the whole clipped delta is one
+        unit: Δ = 2C covers any two inputs of the client)."""
+        return LocalRelease(
+            self.charged_epsilon(epsilon=epsilon), self.upload_delta(), "upload", 1
+        )
 
 
 class BudgetLedger:

@@ -148,8 +148,9 @@ def compare(
             continue
         method = run_method(run, method_key, method_map or {}, paper, default_method)
         eps = None
-        if use_eps and eps_key and finite(run.get(eps_key)):
-            eps = float(run.get(eps_key))
+        run_eps = run.get(eps_key) if use_eps and eps_key else None
+        if finite(run_eps):
+            eps = float(run_eps)
         key = (method, eps)
         if key not in cells:
             cells[key] = Cell(method, eps)
@@ -193,8 +194,10 @@ def ranking(comp: Comparison) -> Ranking:
     ours, paper = [], []
     for m in methods:
         cs = [c for c in both if c.method == m and c.epsilon in common]
-        ours.append(statistics.fmean(c.mean for c in cs) if cs else math.nan)
-        paper.append(statistics.fmean(c.paper for c in cs) if cs else math.nan)
+        means = [c.mean for c in cs if c.mean is not None]
+        papers = [c.paper for c in cs if c.paper is not None]
+        ours.append(statistics.fmean(means) if means else math.nan)
+        paper.append(statistics.fmean(papers) if papers else math.nan)
     keep = [i for i in range(len(methods)) if finite(ours[i]) and finite(paper[i])]
     methods = [methods[i] for i in keep]
     ours = [ours[i] for i in keep]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -14,7 +15,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fl_lightning.reports.compare import Comparison, Ranking  # noqa: E402
 
-STYLE = {"figure.dpi": 120, "font.size": 11, "axes.grid": True, "grid.alpha": 0.3}
+STYLE: dict[str, Any] = {"figure.dpi": 120, "font.size": 11, "axes.grid": True, "grid.alpha": 0.3}
 
 
 def _save(fig, path: Path) -> Path:  # noqa: ANN001
@@ -86,7 +87,7 @@ def _history_plot(
     methods = comp.methods()
     colors = _colors(methods)
     styles = ["-", "--", ":", "-."]
-    eps_levels = [e for e in comp.epsilons()]
+    eps_levels = list(comp.epsilons())
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         drawn = False

@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from fl_lightning.sweeps.store import ResultStore, resolve_store
 
@@ -106,5 +106,5 @@ def load_runs(source: str | Path) -> list[Run]:
     return load_store(source)
 
 
-def finite(x: Any) -> bool:
+def finite(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +32,15 @@ from lightning.pytorch.loggers import WandbLogger
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule, metrics_from_logits
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.analysis import resolve_noise_multiplier
+from fl_lightning.privacy.budget import (
+    BudgetError,
+    ClientCost,
+    calibrate_dp_sgd,
+    dp_sgd_event,
+    max_participations,
+    most_expensive_round,
+    refuse_unaffordable_round,
+)
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 from fl_lightning.server.distributed import (
     all_reduce_sum_,
@@ -48,6 +58,8 @@ from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.redact import redact
 from fl_lightning.utils.rng import generator_for
+
+log = logging.getLogger(__name__)
 
 
 class _UpdateStats:
@@ -138,9 +150,12 @@ class FederatedModule(pl.LightningModule):
         client: the ClientModule every client trains (one per process, reused).
         strategy: the aggregation strategy (a Callback).
         privacy: the accountant (a Callback); None for a run without accounting.
-        sampling: ``fixed`` (m clients per round) or ``poisson`` (rate q).
-        clients_per_round: m.
-        client_rate: q for Poisson sampling.
+        sampling: ``fixed`` (m clients per round, without replacement), ``poisson`` (each client
+            with probability q) or ``auto`` (the default: Poisson for strategies whose
+            client-level noise is amplified by sampling, whose accounting is then tight, else
+            fixed; ``server/sampling.py``). The accountant is told which one ran.
+        clients_per_round: m (also the expected cohort size of Poisson sampling without a rate).
+        client_rate: q for Poisson sampling (None: m/N).
         server_optimizer: ``sgd`` (FedAvg / FedAvgM) or ``adam`` (FedAdam).
         server_lr: server learning rate (1.0 with SGD and no momentum is plain FedAvg).
         server_momentum: server SGD momentum (FedAvgM).
@@ -159,7 +174,7 @@ class FederatedModule(pl.LightningModule):
         client: ClientModule,
         strategy: Strategy,
         privacy: PrivacyAccountant | None = None,
-        sampling: Literal["fixed", "poisson"] = "fixed",
+        sampling: Literal["auto", "fixed", "poisson"] = "auto",
         clients_per_round: int = 10,
         client_rate: float | None = None,
         server_optimizer: Literal["sgd", "adam"] = "sgd",
@@ -183,8 +198,8 @@ class FederatedModule(pl.LightningModule):
             )
         if server_lr < 0:
             raise ValueError(f"model.server_lr: learning rate must be >= 0, got {server_lr}")
-        if server_momentum < 0:
-            raise ValueError(f"model.server_momentum: must be >= 0, got {server_momentum}")
+        if not 0 <= server_momentum < 1:
+            raise ValueError(f"model.server_momentum: must be in [0, 1), got {server_momentum}")
         if eval_every < 0:
             raise ValueError(f"model.eval_every: must be >= 0, got {eval_every}")
         self.automatic_optimization = False
@@ -244,6 +259,7 @@ class FederatedModule(pl.LightningModule):
                 f"{data.dataset_name!r} has {data.num_classes}"
             )
         if stage == "fit":
+            self.sampler.resolve(amplified_by_sampling=self.strategy.amplified_by_sampling)
             self.sampler.check_population(data.num_clients)
             self.strategy.validate_config(client_uses_dp_sgd=self.uses_dp_sgd)
 
@@ -258,6 +274,9 @@ class FederatedModule(pl.LightningModule):
             check_ranks_agree(self.resolved_config())
         data.to(self.device)
         self._calibrate_noise()
+        if self.accountant is not None:
+            self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
+            self.accountant.not_private_reason = self.strategy.not_private_reason()
         self.strategy.setup_strategy(
             num_clients=data.num_clients,
             num_parameters=sum(p.numel() for p in trainable_parameters(self.global_net)),
@@ -271,37 +290,82 @@ class FederatedModule(pl.LightningModule):
         self._log_partition()
 
     def _calibrate_noise(self) -> None:
+        """Fixes every unset σ from the privacy target before any data moves (strategy first,
+        then DP-SGD), and refuses a target that cannot pay for one round."""
         acc = self.accountant
+        target = acc.target_epsilon if acc else None
+        delta = acc.delta if acc else 1e-5
+        accountant = acc.accountant if acc else "rdp"
         rounds = int(self.trainer.max_steps)
-        n_clients = self.data.num_clients
-        rate = self.sampler.sample_rate(n_clients)
+        sampling = self.sampler.sampling(self.data.num_clients)
+        client_level = self.strategy.amplified_by_sampling and sampling.without_replacement
+        if client_level and accountant != "rdp":
+            raise ValueError(
+                f"privacy.accountant: {accountant!r} cannot account {sampling.describe()} "
+                "(sampling without replacement is supported by dp-accounting's RDP "
+                "accountant only); use model.sampling: poisson, or privacy.accountant: rdp"
+            )
+        given = getattr(self.strategy, "noise_multiplier", None)
+        if given is not None and target is not None:
+            log.warning(
+                "strategy.noise_multiplier = %g is used as given; privacy.target_epsilon = %g "
+                "caps the budget (training stops before the round that would exceed it). Set "
+                "the noise multiplier to null to calibrate it to the target instead.",
+                given, target,
+            )
         self.strategy.calibrate_noise(
-            target_epsilon=acc.target_epsilon if acc else None,
-            delta=acc.delta if acc else 1e-5,
-            accountant=acc.accountant if acc else "rdp",
+            target_epsilon=target,
+            delta=delta,
+            accountant=accountant,
             rounds=rounds,
-            sample_rate=rate,
+            sampling=sampling,
         )
         dp = self.client.training_config.dp_sgd
-        if dp is None or dp.noise_multiplier is not None:
+        if dp is None:
             return
-        # Calibrated for the median client's expected participation (rounds × m/N).
-        sizes = sorted(self.data.client_sizes())
-        median = int(sizes[len(sizes) // 2])
         cfg = self.client.training_config
-        steps = cfg.steps_for(median) * max(1, math.ceil(rounds * rate))
-        sigma = resolve_noise_multiplier(
-            None,
-            target_epsilon=acc.target_epsilon if acc else None,
-            delta=acc.delta if acc else 1e-5,
-            sample_rate=min(1.0, cfg.batch_size / median),
-            steps=steps,
-            accountant=acc.accountant if acc else "rdp",
-            field="client.dp_sgd.noise_multiplier",
+        sizes = [int(n) for n in self.data.client_sizes().tolist()]
+        costs = [
+            ClientCost(cid, n, min(1.0, cfg.batch_size / n), cfg.steps_for(n))
+            for cid, n in enumerate(sizes)
+            if n > 0
+        ]
+        if dp.noise_multiplier is None:
+            if target is None:
+                raise ValueError(
+                    "client.dp_sgd.noise_multiplier: unset, so privacy.target_epsilon is needed "
+                    "to calibrate it"
+                )
+            k = max_participations(rounds, sampling.rate, len(costs))
+            sigma, worst = calibrate_dp_sgd(
+                costs, participations=k, target_epsilon=target, delta=delta, accountant=accountant
+            )
+            log.info(
+                "client.dp_sgd.noise_multiplier calibrated to %.4g: client %d (%d examples, "
+                "q = %.3g, %d steps a round) stays within ε = %g over %d participations",
+                sigma, worst.client_id, worst.size, worst.rate, worst.steps, target, k,
+            )
+            self.client.training_config = replace(cfg, dp_sgd=replace(dp, noise_multiplier=sigma))
+        elif target is not None:
+            log.warning(
+                "client.dp_sgd.noise_multiplier = %g is used as given; privacy.target_epsilon = "
+                "%g caps the budget (training stops before the round that would exceed it). Set "
+                "the noise multiplier to null to calibrate it to the target instead.",
+                dp.noise_multiplier, target,
+            )
+        sigma = float(self.client.training_config.dp_sgd.noise_multiplier)
+        cost, worst = most_expensive_round(
+            costs, noise_multiplier=sigma, delta=delta, accountant=accountant
         )
-        from dataclasses import replace
-
-        self.client.training_config = replace(cfg, dp_sgd=replace(dp, noise_multiplier=sigma))
+        refuse_unaffordable_round(
+            cost,
+            target,
+            what=(
+                f"client {worst.client_id} ({worst.size} examples, q = B/n = {worst.rate:.3g}, "
+                f"{worst.steps} DP-SGD steps a round at σ = {sigma:.4g})"
+            ),
+            field="client.dp_sgd.noise_multiplier, client.batch_size, local epochs/steps",
+        )
 
     def resolved_config(self) -> dict[str, Any]:
         """What every rank must agree on: round settings, local loop, strategy, data, rounds."""
@@ -348,6 +412,7 @@ class FederatedModule(pl.LightningModule):
             sample_rate=self.sampler.sample_rate(n),
             global_params=self._global_flat,
             evaluate=self.evaluate_global,
+            sampling=self.sampler.sampling(n),
         )
         ctx.cohort = self.strategy.select_clients(ctx)
         ctx.client_config = self.strategy.configure_round(ctx)
@@ -362,10 +427,11 @@ class FederatedModule(pl.LightningModule):
             for cid in ctx.cohort:
                 n = int(sizes[cid])
                 spent.record_level[cid] = [
-                    SampledGaussian(
+                    dp_sgd_event(
                         float(cfg.dp_sgd.noise_multiplier),
-                        min(1.0, cfg.batch_size / n),
-                        cfg.steps_for(n),
+                        batch_size=cfg.batch_size,
+                        size=n,
+                        steps=cfg.steps_for(n),
                     )
                 ]
         return spent
@@ -387,7 +453,15 @@ class FederatedModule(pl.LightningModule):
         start = time.perf_counter()
         round_idx = int(self.global_step)
         ctx = self.round_context(round_idx)
-        if self.accountant is not None and self.accountant.would_exceed(self.planned_privacy(ctx)):
+        planned = self.planned_privacy(ctx) if self.accountant is not None else None
+        if self.accountant is not None and self.accountant.would_exceed(planned):
+            if self.rounds_completed == 0:
+                cost = self.accountant.round_cost(planned)
+                raise BudgetError(
+                    f"privacy.target_epsilon: {self.accountant.target_epsilon:g} cannot pay "
+                    f"for the first round, which costs ε = {cost:.4g} "
+                    f"({self.accountant.report_of(planned)}); raise the target or add noise"
+                )
             self.stopped_by_budget = True
             self.print(
                 f"Stopping before round {round_idx}: it would exceed target ε = "
@@ -564,6 +638,10 @@ class FederatedModule(pl.LightningModule):
         }
         if self.accountant is not None:
             summary.update(self.accountant.report())
+        sound = self.strategy.round_metrics.get("epsilon_sound")
+        if sound is not None and math.isinf(summary.get("privacy/epsilon", 0.0)):
+            # A published variant without a guarantee: the sound figure of the same noise.
+            summary["privacy/epsilon_sound"] = float(sound)
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if not self.trainer.is_global_zero:
             return
@@ -572,14 +650,28 @@ class FederatedModule(pl.LightningModule):
                 for k, v in summary.items():
                     logger.experiment.summary[k] = v
         if log_dir:  # atomic (utils/atomic.py), environment secrets redacted
-            text = json.dumps(redact(summary), indent=2, default=str) + "\n"
-            atomic_write(Path(log_dir) / "summary.json", text)
+            path = Path(log_dir) / "summary.json"
+            atomic_write(path, json.dumps(redact(summary), indent=2, default=str) + "\n")
+            if self.accountant is not None:
+                # The events behind the printed ε, so that anyone can recompute it
+                # (fl_lightning.privacy.recompute, docs/privacy.md).
+                ledger = {
+                    "accountant": self.accountant.accountant,
+                    "delta": self.accountant.delta,
+                    **self.accountant.state_dict(),
+                }
+                atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
         eps = summary.get("privacy/epsilon", math.inf)
         print(
             f"Finished {self.rounds_completed} rounds: test accuracy "
             f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
             f"(δ = {summary.get('privacy/delta', 0):g}); "
-            f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}",
+            f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
+            + (
+                f"; sound ε of the same noise = {summary['privacy/epsilon_sound']:.3f}"
+                if "privacy/epsilon_sound" in summary
+                else ""
+            ),
             flush=True,
         )
 

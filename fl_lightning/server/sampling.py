@@ -1,4 +1,13 @@
-"""Cohort sampling: the clients of a round, drawn from a generator keyed by (seed, round)."""
+"""Cohort sampling: the clients of a round, drawn from a generator keyed by (seed, round).
+
+The sampler also tells the accountant how it sampled (:meth:`CohortSampler.sampling`), so a
+client-level event always matches what was done: Poisson cohorts are accounted as Poisson
+subsampling (add/remove one client), fixed-size cohorts as sampling without replacement
+(replace-one client). ``auto`` (the default) picks Poisson for strategies whose client-level
+noise is amplified by sampling (their accounting is tight under Poisson, as in Opacus and pfl)
+and fixed-size cohorts for every other run, where the cohort's size is part of the paper's
+setting and sampling does not enter the accounting.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,7 @@ from typing import Literal
 
 import torch
 
+from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.utils.rng import generator_for
 
 
@@ -13,45 +23,64 @@ class CohortSampler:
     """Draws each round's cohort.
 
     Args:
-        mode: ``fixed`` (m clients without replacement) or ``poisson`` (each client with
-            probability ``rate`` independently).
-        clients_per_round: m for ``fixed``.
+        mode: ``fixed`` (m clients without replacement), ``poisson`` (each client with
+            probability ``rate`` independently) or ``auto`` (resolved by :meth:`resolve`).
+        clients_per_round: m for ``fixed``; for ``poisson`` without a ``rate``, the expected
+            cohort size (q = m/N).
         rate: q for ``poisson``.
     """
 
     def __init__(
         self,
-        mode: Literal["fixed", "poisson"] = "fixed",
+        mode: Literal["auto", "fixed", "poisson"] = "auto",
         clients_per_round: int = 10,
         rate: float | None = None,
     ) -> None:
-        if mode not in ("fixed", "poisson"):
-            raise ValueError(f"model.sampling: expected 'fixed' or 'poisson', got {mode!r}")
-        if mode == "fixed" and clients_per_round < 1:
+        if mode not in ("auto", "fixed", "poisson"):
+            raise ValueError(
+                f"model.sampling: expected 'auto', 'fixed' or 'poisson', got {mode!r}"
+            )
+        if clients_per_round < 1:
             raise ValueError(f"model.clients_per_round: must be >= 1, got {clients_per_round}")
-        if mode == "poisson" and (rate is None or not 0.0 < rate <= 1.0):
-            raise ValueError(f"model.client_rate: must be in (0, 1] for Poisson, got {rate}")
+        if rate is not None and not 0.0 < rate <= 1.0:
+            raise ValueError(f"model.client_rate: must be in (0, 1], got {rate}")
         self.mode = mode
         self.clients_per_round = clients_per_round
         self.rate = rate
 
+    def resolve(self, *, amplified_by_sampling: bool) -> str:
+        """Fixes ``auto``: Poisson when the strategy's client-level noise is amplified by
+        sampling, else fixed-size cohorts. Returns the mode in use."""
+        if self.mode == "auto":
+            self.mode = "poisson" if amplified_by_sampling else "fixed"
+        return self.mode
+
+    def sampling(self, num_clients: int) -> CohortSampling:
+        """How this sampler draws cohorts from ``num_clients``, for the accountant."""
+        mode = "fixed" if self.mode == "fixed" else "poisson"
+        return CohortSampling(mode, self.sample_rate(num_clients), num_clients)
+
     def check_population(self, num_clients: int) -> None:
-        if self.mode == "fixed" and self.clients_per_round > num_clients:
+        uses_m = self.mode == "fixed" or self.rate is None  # m is the (expected) cohort size
+        if uses_m and self.clients_per_round > num_clients:
             raise ValueError(
                 f"model.clients_per_round: {self.clients_per_round} exceeds the number of "
                 f"clients ({num_clients})"
             )
 
     def sample_rate(self, num_clients: int) -> float:
-        return self.clients_per_round / num_clients if self.mode == "fixed" else float(self.rate)
+        if self.mode != "fixed" and self.rate is not None:
+            return float(self.rate)
+        return min(1.0, self.clients_per_round / num_clients)
 
     def expected_size(self, num_clients: int) -> float:
         return self.sample_rate(num_clients) * num_clients
 
     def sample(self, seed: int, round_idx: int, num_clients: int) -> list[int]:
         g = generator_for(seed, round_idx, "cohort")
-        if self.mode == "fixed":
+        if self.mode != "poisson":
             chosen = torch.randperm(num_clients, generator=g)[: self.clients_per_round]
         else:
-            chosen = (torch.rand(num_clients, generator=g) < self.rate).nonzero().squeeze(1)
+            rate = self.sample_rate(num_clients)
+            chosen = (torch.rand(num_clients, generator=g) < rate).nonzero().squeeze(1)
         return sorted(int(c) for c in chosen)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.events import CohortSampling, SampledGaussian
 
 
 @dataclass
@@ -49,6 +49,8 @@ class RoundContext:
         cohort: client ids sampled this round.
         expected_cohort_size: m for fixed-size sampling, q·N for Poisson sampling.
         sample_rate: the client sampling rate m/N or q.
+        sampling: how the cohort was drawn (Poisson or fixed-size), from the cohort sampler;
+            client-level mechanisms build their accounting event from it.
         global_params: flat float32 vector of the global model at the start of the round.
         client_config: per-round overrides for the local loop returned by
             ``Strategy.configure_round`` (e.g. ``{"noise_multiplier": 0.9}``).
@@ -68,3 +70,13 @@ class RoundContext:
     global_params: torch.Tensor
     client_config: dict[str, Any] = field(default_factory=dict)
     evaluate: Callable[[str], dict[str, float]] | None = None
+    sampling: CohortSampling | None = None
+
+    def cohort_sampling(self) -> CohortSampling:
+        """``sampling``, which a client-level accounting event needs (never guessed)."""
+        if self.sampling is None:
+            raise ValueError(
+                "RoundContext.sampling: unset, so the cohort's sampling (Poisson or fixed-size) "
+                "is unknown and a client-level event cannot be accounted"
+            )
+        return self.sampling

@@ -31,7 +31,7 @@ from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import per_sample_losses
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.budget import dp_sgd_event
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.stacked_chain import StackedChain, build_chain
 from fl_lightning.server.update import ClientUpdate, RoundContext
@@ -311,7 +311,13 @@ class VectorizedExecutor:
             own = own[~torch.isnan(own)]
             dp_steps = []
             if dp is not None:
-                dp_steps.append(SampledGaussian(dp.noise_multiplier, rates[j], steps[j]))
+                # The same event rule as the sequential loop (privacy/budget.py).
+                size = int(sizes[j])
+                dp_steps.append(
+                    dp_sgd_event(
+                        dp.noise_multiplier, batch_size=cfg.batch_size, size=size, steps=steps[j]
+                    )
+                )
             out.append(
                 ClientUpdate(
                     client_id=cid,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.local_budget import (
     BudgetLedger,
     MechanismName,
@@ -96,9 +96,9 @@ class AsyncLocalDP(AsyncStrategy):
         delta: float,
         accountant: str,
         rounds: int,
-        sample_rate: float,
+        sampling: CohortSampling,
     ) -> None:
-        self.rounds, self.rate = int(self.horizon or rounds), float(sample_rate)
+        self.rounds, self.rate = int(self.horizon or rounds), float(sampling.rate)
 
     def _ensure_horizon(self, ctx: RoundContext) -> None:
         if not self.rounds:
@@ -171,13 +171,16 @@ class AsyncLocalDP(AsyncStrategy):
         if not self.upload.private:
             return RoundPrivacy()
         return RoundPrivacy(
-            local_epsilon={
-                cid: self.upload.charged_epsilon(epsilon=self._round_eps[cid])
+            local={
+                cid: [self.upload.release(epsilon=self._round_eps[cid])]
                 for cid in ctx.cohort
                 if cid in self._round_eps
-            },
-            local_delta=self.upload.upload_delta(),
+            }
         )
+
+    @property
+    def is_private(self) -> bool:
+        return self.upload.private
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
         m = self.round_metrics

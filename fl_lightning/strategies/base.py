@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.server.update import ClientUpdate, RoundContext
 
 Weighting = Literal["num_examples", "uniform"]
@@ -47,6 +47,10 @@ class Strategy(Callback):
         weighting: ``"num_examples"`` weights client i by n_i (McMahan et al. 2017),
             ``"uniform"`` weights every client equally.
     """
+
+    amplified_by_sampling: ClassVar[bool] = False
+    """True when the strategy's client-level noise is amplified by cohort sampling (DP-FedAvg,
+    FedSMP): ``model.sampling: auto`` then draws Poisson cohorts, whose accounting is tight."""
 
     needs_all_updates: ClassVar[bool] = False
     """True when ``aggregate`` must see every individual update (not only their sum)."""
@@ -81,9 +85,19 @@ class Strategy(Callback):
         delta: float,
         accountant: str,
         rounds: int,
-        sample_rate: float,
+        sampling: CohortSampling,
     ) -> None:
         """Sets any unset noise multiplier from the privacy target. Default: nothing to set."""
+
+    @property
+    def is_private(self) -> bool:
+        """True when the strategy privatises what clients upload or what the server releases
+        (a run that releases nothing yet then says "no release yet", not "not private")."""
+        return False
+
+    def not_private_reason(self) -> str:
+        """Why the strategy gives no privacy, for the guarantee sentence."""
+        return f"{type(self).__name__} uploads and aggregates updates without noise"
 
     # -- client side -------------------------------------------------------------------------
     def select_clients(self, ctx: RoundContext) -> list[int]:

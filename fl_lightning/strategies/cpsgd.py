@@ -20,7 +20,8 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.binomial import (
     binomial_mechanism_epsilon,
     calibrate_trials,
@@ -35,7 +36,6 @@ from fl_lightning.privacy.mechanisms.binomial import (
 )
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.dp_fedavg import clip_by_l2_norm_
 from fl_lightning.utils.rng import generator_for
 
 Trust = Literal["local", "aggregate"]
@@ -197,6 +197,10 @@ class CPSGD(Strategy):
             linf_sensitivity=linf,
         )
 
+    @property
+    def is_private(self) -> bool:
+        return True
+
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         eps = self.round_epsilon(max(len(ctx.cohort), 1))
         if math.isinf(eps):
@@ -204,7 +208,8 @@ class CPSGD(Strategy):
                 no_guarantee="cpSGD Binomial noise too small for Agarwal et al. 2018 Theorem 1 "
                 "(N p (1-p) below max(23 log(10d/δ), 2Δ∞)) or switched off"
             )
-        return RoundPrivacy(local_epsilon={cid: eps for cid in ctx.cohort}, local_delta=self.delta)
+        release = LocalRelease(eps, self.delta, "upload")
+        return RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
 
     def state_dict(self) -> dict:
         return {"trials": self.trials}

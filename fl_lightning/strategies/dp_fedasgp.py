@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.sparse_vector import (
     Significance,
     SparseVectorPerturbation,
@@ -42,7 +43,6 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
 )
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.dp_fedavg import clip_by_l2_norm_
 
 NO_NOISE_BELOW_THRESHOLD = (
     "coordinates below the threshold are uploaded without noise (DP-FedASGP Eq. 1), so the "
@@ -226,13 +226,18 @@ class DPFedASGP(Strategy):
             dimension=max(self.num_parameters, 1),
         )
 
+    @property
+    def is_private(self) -> bool:
+        return True
+
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         if not self.mechanism.noise_unselected:
             return RoundPrivacy(no_guarantee=NO_NOISE_BELOW_THRESHOLD)
         if self.loss_weighting:
             return RoundPrivacy(no_guarantee=RAW_LOSS)
         eps = self.defensible_round_epsilon()
-        return RoundPrivacy(local_epsilon={cid: eps for cid in ctx.cohort})
+        # Per upload: the L1 diameter of the clipped gradient's ball over the Laplace scale.
+        return RoundPrivacy(local={cid: [LocalRelease(eps, 0.0, "upload")] for cid in ctx.cohort})
 
     def state_dict(self) -> dict[str, Any]:
         return {"lr": self.lr}

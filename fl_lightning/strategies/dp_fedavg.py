@@ -2,9 +2,11 @@
 
 Each client's delta is clipped to L2 norm C (client side); the server sums the clipped deltas,
 adds N(0, σ²C²) once and divides by the *expected* cohort size (the fixed-denominator estimator,
-so one client changes the sum by at most C). Privacy: one Poisson-subsampled Gaussian per round
-at the cohort rate q (= m/N for fixed-size cohorts, which the accountant treats as Poisson,
-the approximation McMahan et al. make; choose ``sampling: poisson`` for an exact match).
+so one client changes the sum by at most C). Privacy: one subsampled Gaussian per round, built
+by the Gaussian mechanism from the cohort sampler's sampling: Poisson cohorts at rate q
+(add/remove one client, McMahan et al.'s analysis; the default under ``model.sampling: auto``)
+or fixed-size cohorts of m of N without replacement (replace-one client, sensitivity 2C;
+Wang, Balle, Kasiviswanathan 2019), never one accounted as the other.
 """
 
 from __future__ import annotations
@@ -12,22 +14,17 @@ from __future__ import annotations
 import torch
 
 from fl_lightning.privacy.analysis import resolve_noise_multiplier
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
 
 
-def clip_by_l2_norm_(vector: torch.Tensor, max_norm: float) -> float:
-    """Scales ``vector`` in place to L2 norm at most ``max_norm``; returns the original norm."""
-    norm = float(vector.norm())
-    if norm > max_norm:
-        vector.mul_(max_norm / norm)
-    return norm
-
-
 class DPFedAvg(Strategy):
+    amplified_by_sampling = True
+
     """Client-level DP-FedAvg.
 
     Args:
@@ -52,16 +49,28 @@ class DPFedAvg(Strategy):
         delta: float,
         accountant: str,
         rounds: int,
-        sample_rate: float,
+        sampling: CohortSampling,
     ) -> None:
+        event = SampledGaussian.for_cohort(1.0, sampling)
         self.noise_multiplier = resolve_noise_multiplier(
             self.noise_multiplier,
             target_epsilon=target_epsilon,
             delta=delta,
-            sample_rate=sample_rate,
+            sample_rate=event.sample_rate,
             steps=rounds,
             accountant=accountant,
+            population=event.population,
         )
+
+    @property
+    def is_private(self) -> bool:
+        return True
+
+    @property
+    def mechanism(self) -> GaussianMechanism:
+        """The central Gaussian on the sum of clipped deltas (sensitivity C)."""
+        assert self.noise_multiplier is not None, "noise multiplier not calibrated yet"
+        return GaussianMechanism(noise_multiplier=self.noise_multiplier, sensitivity=self.clip_norm)
 
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
@@ -84,18 +93,11 @@ class DPFedAvg(Strategy):
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
     ) -> torch.Tensor:
         """(Σ Δ_k + N(0, σ²C²)) / qN: one central Gaussian, from the generator all ranks share."""
-        assert self.noise_multiplier is not None
-        mechanism = GaussianMechanism(
-            noise_multiplier=self.noise_multiplier, sensitivity=self.clip_norm
-        )
-        noisy = mechanism.privatize(reduced, generator=generator)
+        noisy = self.mechanism.privatize(reduced, generator=generator)
         return noisy.div_(ctx.expected_cohort_size)
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        assert self.noise_multiplier is not None
-        return RoundPrivacy(
-            client_level=[SampledGaussian(self.noise_multiplier, ctx.sample_rate, 1)]
-        )
+        return RoundPrivacy(client_level=[self.mechanism.cohort_event(ctx.cohort_sampling())])
 
     def state_dict(self) -> dict:
         return {"noise_multiplier": self.noise_multiplier}
@@ -104,4 +106,4 @@ class DPFedAvg(Strategy):
         self.noise_multiplier = state_dict["noise_multiplier"]
 
 
-__all__ = ["DPFedAvg", "clip_by_l2_norm_", "generator_for"]
+__all__ = ["DPFedAvg", "clip_by_l2_norm_", "generator_for"]  # clip re-exported for old imports

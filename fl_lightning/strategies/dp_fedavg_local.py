@@ -22,12 +22,12 @@ from typing import Literal
 import dp_accounting
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.dp_fedavg import clip_by_l2_norm_
 
 NoiseKind = Literal["laplace", "gaussian"]
 
@@ -123,7 +123,11 @@ class DPFedAvgLocal(Strategy):
         self.round_metrics = {"paper_epsilon_round": self.epsilon}
         return super().aggregate(updates, ctx, generator=generator)
 
+    @property
+    def is_private(self) -> bool:
+        return True
+
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         eps = self.round_epsilon()
         delta = 0.0 if self.noise == "laplace" else self.delta
-        return RoundPrivacy(local_epsilon={cid: eps for cid in ctx.cohort}, local_delta=delta)
+        return RoundPrivacy(local={cid: [LocalRelease(eps, delta, "upload")] for cid in ctx.cohort})

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon, quantile_threshold
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.dp_fedavg import clip_by_l2_norm_
 
 NO_NOISE_INSIGNIFICANT = (
     "coordinates with small loss impact are uploaded without noise (DP-FedSNLC approximation); "
@@ -98,6 +98,10 @@ class DPFedSNLC(Strategy):
         update.metrics["selected_fraction"] = float(mask.float().mean())
         return update
 
+    @property
+    def is_private(self) -> bool:
+        return True
+
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         if not self.noise_unselected:
             return RoundPrivacy(no_guarantee=NO_NOISE_INSIGNIFICANT)
@@ -106,4 +110,4 @@ class DPFedSNLC(Strategy):
             clip_norm=self.clip_norm,
             dimension=max(self.num_parameters, 1),
         )
-        return RoundPrivacy(local_epsilon={cid: eps for cid in ctx.cohort})
+        return RoundPrivacy(local={cid: [LocalRelease(eps, 0.0, "upload")] for cid in ctx.cohort})

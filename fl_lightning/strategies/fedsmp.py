@@ -21,11 +21,12 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.analysis import resolve_noise_multiplier
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon, resolve_noise_multiplier
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.dp_fedavg import clip_by_l2_norm_
 from fl_lightning.utils.rng import generator_for
 
 Sparsifier = Literal["top_k", "rand_k"]
@@ -85,15 +86,34 @@ class FedSMP(Strategy):
         self.noise_multiplier = noise_multiplier
         self.epsilon = epsilon
 
-    def calibrate_noise(self, *, target_epsilon, delta, accountant, rounds, sample_rate) -> None:
+    amplified_by_sampling = True
+
+    @property
+    def is_private(self) -> bool:
+        return True
+
+    def calibrate_noise(
+        self, *, target_epsilon, delta, accountant, rounds, sampling: CohortSampling
+    ) -> None:
+        # Checked here, not in __init__: jsonargparse would hide the message behind its
+        # "does not validate against any of the Union subtypes".
+        refuse_sigma_and_epsilon(self.noise_multiplier, self.epsilon)
+        event = SampledGaussian.for_cohort(1.0, sampling)
         self.noise_multiplier = resolve_noise_multiplier(
             self.noise_multiplier,
             target_epsilon=self.epsilon if self.epsilon is not None else target_epsilon,
             delta=delta,
-            sample_rate=sample_rate,
+            sample_rate=event.sample_rate,
             steps=rounds,
             accountant=accountant,
+            population=event.population,
         )
+
+    @property
+    def mechanism(self) -> GaussianMechanism:
+        """Each client's Gaussian on its clipped kept coordinates (sensitivity C)."""
+        assert self.noise_multiplier is not None, "noise multiplier not calibrated yet"
+        return GaussianMechanism(noise_multiplier=self.noise_multiplier, sensitivity=self.clip_norm)
 
     def num_kept(self, d: int) -> int:
         return min(d, max(1, math.ceil(self.ratio * d)))
@@ -107,10 +127,8 @@ class FedSMP(Strategy):
         idx = keep_mask(delta, k=k, sparsifier=self.sparsifier, generator=shared)
         kept = delta[idx]
         norm = clip_by_l2_norm_(kept, self.clip_norm)
-        sigma = float(self.noise_multiplier or 0.0) * self.clip_norm
-        noise = torch.randn(kept.shape, generator=generator, device=kept.device) * sigma
         out = torch.zeros_like(delta)
-        out[idx] = kept + noise
+        out[idx] = self.mechanism.privatize(kept, generator=generator)
         update.delta = out
         update.metrics["kept_norm"] = norm
         update.metrics["clipped"] = float(norm > self.clip_norm)
@@ -119,10 +137,9 @@ class FedSMP(Strategy):
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         if self.sparsifier == "top_k":
             return RoundPrivacy(no_guarantee=TOP_K_LEAK)
-        assert self.noise_multiplier is not None
-        return RoundPrivacy(
-            client_level=[SampledGaussian(self.noise_multiplier, ctx.sample_rate, 1)]
-        )
+        # Each client's own noise bounds the released sum as one client-level Gaussian (the
+        # other clients' noise is ignored: conservative), sampled as the cohort sampler did.
+        return RoundPrivacy(client_level=[self.mechanism.cohort_event(ctx.cohort_sampling())])
 
     def state_dict(self) -> dict:
         return {"noise_multiplier": self.noise_multiplier}

@@ -9,13 +9,15 @@ server takes the **unweighted** mean of the uploads (Eq. 1). The engine adds the
 global weights as a delta, so a privatised model P_i is sent as P_i − global and the mean of
 those is mean(P_i) − global: with ``server_lr: 1`` the new global model is mean(P_i).
 
-Privacy (logged): ε is per coordinate per report. ``RoundPrivacy.local_epsilon`` records ε per
-participating client per round, so ``privacy/epsilon_local`` is the per-coordinate ε composed
-over a client's reports. ``strategy/epsilon_per_report`` = d·ε and ``strategy/epsilon_total`` =
-d·ε·(most reports by one client) are the basic-composition totals over the d coordinates.
+Privacy: the mechanism's ε is per coordinate per report; each report is recorded as a
+``LocalRelease`` of d coordinates (``LocalMechanism.local_release``), and the accountant's
+headline is the worst client's whole participation (all d coordinates of all its reports, basic
+or optimal composition), with ``privacy/epsilon_local_per_coordinate`` and
+``privacy/epsilon_local_per_upload`` beside it. ``strategy/epsilon_per_report`` = d·ε and
+``strategy/epsilon_total`` = d·ε·(most reports by one client) are the basic-composition totals.
 SPM and PNPM randomise only the sign, and the ``scale`` / local ``adaptive`` ranges release a
 data-dependent range: those runs report ``privacy/epsilon = ∞`` with the reason
-(``privacy/guarantee``), keeping the sign-only ε in ``privacy/epsilon_local``.
+(``privacy/guarantee``), keeping the sign-only figure in ``privacy/epsilon_local_per_client``.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ class LDPFedAvg(Strategy):
             c = m.bound
             return (
                 f"{m.name} randomises only the sign of each weight ({m.epsilon:g}-LDP per "
-                f"coordinate for the sign, composed in privacy/epsilon_local); the magnitude |w| "
+                f"coordinate for the sign, composed in privacy/epsilon_local_per_client); the magnitude |w| "
                 f"is revealed to within a factor C = {c:.4g}, so no finite ε holds for the weights"
             )
         if self.uses_range and self.ranges.data_dependent:
@@ -181,11 +183,15 @@ class LDPFedAvg(Strategy):
         m = self.mechanism
         if m is None:
             return RoundPrivacy()
+        release = m.local_release(self.num_parameters or ctx.global_params.numel())
         return RoundPrivacy(
-            local_epsilon={int(cid): m.epsilon for cid in ctx.cohort},
-            local_delta=m.delta,
+            local={int(cid): [release] for cid in ctx.cohort},
             no_guarantee=self.no_guarantee_reason(),
         )
+
+    @property
+    def is_private(self) -> bool:
+        return self.mechanism is not None
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
         for cid in ctx.cohort:

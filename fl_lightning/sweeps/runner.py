@@ -8,9 +8,9 @@ Usage::
 Grid and random specs are expanded here (``bayes`` needs ``wandb agent``). Each point runs as a
 subprocess (``python -m fl_lightning.cli fit --config ... --key=value ...``) with its output in
 ``<store>/runs/<point id>/a<attempt>/``; for ``fl-lightning fit`` commands the runner points the
-CSV logger there (and an offline W&B logger with ``--wandb``), so the run's ``summary.json`` and
-``metrics.csv`` land in a known folder. Every other program gets the folder in the environment
-variable ``FL_SWEEP_RUN_DIR`` and should write ``summary.json`` there.
+CSV logger there (and a W&B logger with ``--wandb``, offline unless W&B is configured), so the
+run's ``summary.json`` and ``metrics.csv`` land in a known folder. Every other program gets the
+folder in the environment variable ``FL_SWEEP_RUN_DIR`` and should write ``summary.json`` there.
 
 Resumable: points whose last row in the store is ``finished`` are skipped; a point left
 ``running`` by a killed sweep runs again; ``failed`` points run again unless ``--skip-failed``.
@@ -75,13 +75,12 @@ def logger_override(run_dir: Path, *, sweep: str, point: Point, wandb: bool) -> 
     if wandb:
         loggers.append(
             {
-                "class_path": "lightning.pytorch.loggers.WandbLogger",
+                # Project, entity and mode follow the environment (fl_lightning.loggers).
+                "class_path": "fl_lightning.loggers.WandbLogger",
                 "init_args": {
                     "save_dir": str(run_dir),
-                    "project": os.environ.get("WANDB_PROJECT", "fl-lightning"),
                     "group": sweep,
                     "name": f"{sweep}-{point.id}",
-                    "offline": os.environ.get("WANDB_MODE", "offline") == "offline",
                 },
             }
         )
@@ -191,7 +190,6 @@ class SweepRunner:
         run_dir = Path(base["run_dir"])
         argv = list(base["command"])
         env = {**os.environ, RUN_DIR_ENV: str(run_dir), "FL_SWEEP_POINT": point.id}
-        env.setdefault("WANDB_MODE", "offline")
         env.setdefault("WANDB_SILENT", "true")
         log = run_dir / "output.log"
         start = time.perf_counter()
@@ -424,6 +422,32 @@ class SweepRunner:
         )
 
 
+def validate_points(spec: SweepSpec, points: list[Point]) -> str | None:
+    """Why a point of an ``fl-lightning fit`` spec would be refused while parsing (an unknown
+    parameter, a value of the wrong type, a missing config), as one line naming the spec and
+    the parameter; None if all parse. Parses the fewest points that together hold every
+    non-float value of every parameter (a continuous value cannot fail to parse as a float),
+    so a bad spec stops before any point runs."""
+    from fl_lightning.cli import argument_problem
+
+    covered: set[tuple[str, str]] = set()
+    for point in points:
+        argv = build_command(spec, point.params)
+        if not is_fl_lightning_fit(argv):
+            return None
+        pairs = {(k, repr(v)) for k, v in point.params.items() if not isinstance(v, float)}
+        if covered and pairs <= covered:
+            continue
+        covered |= pairs
+        start = argv.index("fit")
+        problem = argument_problem(argv[start:])
+        if problem:
+            key = problem.split(":", 1)[0]
+            where = f"parameters.{key}" if key in spec.parameters else "command"
+            return f"{spec.path}: {where}: {problem} (point {point.id})"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fl-lightning sweep",
@@ -450,7 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wandb",
         action="store_true",
-        help="also log each point to W&B (offline unless WANDB_MODE=online)",
+        help="also log each point to W&B (offline unless WANDB_MODE or W&B credentials say "
+        "otherwise)",
     )
     p.add_argument("--skip-failed", action="store_true", help="do not re-run failed points")
     p.add_argument(
@@ -473,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.parallel < 1:
         print("error: --parallel: must be >= 1", file=sys.stderr)
+        return 2
+    problem = validate_points(spec, points)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     from fl_lightning.sweeps.store import StoreLockError
     from fl_lightning.utils.atomic import OutputWriteError

@@ -86,7 +86,21 @@ def _flatten_parameters(params: dict[str, Any], prefix: str = "") -> dict[str, d
 def load_spec(path: str | Path) -> SweepSpec:
     """Reads and validates a W&B sweep YAML."""
     path = Path(path)
-    raw = yaml.safe_load(path.read_text())
+    if not path.is_file():
+        raise SpecError(f"{path}: no such sweep spec")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        hint = (
+            " (W&B macros such as ${args} must be quoted inside [...]; or list the command "
+            "one item a line)"
+            if "${" in path.read_text() and "flow" in str(getattr(err, "context", ""))
+            else ""
+        )
+        raise SpecError(f"{path}{where}: not valid YAML: {problem}{hint}") from err
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: not a sweep spec (expected a mapping)")
     method = raw.get("method")
@@ -101,7 +115,12 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"{path}: command uses ${{program}} but program is not set")
     params = _flatten_parameters(raw["parameters"])
     for name, p in params.items():
-        _check_parameter(name, p)
+        try:
+            _check_parameter(name, p)
+        except TypeError as err:  # e.g. min: "a", probabilities: 0.5
+            raise SpecError(f"{path}: parameters.{name}: {err}") from err
+    if not isinstance(raw.get("metric") or {}, dict):
+        raise SpecError(f"{path}: metric: expected a mapping (name, goal)")
     return SweepSpec(
         path=path,
         method=method,

@@ -122,7 +122,8 @@ def checkpoint_error(path: Any, err: BaseException) -> ValueError:
             "containers, since unpickling anything else can run code"
         )
     return ValueError(
-        f"ckpt_path: {path} is not a complete checkpoint ({type(err).__name__}: {first.strip()})"
+        f"ckpt_path: {path} is not a readable checkpoint ({type(err).__name__}: "
+        f"{first.strip()[:200]}); give a .ckpt written by fl-lightning fit"
     )
 
 

@@ -181,3 +181,25 @@ def test_poisson_sampling_is_kept(engine: str, monkeypatch: pytest.MonkeyPatch) 
     assert abs(sum(sizes) / len(sizes) - batch) < 4  # around the expected batch size
     assert sizes == sizes_seen["opacus"]
     torch.testing.assert_close(results[engine], results["opacus"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("physical", [None, 2])
+def test_an_empty_poisson_batch_releases_noise_only(engine: str, physical: int | None) -> None:
+    """A Poisson batch is empty with probability (1 − B/n)^n ≈ e^(−B); the DP-SGD step then
+    releases N(0, σ²C²)/B and no gradient (Abadi et al. 2016), in every engine."""
+    torch.manual_seed(0)
+    net = MLP()
+    eng = build_engine(net, engine, max_physical_batch_size=physical)
+    eng.configure_client(
+        noise_multiplier=2.0,
+        max_grad_norm=0.5,
+        expected_batch_size=4.0,
+        generator=torch.Generator().manual_seed(3),
+    )
+    x, y = torch.empty(0, 1, 28, 28), torch.empty(0, dtype=torch.long)
+    loss = eng.compute_gradients(x, y, F.cross_entropy)
+    assert loss != loss  # nan: no example, no loss
+    released = torch.cat([p.grad.reshape(-1) for p in trainable_parameters(net)])
+    assert released.mean() == pytest.approx(0.0, abs=0.01)
+    assert released.std() == pytest.approx(2.0 * 0.5 / 4.0, rel=0.05)

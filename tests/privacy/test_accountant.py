@@ -8,7 +8,7 @@ import pytest
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.analysis import epsilon
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.events import LocalRelease, RoundPrivacy, SampledGaussian
 
 
 def test_record_level_is_max_over_clients_of_their_own_steps():
@@ -30,16 +30,19 @@ def test_client_level_composes_rounds():
     assert acc.epsilon == pytest.approx(expected)
 
 
-def test_local_epsilon_uses_basic_composition():
+def test_local_upload_releases_compose_per_client():
     acc = PrivacyAccountant()
-    acc.record(RoundPrivacy(local_epsilon={3: 0.5}))
-    acc.record(RoundPrivacy(local_epsilon={3: 0.5, 4: 0.5}))
-    assert acc.epsilon == pytest.approx(1.0)
+    acc.record(RoundPrivacy(local={3: [LocalRelease(0.5)]}))
+    acc.record(RoundPrivacy(local={3: [LocalRelease(0.5)], 4: [LocalRelease(0.5)]}))
+    assert acc.epsilon == pytest.approx(1.0, rel=1e-3)  # client 3: two 0.5-DP uploads
+    assert "per client for its whole participation" in acc.report()["privacy/guarantee"]
 
 
 def test_no_guarantee_is_reported_instead_of_a_number():
     acc = PrivacyAccountant()
-    acc.record(RoundPrivacy(local_epsilon={0: 1.0}, no_guarantee="values sent in the clear"))
+    acc.record(
+        RoundPrivacy(local={0: [LocalRelease(1.0)]}, no_guarantee="values sent in the clear")
+    )
     report = acc.report()
     assert report["privacy/epsilon"] == math.inf
     assert report["privacy/guarantee"] == "none: values sent in the clear"
@@ -58,7 +61,13 @@ def test_budget_stop_is_before_exceeding():
 
 def test_state_dict_round_trip():
     acc = PrivacyAccountant()
-    acc.record(RoundPrivacy(client_level=[SampledGaussian(1.0, 0.2, 1)], local_epsilon={1: 0.3}))
+    acc.record(
+        RoundPrivacy(
+            client_level=[SampledGaussian(1.0, 0.2, 1)],
+            local={1: [LocalRelease(0.3, 0.0, "coordinate", 7)]},
+        )
+    )
+    acc.record(RoundPrivacy(client_level=[SampledGaussian(1.0, 0.2, 1)]))
     acc.record(RoundPrivacy(record_level={2: [SampledGaussian(0.9, 0.1, 4)]}))
     clone = PrivacyAccountant()
     clone.load_state_dict(acc.state_dict())

@@ -4,10 +4,10 @@ Fast (default run): ``atomic_write`` itself under injected faults, and a disk-fu
 read-only failure in the middle of a real run: one ``error:`` line, exit 1, the last complete
 checkpoint intact, and resuming it gives the uninterrupted result.
 
-Slow (``-m slow`` or ``--runslow``): the real CLI as a subprocess killed with SIGKILL inside a
-checkpoint write (three instants of the write) and at random instants, then resumed; every
-resumed run must end where the uninterrupted one does (weights within 1e-6, ε equal, each
-round counted once).
+Slow (``-m slow``; ``scripts/test.sh`` leaves them out): the real CLI as a subprocess killed
+with SIGKILL inside a checkpoint write (three instants of the write) and at random instants,
+then resumed; every resumed run must end where the uninterrupted one does (weights within
+1e-6, ε equal, each round counted once).
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ def test_a_truncated_checkpoint_is_one_clear_error(tmp_path, capsys):
     capsys.readouterr()
     assert main(_resume_args(tmp_path, cut)) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
-    assert len(err) == 1 and err[0].startswith(f"error: ckpt_path: {cut} is not a complete")
+    assert len(err) == 1
+    assert err[0].startswith(f"error: ckpt_path: {cut} is not a readable checkpoint")
 
 
 # -- sweep parameters are data, never commands -----------------------------------------------

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
@@ -83,6 +84,7 @@ def strategy_state(root, key: str) -> dict:  # noqa: ANN001
     return state[key]
 
 
+@pytest.mark.ddp
 def test_scaffold_two_processes_match_one(tmp_path):
     one = fit(tmp_path / "one", *SCAFFOLD, rounds=ROUNDS)
     two = fit(tmp_path / "two", *SCAFFOLD, rounds=ROUNDS, ddp=True)
@@ -95,6 +97,7 @@ def test_scaffold_two_processes_match_one(tmp_path):
         torch.testing.assert_close(c1[cid], c2[cid], atol=1e-5, rtol=0)
 
 
+@pytest.mark.ddp
 def test_dpfl_agn_persisted_adam_two_processes_match_one(tmp_path):
     one = fit(tmp_path / "one", *AGN, rounds=ROUNDS)
     two = fit(tmp_path / "two", *AGN, rounds=ROUNDS, ddp=True)
@@ -109,6 +112,7 @@ def test_dpfl_agn_persisted_adam_two_processes_match_one(tmp_path):
                                        rtol=0)  # fmt: skip
 
 
+@pytest.mark.ddp
 def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(tmp_path):
     """torchrun-style launch (every rank runs the CLI): every rank exits 2, rank 0 says why."""
     strategy = ('{"class_path": "tests.server.test_ddp_client_state.UnsyncedAdam", '
@@ -142,6 +146,7 @@ def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(tmp_path)
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
+@pytest.mark.ddp
 def test_async_adp_fl_two_processes_match_one(tmp_path):
     """Async state (clock, buffered late uploads, per-client budgets, staleness, accuracy
     callback) is written by server-side hooks that run on every rank with every update, so it

@@ -20,6 +20,8 @@ import torch
 
 from tests.conftest import QUICKSTART, REPO
 
+pytestmark = pytest.mark.ddp  # every test here launches two processes
+
 COMMON = [
     "--data", str(REPO / "configs" / "data" / "digits.yaml"),
     "--data.num_clients", "8",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -49,6 +50,7 @@ def _worker(rank: int, port: int, results) -> None:  # noqa: ANN001
         dist.destroy_process_group()
 
 
+@pytest.mark.ddp
 def test_two_ranks_agree_disagree_and_gather():
     results = mp.Manager().dict()
     mp.spawn(_worker, args=(_free_port(), results), nprocs=2, join=True)

@@ -7,6 +7,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.server.async_buffer import Arrival
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor
@@ -51,21 +52,37 @@ def test_published_schedule_rises_and_cooling_falls():
 @pytest.mark.parametrize("schedule", ["published", "cooling", "even"])
 def test_rescaled_schedule_spends_the_total_budget_in_expectation(schedule):
     s = ADPFL(epsilon=5.0, schedule=schedule, rescale=True, accuracy_drop=None)
-    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=30, sample_rate=0.2)
+    s.calibrate_noise(
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=30,
+        sampling=CohortSampling("fixed", 0.2, 100),
+    )
     assert 0.2 * sum(s.scheduled_epsilon(r) for r in range(30)) == pytest.approx(5.0)
 
 
 def test_unscaled_base_is_the_even_budget_of_eq_10():
     s = EvenBudget(epsilon=10.0, mechanism="gaussian")
     s.calibrate_noise(
-        target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20, sample_rate=10 / 50
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=20,
+        sampling=CohortSampling("fixed", 10 / 50, 100),
     )
     assert s.even_budget() == pytest.approx(50 * 10.0 / (10 * 20))
 
 
 def test_accuracy_drop_keeps_the_previous_epsilon():
     s = ADPFL(epsilon=100.0, schedule="published", accuracy_drop=0.05)
-    s.calibrate_noise(target_epsilon=None, delta=1e-5, accountant="rdp", rounds=20, sample_rate=0.2)
+    s.calibrate_noise(
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=20,
+        sampling=CohortSampling("fixed", 0.2, 100),
+    )
     accs = iter([0.50, 0.60, 0.40, 0.41])
     s.accuracy_fn = lambda cid: next(accs)
     eps = [s.upload_budget(0, ctx_for(r, [0])) for r in range(4)]
@@ -178,7 +195,11 @@ def test_no_client_ever_exceeds_its_total_budget(
     )
     s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
     s.calibrate_noise(
-        target_epsilon=None, delta=1e-5, accountant="rdp", rounds=rounds, sample_rate=0.5
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=rounds,
+        sampling=CohortSampling("fixed", 0.5, 100),
     )
     accs = data.draw(st.lists(st.floats(0, 1), min_size=rounds * n, max_size=rounds * n))
     it = iter(accs)

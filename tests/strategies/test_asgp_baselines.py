@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.cpsgd import CPSGD
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal, paper_gaussian_sigma
@@ -24,6 +25,7 @@ def ctx(d, cohort=(0, 1, 2), round_idx=0):
         expected_cohort_size=len(cohort),
         sample_rate=0.3,
         global_params=torch.zeros(d),
+        sampling=CohortSampling("fixed", 0.3, 10),
     )
 
 
@@ -107,7 +109,13 @@ def test_fedsmp_noise_only_on_kept_and_accounting():
 
 def test_fedsmp_calibrates_sigma():
     s = FedSMP(sparsifier="rand_k")
-    s.calibrate_noise(target_epsilon=1.0, delta=1e-5, accountant="rdp", rounds=20, sample_rate=0.1)
+    s.calibrate_noise(
+        target_epsilon=1.0,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=20,
+        sampling=CohortSampling("fixed", 0.1, 100),
+    )
     assert s.noise_multiplier and s.noise_multiplier > 0
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 
 
-def _ctx(d: int, m: int) -> RoundContext:
+def _ctx(d: int, m: int, mode: str = "poisson") -> RoundContext:
     return RoundContext(
         round_idx=0,
         total_rounds=1,
@@ -19,6 +20,7 @@ def _ctx(d: int, m: int) -> RoundContext:
         expected_cohort_size=float(m),
         sample_rate=m / 100,
         global_params=torch.zeros(d),
+        sampling=CohortSampling(mode, m / 100, 100),
     )
 
 
@@ -64,6 +66,21 @@ def test_round_privacy_is_one_sampled_gaussian_at_the_cohort_rate():
     assert len(spent.client_level) == 1
     event = spent.client_level[0]
     assert (event.noise_multiplier, event.sample_rate, event.steps) == (1.1, 0.1, 1)
+    assert event.population == 0  # Poisson cohorts: add/remove one client
+
+
+def test_fixed_cohorts_give_a_without_replacement_event():
+    s = DPFedAvg(clip_norm=1.0, noise_multiplier=1.1)
+    event = s.round_privacy(_ctx(10, 10, mode="fixed")).client_level[0]
+    assert (event.sample_rate, event.population, event.adjacency) == (0.1, 100, "replace-one")
+
+
+def test_round_privacy_refuses_an_unknown_sampling():
+    s = DPFedAvg(clip_norm=1.0, noise_multiplier=1.1)
+    ctx = _ctx(10, 10)
+    ctx.sampling = None
+    with pytest.raises(ValueError, match="RoundContext.sampling"):
+        s.round_privacy(ctx)
 
 
 @pytest.mark.parametrize(

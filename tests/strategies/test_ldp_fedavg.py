@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.ldp_fedavg import LDPFedAvg
 
@@ -98,7 +99,8 @@ def test_privacy_statement():
     s.setup_strategy(num_clients=5, num_parameters=1000, seed=0)
     ctx = _ctx(torch.zeros(1000), cohort=(1, 3))
     rp = s.round_privacy(ctx)
-    assert rp.local_epsilon == {1: 0.3, 3: 0.3} and rp.no_guarantee is None
+    assert rp.local == {c: [LocalRelease(0.3, 0.0, "coordinate", 1000)] for c in (1, 3)}
+    assert rp.no_guarantee is None
     s.after_round(ctx, torch.zeros(1000))
     s.after_round(ctx, torch.zeros(1000))
     assert s.round_metrics["epsilon_per_report"] == pytest.approx(300.0)
@@ -107,7 +109,7 @@ def test_privacy_statement():
     reason = spm.round_privacy(ctx).no_guarantee
     assert reason and "only the sign" in reason and "6.717" in reason
     assert LDPFedAvg(mechanism="pm", input_range="scale").no_guarantee_reason()
-    assert LDPFedAvg(mechanism="none").round_privacy(ctx).local_epsilon == {}
+    assert LDPFedAvg(mechanism="none").round_privacy(ctx).local == {}
 
 
 @pytest.mark.parametrize(

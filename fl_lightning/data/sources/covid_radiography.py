@@ -69,8 +69,8 @@ def _load(
     for label, folder in enumerate(_class_dirs(Path(root)) or []):
         for path in _files(folder):
             with Image.open(path) as img:
-                img = img.convert("L").resize((image_size, image_size), Image.BILINEAR)
-                images.append(np.asarray(img, dtype=np.uint8))
+                small = img.convert("L").resize((image_size, image_size), Image.Resampling.BILINEAR)
+                images.append(np.asarray(small, dtype=np.uint8))
             labels.append(label)
     x = torch.from_numpy(np.stack(images)).float().unsqueeze(1) / 255.0
     x = (x - 0.5) / 0.5

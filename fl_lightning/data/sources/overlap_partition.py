@@ -41,7 +41,7 @@ def overlap_label_k(
     by_label = {c: np.flatnonzero(labels == c) for c in classes}
     quota = max(labels_per_client, int(round(fraction * len(labels))))
     parts = []
-    for _ in range(num_clients):
+    for _client in range(num_clients):
         chosen = rng.choice(classes, size=labels_per_client, replace=False)
         per = [
             quota // labels_per_client + (k < quota % labels_per_client)

@@ -104,7 +104,7 @@ def load_shakespeare(
     if max_clients is not None:
         names = names[:max_clients]
     train, clients = _to_tensors(train_users, names, seq_len)
-    test, _ = _to_tensors(test_users, [u for u in names if u in test_users], seq_len)
+    test, _test_clients = _to_tensors(test_users, [u for u in names if u in test_users], seq_len)
     train.clients = clients  # type: ignore[attr-defined]  # read by natural_clients
     return train, test
 

@@ -7,6 +7,7 @@ import math
 import dp_accounting
 import torch
 
+from fl_lightning.privacy.events import CohortSampling, SampledGaussian
 from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
 
 
@@ -17,6 +18,22 @@ def classic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) 
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     return math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / epsilon
+
+
+def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+    """The smallest σ for which one Gaussian release with L2 sensitivity Δ is (ε, δ)-DP, for
+    every ε > 0 (the analytic Gaussian mechanism, Balle & Wang 2018, Thm. 8), computed by
+    dp-accounting's exact Gaussian privacy-loss distribution (pessimistic discretisation)."""
+    from dp_accounting.pld import accountant, common
+
+    if epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    params = common.DifferentialPrivacyParameters(epsilon, delta)
+    return float(
+        accountant.get_smallest_gaussian_noise(params, num_queries=1, sensitivity=sensitivity)
+    )
 
 
 class GaussianMechanism(Mechanism):
@@ -49,6 +66,12 @@ class GaussianMechanism(Mechanism):
         if self.noise_multiplier == 0:
             return dp_accounting.NonPrivateDpEvent()
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
+
+    def cohort_event(self, sampling: CohortSampling, steps: int = 1) -> SampledGaussian:
+        """The client-level event of this mechanism on a sum over a cohort drawn by
+        ``sampling`` (each client's contribution bounded by ``sensitivity``): the only way a
+        strategy obtains one, so the sampling can never be misstated."""
+        return SampledGaussian.for_cohort(self.noise_multiplier, sampling, steps)
 
     def guarantee(self) -> PrivacyGuarantee:
         return PrivacyGuarantee(

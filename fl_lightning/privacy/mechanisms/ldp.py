@@ -23,8 +23,9 @@ from typing import ClassVar
 import dp_accounting
 import torch
 
+from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
-from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism, classic_gaussian_sigma
+from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism, analytic_gaussian_sigma
 from fl_lightning.privacy.mechanisms.laplace import LaplaceMechanism
 
 
@@ -70,6 +71,11 @@ class LocalMechanism(Mechanism, abc.ABC):
         # Binary randomized response is the dominating pair of every pure ε-DP mechanism.
         return dp_accounting.RandomizedResponseDpEvent(2.0 / (math.exp(self.epsilon) + 1.0), 2)
 
+    def local_release(self, coordinates: int) -> LocalRelease:
+        """The accounting record of one upload of ``coordinates`` coordinates, each privatised
+        independently at this ε: ε-LDP per coordinate, composed per client by the accountant."""
+        return LocalRelease(self.epsilon, self.delta, "coordinate", int(coordinates))
+
     def guarantee(self) -> PrivacyGuarantee:
         what = "the weight" if self.randomises_magnitude else "the sign of the weight only"
         return PrivacyGuarantee(
@@ -106,14 +112,16 @@ class LocalLaplace(LaplaceMechanism, LocalMechanism):
 
 
 class LocalGaussian(GaussianMechanism, LocalMechanism):
-    """Gaussian on [−1, 1] inputs, (ε, δ)-LDP by the classic calibration
-    σ = 2·√(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm. A.1; valid for ε < 1, and used as a
-    conservative choice above). Var = σ²."""
+    """Gaussian on [−1, 1] inputs, (ε, δ)-LDP per coordinate with σ from the analytic Gaussian
+    mechanism (Balle & Wang 2018), valid for every ε (the classic σ = 2·√(2 ln(1.25/δ))/ε of
+    Dwork & Roth Thm. A.1 holds only for ε < 1 and misses δ above). Var = σ²."""
 
     name = "gaussian"
 
     def __init__(self, *, epsilon: float, delta: float = 1e-5) -> None:
-        sigma = classic_gaussian_sigma(epsilon=check_epsilon(epsilon), delta=delta, sensitivity=2.0)
+        sigma = analytic_gaussian_sigma(
+            epsilon=check_epsilon(epsilon), delta=delta, sensitivity=2.0
+        )
         GaussianMechanism.__init__(self, noise_multiplier=sigma / 2.0, sensitivity=2.0)
         self.epsilon = float(epsilon)
         self._delta = float(delta)

@@ -324,7 +324,7 @@ def p001(text: str) -> dict[str, Any]:
 # -- paper 002: DPFL-AGN (numbers from the prose; no result tables) ---------------------------
 def p002(text: str) -> dict[str, Any]:
     tables = []
-    specs = [
+    specs: list[tuple[str, str, list[str], str, dict[str, Any]]] = [
         ("5.1", "AGN", ["AGN", "DP-SGD"], "Adaptive Gaussian noise vs DP-SGD without "
          "adaptation (Figs. 2-3; final accuracy quoted in the prose).",
          {"epsilon": 2, "delta": 1e-5, "noise_multiplier": 1.0, "clip": 1.0,

@@ -1,0 +1,270 @@
+"""The package's import graph keeps its layering: no upward arrow, no import circle.
+
+Every ``import fl_lightning...`` / ``from fl_lightning... import`` in ``fl_lightning/`` is read
+with ``ast`` (imports inside functions and under ``TYPE_CHECKING`` count: a lazy or type-only
+import is still a dependency a reader has to follow). The layers, bottom to top, are written in
+``LAYERS``; a module may import from its own layer or any layer below it. An arrow that points
+up, or a circle between modules, fails the test unless it is in ``ALLOWED_UPWARD`` /
+``ALLOWED_CYCLES``. Those lists record the debt of today (docs/architecture.md): they may only
+shrink. An allow-listed entry that no longer exists also fails the test, so whoever removes an
+arrow or breaks a circle deletes its entry in the same change.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fl_lightning"
+
+# Bottom to top. A module's layer is that of its first package below fl_lightning (or of the
+# module itself for top-level modules such as cli.py).
+LAYERS: list[set[str]] = [
+    {"utils", "records"},  # the round's vocabulary and pure helpers
+    {"privacy", "data", "models"},  # mechanisms/accountants, datasets/partitioners, networks
+    {"client"},  # local training; never sees a strategy or the server
+    {"strategies"},  # aggregation and privacy placement; never imports the server
+    {"server"},  # the round loop (FederatedModule), sampling, executors
+    {"attacks", "reports", "sweeps", "runs", "extensions", "configs", "loggers"},  # tools
+    {"cli"},  # the entry point: nothing in the library imports it
+]
+
+# (importer, imported) module pairs that point up today. Only ever delete from this list.
+ALLOWED_UPWARD: set[tuple[str, str]] = {
+    # P2 (records at the bottom): ClientUpdate/RoundContext live in server/update.py.
+    ("client.local_loop", "server.update"),
+    ("strategies.adp_fl", "server.update"),
+    ("strategies.async_base", "server.update"),
+    ("strategies.async_local_dp", "server.update"),
+    ("strategies.base", "server.update"),
+    ("strategies.cpsgd", "server.update"),
+    ("strategies.dp_fedasgp", "server.update"),
+    ("strategies.dp_fedavg", "server.update"),
+    ("strategies.dp_fedavg_local", "server.update"),
+    ("strategies.dp_fedexp", "server.update"),
+    ("strategies.dp_fedprox", "server.update"),
+    ("strategies.dp_fedsnlc", "server.update"),
+    ("strategies.dp_scaffold", "server.update"),
+    ("strategies.dpfl_agn", "server.update"),
+    ("strategies.fedasync", "server.update"),
+    ("strategies.fedbuff", "server.update"),
+    ("strategies.fedsmp", "server.update"),
+    ("strategies.gcfl", "server.update"),
+    ("strategies.isolate", "server.update"),
+    ("strategies.ldp_fedavg", "server.update"),
+    ("strategies.nbafl", "server.update"),
+    # P2: the local loop types against Strategy and calls its client hooks (ClientPlan fixes it).
+    ("client.local_loop", "strategies.base"),
+    # P2: the async clock and buffer live in server/ but only strategies use them.
+    ("strategies.adp_fl", "server.async_buffer"),
+    ("strategies.async_base", "server.async_buffer"),
+    ("strategies.async_base", "server.async_clock"),
+    ("strategies.async_local_dp", "server.async_buffer"),
+    ("strategies.fedasync", "server.async_buffer"),
+    ("strategies.fedbuff", "server.async_buffer"),
+    # P8: the attack library builds runs through the CLI entry point (runs.py fixes it).
+    ("attacks.pipeline", "cli"),
+    ("attacks.cli", "cli"),
+    # The sweep runner checks a spec's points against the CLI's parser before launching.
+    ("sweeps.runner", "cli"),
+}
+
+# Import circles (strongly connected components of the module graph) that exist today, each
+# as the exact set of modules in it. Only ever delete (or shrink) entries.
+ALLOWED_CYCLES: list[set[str]] = [
+    # P8: ldp.py dispatches to the mechanisms that subclass its base (a registry removes it).
+    {
+        "privacy.mechanisms.ldp",
+        "privacy.mechanisms.duchi",
+        "privacy.mechanisms.hm",
+        "privacy.mechanisms.ldp_fl",
+        "privacy.mechanisms.pm",
+        "privacy.mechanisms.pnpm",
+        "privacy.mechanisms.spm",
+    },
+    # P2/P6: the DP-SGD engines and the book-keeping engine import each other lazily (both
+    # move to privacy/dp_sgd/, where the shared clipping helper gets its own module).
+    {"client.book_keeping", "client.dp_sgd"},
+]
+
+
+def _modules() -> dict[str, Path]:
+    """Module name (relative to fl_lightning, '' for the package itself) to its file."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(dotted: str, modules: dict[str, Path]) -> str | None:
+    """The longest module of ours that ``dotted`` (relative to fl_lightning) names or lies in."""
+    name = dotted
+    while name not in modules:
+        if "." not in name:
+            return "" if "" in modules and not dotted else None
+        name = name.rpartition(".")[0]
+    return name
+
+
+def import_graph() -> dict[str, set[str]]:
+    """importer -> imported, both relative to fl_lightning (e.g. 'server.module')."""
+    modules = _modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = ["fl_lightning", *name.split(".")] if name else ["fl_lightning"]
+                    if not is_package:
+                        base = base[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    source = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    source = node.module or ""
+                # `from pkg import sub` imports the module pkg.sub where it is one.
+                targets = [f"{source}.{a.name}" for a in node.names]
+            for target in targets:
+                if target != "fl_lightning" and not target.startswith("fl_lightning."):
+                    continue
+                resolved = _resolve(target.removeprefix("fl_lightning").lstrip("."), modules)
+                if resolved is not None and resolved != name:
+                    graph[name].add(resolved)
+    return dict(graph)
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[0]
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(
+        f"fl_lightning.{module}: its package {top!r} has no layer; add it to LAYERS in "
+        "tests/test_import_layers.py and to docs/architecture.md"
+    )
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {
+        (src, dst)
+        for src, targets in graph.items()
+        if src  # the package's own __init__ sits outside the layers
+        for dst in targets
+        if dst and layer_of(dst) > layer_of(src)
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[set[str]] = []
+    counter = 0
+    nodes = sorted(set(graph) | {d for ts in graph.values() for d in ts})
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(component)
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_every_package_has_a_layer(graph):
+    for module in graph:
+        if module:
+            layer_of(module)
+
+
+def test_no_new_upward_arrow(graph):
+    new = sorted(upward_arrows(graph) - ALLOWED_UPWARD)
+    lines = "\n".join(f"  fl_lightning.{a} -> fl_lightning.{b}" for a, b in new)
+    assert not new, f"upward imports (see LAYERS here and docs/architecture.md):\n{lines}"
+
+
+def test_allowed_upward_arrows_still_exist(graph):
+    gone = sorted(ALLOWED_UPWARD - upward_arrows(graph))
+    assert not gone, "these arrows are gone; delete them from ALLOWED_UPWARD:\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in gone
+    )
+
+
+def test_no_new_import_circle(graph):
+    found = cycles(graph)
+    new = [c for c in found if c not in ALLOWED_CYCLES]
+    assert not new, "import circles:\n" + "\n".join(f"  {sorted(c)}" for c in new)
+
+
+def test_allowed_import_circles_still_exist(graph):
+    found = cycles(graph)
+    gone = [c for c in ALLOWED_CYCLES if c not in found]
+    assert not gone, "these circles changed or are gone; update ALLOWED_CYCLES:\n" + "\n".join(
+        f"  {sorted(c)}" for c in gone
+    )
+
+
+def test_the_library_never_imports_the_entry_point(graph):
+    importers = {src for src, targets in graph.items() if "cli" in targets}
+    assert importers <= {src for src, dst in ALLOWED_UPWARD if dst == "cli"}
+
+
+# The checker itself, on graphs whose answer is known.
+def test_checker_finds_an_upward_arrow_and_a_circle():
+    graph = {
+        "client.x": {"strategies.base", "utils.rng"},
+        "strategies.base": {"client.x"},
+        "utils.rng": set(),
+    }
+    assert upward_arrows(graph) == {("client.x", "strategies.base")}
+    assert cycles(graph) == [{"client.x", "strategies.base"}]
+    assert cycles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": set()}) == []
+
+
+def test_checker_reads_relative_and_lazy_imports(graph):
+    # attacks/pipeline.py imports the CLI inside a method; strategies/__init__.py imports base.
+    assert "cli" in graph["attacks.pipeline"]
+    assert "strategies.base" in graph["strategies"]

@@ -1,0 +1,205 @@
+"""Privacy truth end to end through the CLI: the guarantee sentence names adjacency and
+sampling, DP-SGD calibration covers the smallest client, an unaffordable first round is refused,
+and a σ with an ε target for it is refused (issues: privacy truth; silently ignored targets)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fl_lightning.privacy.analysis import epsilon
+from fl_lightning.privacy.events import SampledGaussian
+from tests.conftest import QUICKSTART, REPO, TINY
+
+FEDSMP = REPO / "configs" / "strategy" / "dp_fedasgp" / "fedsmp.yaml"
+
+
+def _summary(tmp_path: Path) -> dict:
+    return json.loads(next(Path(tmp_path).rglob("summary.json")).read_text())
+
+
+def _with_summary(args: list[str], tmp_path: Path) -> list[str]:
+    # TINY switches the loggers off; summary.json needs the run directory of a CSV logger.
+    i = args.index("--trainer.logger")
+    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+              "init_args": {"save_dir": str(tmp_path)}}  # fmt: skip
+    return [*args[:i], "--trainer.logger", json.dumps(logger), *args[i + 2 :]]
+
+
+@pytest.mark.parametrize(
+    ("mode", "adjacency"), [("poisson", "add/remove one client"), ("fixed", "replace-one client")]
+)
+def test_client_level_epsilon_matches_the_sampling_that_ran(run_cli, tmp_path, mode, adjacency):
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *_with_summary(TINY, tmp_path),
+            "--trainer.max_steps",
+            "3",
+            "--model.sampling",
+            mode,
+        ]
+    )
+    assert rc == 0
+    s = _summary(tmp_path)
+    assert adjacency in s["privacy/guarantee"]
+    population = 10 if mode == "fixed" else 0
+    expected = epsilon([SampledGaussian(1.5, 0.3, 3, population)], 1e-5, "rdp")
+    assert s["privacy/epsilon"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_default_sampling_of_dp_fedavg_is_poisson(run_cli, tmp_path):
+    assert (
+        run_cli(
+            [
+                "fit",
+                "--config",
+                str(QUICKSTART),
+                *_with_summary(TINY, tmp_path),
+                "--trainer.max_steps",
+                "2",
+            ]
+        )
+        == 0
+    )
+    assert "Poisson cohorts (q = 0.3)" in _summary(tmp_path)["privacy/guarantee"]
+
+
+@pytest.mark.parametrize("accountant", ["pld", "prv"])
+def test_fixed_cohorts_with_an_accountant_that_cannot_account_them_fail_before_training(
+    run_cli, capsys, accountant
+):
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--trainer.max_steps",
+            "2",
+            "--model.sampling",
+            "fixed",
+            "--privacy.accountant",
+            accountant,
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[-1].startswith("error: privacy.accountant")
+
+
+def test_dirichlet_dp_sgd_keeps_every_client_within_the_target(run_cli, tmp_path):
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *_with_summary(TINY, tmp_path),
+            "--trainer.max_steps",
+            "3",
+            "--data.alpha",
+            "0.1",
+            "--strategy",
+            "fl_lightning.strategies.fedavg.FedAvg",
+            "--client.dp_sgd.noise_multiplier",
+            "null",
+            "--client.dp_sgd.max_grad_norm",
+            "1.0",
+            "--client.batch_size",
+            "8",
+            "--privacy.target_epsilon",
+            "3.0",
+        ]
+    )
+    assert rc == 0
+    s = _summary(tmp_path)
+    assert s["rounds"] == 3 and not s["stopped_by_budget"]
+    assert 0 < s["privacy/epsilon_record"] <= 3.0
+
+
+def test_a_target_below_one_round_fails_before_training_with_one_line(run_cli, capsys):
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--trainer.max_steps",
+            "3",
+            "--strategy",
+            "fl_lightning.strategies.fedavg.FedAvg",
+            "--client.dp_sgd.noise_multiplier",
+            "0.5",
+            "--client.dp_sgd.max_grad_norm",
+            "1.0",
+            "--privacy.target_epsilon",
+            "0.05",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0
+    assert err[-1].startswith("error: privacy.target_epsilon: 0.05 cannot pay for a single round")
+    assert "client " in err[-1]
+
+
+def test_a_client_level_target_below_the_first_round_never_exits_0(run_cli, capsys):
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            *TINY,
+            "--trainer.max_steps",
+            "3",
+            "--privacy.target_epsilon",
+            "0.01",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0
+    assert "cannot pay for the first round" in err[-1]
+
+
+def test_sigma_and_epsilon_target_for_it_are_refused(run_cli, capsys):
+    # The issue's reproduction: noise_multiplier 1.5 is carried over from the quickstart's
+    # DPFedAvg when --strategy switches to FedSMP, whose epsilon is 0.5.
+    rc = run_cli(
+        [
+            "fit",
+            "--config",
+            str(QUICKSTART),
+            "--strategy",
+            str(FEDSMP),
+            "--strategy.sparsifier",
+            "rand_k",
+            "--trainer.max_steps",
+            "2",
+            *TINY,
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert "strategy.noise_multiplier and strategy.epsilon: both set" in err[-1]
+
+
+def test_a_given_sigma_with_a_target_says_which_wins(run_cli, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="fl_lightning.server.module"):
+        rc = run_cli(
+            [
+                "fit",
+                "--config",
+                str(QUICKSTART),
+                *_with_summary(TINY, tmp_path),
+                "--trainer.max_steps",
+                "2",
+                "--privacy.target_epsilon",
+                "50",
+            ]
+        )
+    assert rc == 0
+    assert "strategy.noise_multiplier = 1.5 is used as given" in caplog.text
+    assert _summary(tmp_path)["privacy/epsilon"] <= 50
