@@ -20,6 +20,7 @@ import contextlib
 import io
 import os
 import pickle
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -113,17 +114,19 @@ CHECKPOINT_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, OSError)
 
 def checkpoint_error(path: Any, err: BaseException) -> ValueError:
     """The one-line ``ckpt_path`` error for a checkpoint ``torch.load(weights_only=True)``
-    could not read: objects it refuses (unpickling them could run code), or a truncated file."""
-    first = next((ln for ln in str(err).strip().splitlines() if ln.strip()), "empty")
-    if isinstance(err, pickle.UnpicklingError):
+    could not read: a Python object it refuses (unpickling it could run code), or a file that
+    is not a checkpoint at all (truncated, corrupt)."""
+    text = str(err)
+    refused = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", text)
+    if isinstance(err, pickle.UnpicklingError) and refused:
         return ValueError(
-            f"ckpt_path: {path} holds objects that torch.load(weights_only=True) refuses "
-            f"({first.strip()}); fl-lightning loads only checkpoints of plain tensors and "
-            "containers, since unpickling anything else can run code"
+            f"ckpt_path: {path} holds a {refused.group(1).rstrip('.')} object, which "
+            "torch.load(weights_only=True) refuses: fl-lightning loads only checkpoints of "
+            "plain tensors and containers, since unpickling anything else can run code"
         )
     return ValueError(
-        f"ckpt_path: {path} is not a readable checkpoint ({type(err).__name__}: "
-        f"{first.strip()[:200]}); give a .ckpt written by fl-lightning fit"
+        f"ckpt_path: {path} is not a readable checkpoint ({type(err).__name__}); give a .ckpt "
+        "written by fl-lightning fit"
     )
 
 
