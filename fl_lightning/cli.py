@@ -160,6 +160,8 @@ def _stop_launched_ranks() -> None:
                 proc.send_signal(signal.SIGKILL)
             with contextlib.suppress(Exception):
                 proc.wait(timeout=30)
+
+
 _RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "hparams.yaml")
 
 
