@@ -268,9 +268,9 @@ class SweepRunner:
         """Whether this worker may start ``point_id`` now (decided under the store lock)."""
         if point_id in self._mine:
             return False  # at most one attempt per point and worker invocation
-        status = (last or {}).get("status")
-        if status is None:
+        if last is None:
             return True
+        status = last.get("status")
         if status == "running":  # another worker's, or left by a dead one
             return not self.store.worker_alive(last.get("worker"))
         if status == "failed":
@@ -311,7 +311,7 @@ class SweepRunner:
         hold, and takes over those whose worker died."""
         self.store.register_worker()
         self._initial_attempts = {p.id: self.store.attempts(p.id) for p in points}
-        self._mine: set[str] = set()
+        self._mine = set()
         todo, done, failed = self.pending(points)
         total = len(points)
         self.print(
