@@ -10,6 +10,7 @@ before any training.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -95,6 +96,93 @@ def _default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
     return callbacks
 
 
+def _default_plugins(given: Any) -> Any:
+    """The user's plugins plus an atomic, ``weights_only``-loading CheckpointIO
+    (``utils/atomic.py``), unless a CheckpointIO was given."""
+    from lightning.fabric.plugins import CheckpointIO
+
+    from fl_lightning.utils.atomic import build_checkpoint_io
+
+    plugins = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
+    if any(isinstance(p, CheckpointIO) for p in plugins):
+        return given
+    return [*plugins, build_checkpoint_io()]
+
+
+DEFAULT_DISTRIBUTED_TIMEOUT_S = 1800.0
+_CURRENT_TRAINER: list[Any] = []  # the Trainer of the running command (for failure messages)
+
+
+def _set_timeout(strategy: Any, timeout_s: Any) -> None:
+    """Collectives of a DDP strategy time out after ``distributed_timeout`` seconds (set before
+    the process group starts; a strategy object given with its own timeout keeps it)."""
+    if timeout_s is None or not float(timeout_s) > 0:
+        raise ValueError(f"distributed_timeout: must be > 0 seconds, got {timeout_s}")
+    from lightning.pytorch.strategies import DDPStrategy
+    from lightning.pytorch.strategies.ddp import default_pg_timeout
+
+    if isinstance(strategy, DDPStrategy) and strategy._timeout in (None, default_pg_timeout):
+        from datetime import timedelta
+
+        strategy._timeout = timedelta(seconds=float(timeout_s))
+
+
+_DISTRIBUTED_SIGNS = (
+    "gloo", "nccl", "connection closed by peer", "connection reset by peer", "timed out",
+    "broken pipe", "socket timeout",
+)  # fmt: skip
+
+
+def is_distributed_failure(err: BaseException) -> bool:
+    """A collective failed: a peer process died, hung past the timeout, or its link broke."""
+    import torch.distributed as dist
+
+    if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(sign in text for sign in _DISTRIBUTED_SIGNS)
+
+
+def _distributed_failure_line(err: BaseException) -> str:
+    """One line: which rank, which round, why, what was stopped and where to resume from."""
+    text = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". This is")[0].rstrip(".")
+    rank = world = step = "?"
+    resume = "no checkpoint was written yet"
+    if _CURRENT_TRAINER:
+        trainer = _CURRENT_TRAINER[0]
+        rank, world, step = trainer.global_rank, trainer.world_size, trainer.global_step
+        cb = trainer.checkpoint_callback
+        last = getattr(cb, "last_model_path", "") or ""
+        if not last and getattr(cb, "dirpath", None):
+            last = os.path.join(cb.dirpath, "last.ckpt")
+        if last and os.path.exists(last):
+            resume = (
+                f"resume from the last complete checkpoint with --ckpt_path {last} "
+                "(any number of processes gives the same result)"
+            )
+    return (
+        f"error: distributed: rank {rank} of {world} lost its peers in round {step} ({text}); "
+        f"the job is stopped, {resume}"
+    )
+
+
+def _stop_launched_ranks() -> None:
+    """Kills the rank processes this one launched (Lightning's launcher), so no rank is left
+    blocked in a collective or stopped; under torchrun/SLURM the launcher does this."""
+    import signal
+
+    if not _CURRENT_TRAINER:
+        return
+    launcher = getattr(_CURRENT_TRAINER[0].strategy, "launcher", None)
+    for proc in list(getattr(launcher, "procs", []) or []):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=30)
+
+
 _RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "hparams.yaml")
 
 
@@ -157,14 +245,13 @@ def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str |
         return None  # Lightning resolves these itself
     if not Path(path).is_file():
         return f"ckpt_path: {path} does not exist or is not a file"
+    from fl_lightning.utils.atomic import checkpoint_error
+
     try:
-        # The user's own checkpoint, loaded the way Lightning will load it (full pickle).
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        # Loaded the way AtomicCheckpointIO will load it: weights_only, so nothing in it runs.
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any failure to unpickle means the same thing
-        return (
-            f"ckpt_path: {path} is not a readable checkpoint ({type(err).__name__}); give a "
-            ".ckpt written by fl-lightning fit"
-        )
+        return str(checkpoint_error(path, err))
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         return f"ckpt_path: {path} is not a Lightning checkpoint (no state_dict)"
     saved, here = ckpt["state_dict"], model.state_dict()
@@ -236,7 +323,9 @@ def build_cli_class():  # noqa: ANN201
         """
 
         def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-            log_dir = trainer.log_dir
+            if self.already_saved:
+                return
+            log_dir = trainer.log_dir  # a collective under DDP: every rank asks
             if log_dir and not self.overwrite:
                 target = os.path.join(log_dir, self.config_filename)
                 if os.path.exists(target):
@@ -244,13 +333,26 @@ def build_cli_class():  # noqa: ANN201
                         f"trainer.default_root_dir: {log_dir} already holds a run ({target}); "
                         "choose another directory so nothing is overwritten"
                     )
-            super().setup(trainer, pl_module, stage)
+            if trainer.is_global_zero:
+                if log_dir and self.save_to_log_dir:
+                    # Atomic, and with environment secrets redacted (utils/redact.py).
+                    from fl_lightning.utils.atomic import atomic_write
+                    from fl_lightning.utils.redact import redact_text
+
+                    config = self.parser.dump(self.config, skip_none=False, format="yaml")
+                    target = os.path.join(log_dir, self.config_filename)
+                    atomic_write(target, redact_text(config))
+                self.save_config(trainer, pl_module, stage)
+                self.already_saved = True
+            self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
         def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
             config = self.parser.dump(self.config, skip_none=False, format="yaml")
             import yaml
 
-            flat = _flatten(yaml.safe_load(config))
+            from fl_lightning.utils.redact import redact
+
+            flat = redact(_flatten(yaml.safe_load(config)))
             for logger in trainer.loggers:
                 logger.log_hyperparams(flat)
 
@@ -264,6 +366,13 @@ def build_cli_class():  # noqa: ANN201
             parser.link_arguments("privacy", "model.privacy", apply_on="instantiate")
             parser.link_arguments("seed_everything", "model.seed")
             parser.link_arguments("seed_everything", "data.seed")
+            parser.add_argument(
+                "--distributed_timeout",
+                type=float,
+                default=DEFAULT_DISTRIBUTED_TIMEOUT_S,
+                help="seconds a process waits in a collective for the others before the run "
+                "fails (DDP: a lost or hung rank ends the job instead of blocking it)",
+            )
 
         def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
             root = config.get("default_root_dir") or "runs"
@@ -274,20 +383,23 @@ def build_cli_class():  # noqa: ANN201
                     "choose another output path"
                 )
             config = {**config, "logger": _loggers_under(root, config.get("logger", True))}
+            config["plugins"] = _default_plugins(config.get("plugins"))
             extra = [*_default_callbacks(config), _phase_callback()]
-            return super()._instantiate_trainer(config, [*callbacks, *extra])
+            trainer = super()._instantiate_trainer(config, [*callbacks, *extra])
+            _set_timeout(trainer.strategy, self._get(self.config_init, "distributed_timeout"))
+            _CURRENT_TRAINER[:] = [trainer]
+            return trainer
 
         def _parse_ckpt_path(self) -> None:
-            """Lightning reads the checkpoint's hyperparameters while parsing; an unreadable
-            file is one line naming ckpt_path, not torch's unpickling traceback."""
+            """Lightning reads the checkpoint's hyperparameters (``weights_only=True``) while
+            parsing; a refused or unreadable file is one line naming ckpt_path."""
+            from fl_lightning.utils.atomic import checkpoint_error
+
             try:
                 super()._parse_ckpt_path()
             except Exception as err:  # noqa: BLE001 - any load failure means the same thing
                 path = self.config[self.config.subcommand].get("ckpt_path")
-                raise ValueError(
-                    f"ckpt_path: {path} is not a readable checkpoint ({type(err).__name__}); "
-                    "give a .ckpt written by fl-lightning fit"
-                ) from err
+                raise checkpoint_error(path, err) from err
 
         def _run_subcommand(self, subcommand: str) -> None:
             _Phase.value = "setup"
@@ -521,6 +633,7 @@ def run_lightning(args: list[str] | None = None) -> int:
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     from fl_lightning.privacy.budget import BudgetError
+    from fl_lightning.utils.atomic import OutputWriteError
 
     argv = list(sys.argv[1:] if args is None else args)
     with_agent = sweep_agent_args(argv)
@@ -552,6 +665,13 @@ def run_lightning(args: list[str] | None = None) -> int:
         make(args)
     except Exception as err:
         phase = _Phase.value
+        if isinstance(err, OutputWriteError):  # disk full, read-only folder: one line, exit 1
+            print(f"error: {one_line(err)}", file=sys.stderr)
+            return 1
+        if phase != "config" and is_distributed_failure(err):
+            print(_distributed_failure_line(err), file=sys.stderr, flush=True)
+            _stop_launched_ranks()
+            return 1
         # A budget that cannot pay for the first round is bad input wherever it is found
         # (strategies whose cohort is known only at round 0 find it there): one line.
         if isinstance(err, (*config_errors[phase], BudgetError)):
@@ -570,6 +690,7 @@ def run_lightning(args: list[str] | None = None) -> int:
     finally:
         _finish_wandb()
         _Phase.value = "config"
+        _CURRENT_TRAINER.clear()
     return 0
 
 

@@ -122,7 +122,8 @@ def audit(argv: list[str]) -> dict:
     callback.pipeline = pipeline
     extra: list[str] = []
     if args.checkpoint:
-        ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+        # weights_only: an untrusted checkpoint cannot run code (docs/reliability.md).
+        ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
         # Resume to exactly the checkpoint's round: Lightning restores everything, runs nothing.
         extra.append(f"--trainer.max_steps={int(ckpt['global_step'])}")
         if args.out is None:

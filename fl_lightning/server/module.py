@@ -54,7 +54,9 @@ from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
+from fl_lightning.utils.redact import redact
 from fl_lightning.utils.rng import generator_for
 
 log = logging.getLogger(__name__)
@@ -390,11 +392,9 @@ class FederatedModule(pl.LightningModule):
         sizes = hist.sum(dim=1)
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero and log_dir:
-            path = Path(log_dir) / "label_histogram.csv"
-            path.parent.mkdir(parents=True, exist_ok=True)
             rows = ["client," + ",".join(f"label_{c}" for c in range(hist.shape[1]))]
             rows += [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(hist)]
-            path.write_text("\n".join(rows) + "\n")
+            atomic_write(Path(log_dir) / "label_histogram.csv", "\n".join(rows) + "\n")
         for logger in self.loggers:
             logger.log_hyperparams(
                 {
@@ -659,10 +659,9 @@ class FederatedModule(pl.LightningModule):
             if isinstance(logger, WandbLogger):
                 for k, v in summary.items():
                     logger.experiment.summary[k] = v
-        if log_dir:
+        if log_dir:  # atomic (utils/atomic.py), environment secrets redacted
             path = Path(log_dir) / "summary.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+            atomic_write(path, json.dumps(redact(summary), indent=2, default=str) + "\n")
             if self.accountant is not None:
                 # The events behind the printed ε, so that anyone can recompute it
                 # (fl_lightning.privacy.recompute, docs/privacy.md).
@@ -671,7 +670,7 @@ class FederatedModule(pl.LightningModule):
                     "delta": self.accountant.delta,
                     **self.accountant.state_dict(),
                 }
-                (path.parent / "privacy_ledger.json").write_text(json.dumps(ledger) + "\n")
+                atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
         eps = summary.get("privacy/epsilon", math.inf)
         print(
             f"Finished {self.rounds_completed} rounds: test accuracy "

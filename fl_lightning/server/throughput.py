@@ -71,6 +71,7 @@ class Throughput(Callback):
         for logger in trainer.loggers:
             logger.log_metrics(summary, step=int(trainer.global_step))
         if trainer.is_global_zero and trainer.log_dir:
-            path = Path(trainer.log_dir) / "throughput.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(summary, indent=2) + "\n")
+            from fl_lightning.utils.atomic import atomic_write
+
+            text = json.dumps(summary, indent=2) + "\n"
+            atomic_write(Path(trainer.log_dir) / "throughput.json", text)

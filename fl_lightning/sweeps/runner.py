@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,7 @@ class SweepRunner:
         wandb: bool = False,
         retry_failed: bool = True,
         grace_s: float = 10.0,
+        poll_s: float = 1.0,
         out=None,  # noqa: ANN001 - a text stream; None: sys.stdout at print time
     ) -> None:
         self.spec = spec
@@ -172,7 +174,10 @@ class SweepRunner:
         self.wandb = wandb
         self.retry_failed = retry_failed
         self.grace_s = grace_s
+        self.poll_s = poll_s
         self.out = out
+        self._mine: set[str] = set()
+        self._initial_attempts: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stopping = False
@@ -181,20 +186,22 @@ class SweepRunner:
         print(msg, file=self.out or sys.stdout, flush=True)
 
     # -- one point ---------------------------------------------------------------------------
+    def runs_fl_lightning_fit(self) -> bool:
+        """Whether the spec's own ``program``/``command`` runs ``fl-lightning fit``; decided
+        without the parameters, so no swept value can change what is run or how."""
+        own = [t for t in self.spec.command if not t.startswith("${args")]
+        return is_fl_lightning_fit(build_command(replace(self.spec, command=own), {}))
+
     def command_for(self, point: Point, run_dir: Path) -> list[str]:
         argv = build_command(self.spec, point.params, json_file=run_dir / "params.json")
-        if is_fl_lightning_fit(argv):
+        if self.runs_fl_lightning_fit():
             argv += logger_override(run_dir, sweep=self.spec.name, point=point, wandb=self.wandb)
         return argv
 
-    def run_point(self, point: Point) -> dict[str, Any]:
-        if self._stopping:  # queued before a stop: never start it
-            return {"id": point.id, "status": "interrupted"}
-        attempt = self.store.attempts(point.id) + 1
+    def _running_row(self, point: Point, attempt: int) -> dict[str, Any]:
         run_dir = (self.store.root / "runs" / point.id / f"a{attempt}").resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        argv = self.command_for(point, run_dir)
-        base = {
+        return {
             "id": point.id,
             "sweep": self.spec.name,
             "spec": str(self.spec.path),
@@ -202,9 +209,25 @@ class SweepRunner:
             "params": point.params,
             "attempt": attempt,
             "run_dir": str(run_dir),
-            "command": argv,
+            "command": self.command_for(point, run_dir),
+            "status": "running",
+            "started_at": _now(),
         }
-        self.store.append({**base, "status": "running", "started_at": _now()})
+
+    def run_point(self, point: Point, claimed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Runs one point: ``claimed`` is its ``running`` row from :meth:`claim_next` (without
+        one, the point is claimed here unconditionally)."""
+        if claimed is None:
+            claimed = self.store.claim(
+                [point.id],
+                lambda _pid, attempt: self._running_row(point, attempt),
+                lambda *_: True,
+                sweep=self.spec.name,
+            )
+            assert claimed is not None
+        base = {k: v for k, v in claimed.items() if k not in ("status", "started_at")}
+        run_dir = Path(base["run_dir"])
+        argv = list(base["command"])
         env = {**os.environ, RUN_DIR_ENV: str(run_dir), "FL_SWEEP_POINT": point.id}
         env.setdefault("WANDB_SILENT", "true")
         log = run_dir / "output.log"
@@ -287,23 +310,87 @@ class SweepRunner:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
 
+    def claimable(self, point_id: str, last: dict[str, Any] | None, attempts: int) -> bool:
+        """Whether this worker may start ``point_id`` now (decided under the store lock)."""
+        if point_id in self._mine:
+            return False  # at most one attempt per point and worker invocation
+        if last is None:
+            return True
+        status = last.get("status")
+        if status == "running":  # another worker's, or left by a dead one
+            return not self.store.worker_alive(last.get("worker"))
+        if status == "failed":
+            # Retry a failure that predates this worker, once: not one a live worker just had.
+            return self.retry_failed and attempts == self._initial_attempts.get(point_id, 0)
+        return status != "finished"
+
+    def claim_next(self, points: list[Point]) -> tuple[Point, dict[str, Any]] | None:
+        """Claims the next point nobody else runs (the store's lock makes it exclusive)."""
+        by_id = {p.id: p for p in points}
+        row = self.store.claim(
+            [p.id for p in points if p.id not in self._mine],
+            lambda pid, attempt: self._running_row(by_id[pid], attempt),
+            self.claimable,
+            sweep=self.spec.name,
+        )
+        if row is None:
+            return None
+        self._mine.add(row["id"])
+        return by_id[row["id"]], row
+
+    def running_elsewhere(self, points: list[Point]) -> list[str]:
+        """Points of this sweep that live workers other than this one are running."""
+        latest = self.store.latest(self.spec.name)
+        ids = {p.id for p in points}
+        return [
+            pid
+            for pid, r in latest.items()
+            if pid in ids
+            and r.get("status") == "running"
+            and r.get("worker") != self.store.worker
+            and self.store.worker_alive(r.get("worker"))
+        ]
+
     def run(self, points: list[Point]) -> int:
+        """Runs every point no other worker runs; several workers (``--parallel`` threads,
+        processes, machines) may share one store. Waits for points that other live workers
+        hold, and takes over those whose worker died."""
+        self.store.register_worker()
+        self._initial_attempts = {p.id: self.store.attempts(p.id) for p in points}
+        self._mine = set()
         todo, done, failed = self.pending(points)
         total = len(points)
         self.print(
             f"sweep {self.spec.name}: {total} points ({self.spec.method}), {done} already "
-            f"finished, {len(todo)} to run, {self.parallel} in parallel; store {self.store.path}"
+            f"finished, {len(todo)} to run, {self.parallel} in parallel; store {self.store.path} "
+            f"(worker {self.store.worker})"
         )
+        failed_here = failed
         start = time.perf_counter()
         completed_now = 0
+        waiting_said = False
         with ThreadPoolExecutor(max_workers=self.parallel) as pool:
-            futures: dict[Future, Point] = {pool.submit(self.run_point, p): p for p in todo}
-            pending = set(futures)
+            futures: dict[Future, Point] = {}
             try:
-                while pending:
-                    finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                while True:
+                    while len(futures) < self.parallel and not self._stopping:
+                        claimed = self.claim_next(points)
+                        if claimed is None:
+                            break
+                        point, row = claimed
+                        futures[pool.submit(self.run_point, point, row)] = point
+                    if not futures:
+                        others = self.running_elsewhere(points)
+                        if not others:
+                            break
+                        if not waiting_said:
+                            self.print(f"waiting for {len(others)} points run by other workers")
+                            waiting_said = True
+                        time.sleep(self.poll_s)
+                        continue
+                    finished, _ = wait(set(futures), timeout=1.0, return_when=FIRST_COMPLETED)
                     for fut in finished:
-                        point = futures[fut]
+                        point = futures.pop(fut)
                         try:
                             row = fut.result()
                         except Exception as err:  # noqa: BLE001 - recorded, the sweep goes on
@@ -314,31 +401,40 @@ class SweepRunner:
                                     "sweep": self.spec.name,
                                     "index": point.index,
                                     "params": point.params,
+                                    "worker": self.store.worker,
                                     **row,
                                 }
                             )
                         completed_now += 1
-                        if row["status"] == "finished":
-                            done += 1
-                        else:
-                            failed += 1
+                        if row["status"] != "finished":
+                            failed_here += 1
+                        latest = self.store.latest(self.spec.name)
+                        done = sum(latest.get(p.id, {}).get("status") == "finished" for p in points)
                         self.print(
                             self._progress_line(
-                                point, row, done, failed, total, completed_now, len(todo), start
-                            )
+                                point,
+                                row,
+                                done,
+                                failed_here,
+                                total,
+                                completed_now,
+                                max(len(todo), completed_now),
+                                start,
+                            )  # fmt: skip
                         )
             except KeyboardInterrupt:
-                self._stopping = True
-                for fut in pending:
-                    fut.cancel()
                 self.stop()
+                for fut in futures:
+                    fut.cancel()
                 self.print(f"interrupted: {done}/{total} finished; run the same command to resume")
                 raise
+        latest = self.store.latest(self.spec.name)
+        done = sum(latest.get(p.id, {}).get("status") == "finished" for p in points)
         self.print(
-            f"sweep {self.spec.name}: {done}/{total} finished, {failed} failed "
+            f"sweep {self.spec.name}: {done}/{total} finished, {failed_here} failed "
             f"({format_eta(time.perf_counter() - start)} elapsed)"
         )
-        return 0 if failed == 0 else 1
+        return 0 if failed_here == 0 else 1
 
     def _progress_line(
         self,
@@ -404,7 +500,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a W&B sweep spec (grid or random) locally, resumably.",
     )
     p.add_argument("spec", help="W&B sweep YAML (sweeps/<name>.yaml)")
-    p.add_argument("--parallel", type=int, default=1, help="points run at once (default 1)")
+    p.add_argument(
+        "--parallel",
+        "--jobs",
+        "-j",
+        dest="parallel",
+        type=int,
+        default=1,
+        help="points this worker runs at once (default 1); other workers (processes, machines) "
+        "may run the same spec on the same store at the same time",
+    )
     p.add_argument("--count", type=int, default=None, help="points of a random sweep")
     p.add_argument("--seed", type=int, default=0, help="seed of a random sweep's points")
     p.add_argument(
@@ -444,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    from fl_lightning.sweeps.store import StoreLockError
+    from fl_lightning.utils.atomic import OutputWriteError
+
     store = ResultStore(args.store or Path("sweep_results") / spec.name)
     runner = SweepRunner(
         spec,
@@ -468,8 +576,13 @@ def main(argv: list[str] | None = None) -> int:
         return runner.run(points)
     except KeyboardInterrupt:
         return 130
+    except (StoreLockError, OutputWriteError) as err:
+        runner.stop()
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+        store.close()
 
 
 if __name__ == "__main__":
