@@ -207,7 +207,7 @@ def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[Ta
         for a in t.arms + ([t.reference] if t.reference else []):
             if a not in names:
                 names.append(a)
-    out = []
+    out: list[ReproPoint] = []
     for seed in range(seeds):
         for name in names:
             arm = defn.arms[name]
@@ -243,8 +243,8 @@ class ReproRunner(SweepRunner):
         argv = build_command(spec, point.params)
         return argv + logger_override(run_dir, sweep=self.spec.name, point=point, wandb=False)
 
-    def run_point(self, point: Point) -> dict[str, Any]:
-        row = super().run_point(point)
+    def run_point(self, point: Point, claimed: dict[str, Any] | None = None) -> dict[str, Any]:
+        row = super().run_point(point, claimed)
         if row.get("status") == "finished":
             curve = read_curve(Path(row["run_dir"]))
             line = json.dumps({"id": point.id, "curve": curve}, sort_keys=True)
@@ -265,10 +265,10 @@ def read_curve(run_dir: Path) -> dict[str, list]:
             idx = row.get("round/index") or row.get("step")
             if idx in (None, ""):
                 continue
-            r = by_round.setdefault(int(float(idx)) + 1, {})
+            values = by_round.setdefault(int(float(idx)) + 1, {})
             for c in CURVE_COLUMNS:
                 if row.get(c) not in (None, ""):
-                    r[c] = float(row[c])
+                    values[c] = float(row[c])
     for r in sorted(by_round):
         out["round"].append(r)
         for c in CURVE_COLUMNS:
@@ -368,7 +368,7 @@ def kendall(cells: list[CellResult]) -> tuple[float | None, float | None, int]:
     both = [c for c in cells if c.mean is not None and c.paper is not None]
     if len(both) < 2:
         return None, None, len(both)
-    res = kendalltau([round(c.mean, 2) for c in both], [c.paper for c in both])
+    res = kendalltau([round(float(c.mean or 0.0), 2) for c in both], [c.paper for c in both])
     tau, p = float(res.statistic), float(res.pvalue)
     return (tau if math.isfinite(tau) else None), (p if math.isfinite(p) else None), len(both)
 
@@ -424,7 +424,9 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
         evidence = "; ".join(e for _, e in parts)
         notes = []
         for c in [a, *others]:
-            d = _diagnostics(c)  # type: ignore[arg-type]
+            if c is None:
+                continue
+            d = _diagnostics(c)
             if "anr_fired_mean" in d:
                 notes.append(
                     f"{c.arm.method}: ANR fired {d['anr_fired_mean']:.1f} times a run, "

@@ -97,7 +97,7 @@ class Paper:
             if candidates & {normalize(method), *map(normalize, aliases)}
         ]
         preferred = [m for m in hits if among and m in among]
-        return (preferred or hits or [None])[0]
+        return next(iter(preferred or hits), None)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -363,7 +363,8 @@ def p002(text: str) -> dict[str, Any]:
     ablation = []
     for ds in ("MNIST", "CIFAR-10"):
         for name, tid, method in pick:
-            hit = [c for c in by_id[tid]["cells"] if c["method"] == method and c["dataset"] == ds]
+            ablation_cells: list[dict[str, Any]] = by_id[tid]["cells"]  # type: ignore[assignment]
+            hit = [c for c in ablation_cells if c["method"] == method and c["dataset"] == ds]
             ablation.append({"method": name, "dataset": ds, "epsilon": 2.0,
                              "value": hit[0]["value"]})  # fmt: skip
     tables.append(
