@@ -363,7 +363,11 @@ def build_cli_class():  # noqa: ANN201
             parser.add_class_arguments(PrivacyAccountant, "privacy")
             parser.link_arguments("client", "model.client", apply_on="instantiate")
             parser.link_arguments("strategy", "model.strategy", apply_on="instantiate")
-            parser.link_arguments("privacy", "model.privacy", apply_on="instantiate")
+            # privacy.accountant: none switches accounting off (non-private baselines only;
+            # FederatedModule refuses it for a run that privatises anything).
+            parser.link_arguments(
+                "privacy", "model.privacy", apply_on="instantiate", compute_fn=_accountant_or_none
+            )
             parser.link_arguments("seed_everything", "model.seed")
             parser.link_arguments("seed_everything", "data.seed")
             parser.add_argument(
@@ -491,6 +495,11 @@ def build_cli_class():  # noqa: ANN201
         )
 
     return make
+
+
+def _accountant_or_none(accountant: Any) -> Any:
+    """The accountant to hand the round loop: None for ``privacy.accountant: none``."""
+    return None if getattr(accountant, "accountant", None) == "none" else accountant
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -203,3 +203,35 @@ def test_a_given_sigma_with_a_target_says_which_wins(run_cli, tmp_path, caplog):
     assert rc == 0
     assert "strategy.noise_multiplier = 1.5 is used as given" in caplog.text
     assert _summary(tmp_path)["privacy/epsilon"] <= 50
+
+
+def test_a_given_dp_sgd_sigma_with_a_target_says_which_wins(run_cli, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="fl_lightning.server.module"):
+        rc = run_cli(["fit", "--config", str(QUICKSTART), *_with_summary(TINY, tmp_path),
+                      "--trainer.max_steps", "2",
+                      "--strategy", "fl_lightning.strategies.fedavg.FedAvg",
+                      "--client.dp_sgd.noise_multiplier", "1.0", "--client.batch_size", "4",
+                      "--privacy.target_epsilon", "50"])  # fmt: skip
+    assert rc == 0
+    assert "client.dp_sgd.noise_multiplier = 1 is used as given" in caplog.text
+    assert _summary(tmp_path)["privacy/epsilon_record"] <= 50
+
+
+def test_the_accountant_can_be_switched_off_for_a_non_private_baseline(run_cli, tmp_path):
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *_with_summary(TINY, tmp_path),
+                  "--trainer.max_steps", "1", "--strategy", "fl_lightning.strategies.fedavg.FedAvg",
+                  "--privacy.accountant", "none"])  # fmt: skip
+    assert rc == 0
+    assert "privacy/epsilon" not in _summary(tmp_path)  # no accountant, no ε claimed
+
+
+def test_a_private_run_cannot_switch_the_accountant_off(run_cli, capsys):
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "1",
+                  "--privacy.accountant", "none"])  # fmt: skip
+    assert rc == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith("error: privacy.accountant: none, but this run privatises")
+    )

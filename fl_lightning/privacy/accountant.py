@@ -55,7 +55,8 @@ class PrivacyAccountant(Callback):
     """Composes every round's privacy events and reports ε at ``delta``.
 
     Args:
-        accountant: ``rdp`` or ``prv`` (Opacus) or ``pld`` (dp-accounting).
+        accountant: ``rdp`` or ``prv`` (Opacus) or ``pld`` (dp-accounting); ``none`` (CLI
+            only) runs without an accountant, which only a non-private run may do.
         delta: δ of the reported (ε, δ).
         target_epsilon: stop training before the round that would exceed it; also the target
             of noise calibration when a noise multiplier is left unset.
@@ -63,12 +64,12 @@ class PrivacyAccountant(Callback):
 
     def __init__(
         self,
-        accountant: Literal["rdp", "prv", "pld"] = "rdp",
+        accountant: Literal["rdp", "prv", "pld", "none"] = "rdp",
         delta: float = 1e-5,
         target_epsilon: float | None = None,
     ) -> None:
         super().__init__()
-        if accountant not in ACCOUNTANTS:
+        if accountant not in (*ACCOUNTANTS, "none"):
             raise ValueError(
                 f"privacy.accountant: unknown {accountant!r}; choose from {list(ACCOUNTANTS)}"
             )
