@@ -103,7 +103,7 @@ class WandbLogger(_LightningWandbLogger):
             extra["mode"] = mode
         super().__init__(
             name=name,
-            save_dir=save_dir or ".",
+            save_dir=save_dir,  # type: ignore[arg-type]  # None: filled in under default_root_dir
             version=version,
             offline=False,  # Lightning's offline=True rewrites os.environ; the mode goes below
             project=project,

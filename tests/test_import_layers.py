@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"privacy", "data", "models"},  # mechanisms/accountants, datasets/partitioners, networks
     {"client"},  # local training; never sees a strategy or the server
     {"strategies"},  # aggregation and privacy placement; never imports the server
-    {"server"},  # the round loop (FederatedModule), sampling, executors
+    {"server", "callbacks"},  # the round loop, sampling, executors; callbacks on its hooks
     {"attacks", "reports", "sweeps", "runs", "extensions", "configs", "loggers"},  # tools
     {"cli"},  # the entry point: nothing in the library imports it
 ]
