@@ -442,6 +442,13 @@ def build_cli_class():  # noqa: ANN201
                 )
             self._check_outputs()
             self._check_checkpoint("fit")
+            model = self.model
+            if model.accountant is None and (model.uses_dp_sgd or model.strategy.is_private):
+                what = "client.dp_sgd" if model.uses_dp_sgd else type(model.strategy).__name__
+                raise ValueError(
+                    f"privacy.accountant: none, but this run privatises what it releases "
+                    f"({what}); a private run must account its ε: choose rdp, prv or pld"
+                )
             data = self.datamodule
             if data.hparams.partitioner != "natural":
                 self.model.sampler.check_population(data.num_clients)

@@ -277,12 +277,6 @@ class FederatedModule(pl.LightningModule):
                 raise ValueError(f"strategy: {problem}")
             check_ranks_agree(self.resolved_config())
         data.to(self.device)
-        if self.accountant is None and (self.uses_dp_sgd or self.strategy.is_private):
-            raise ValueError(
-                f"privacy.accountant: none, but this run privatises what it releases "
-                f"({'client.dp_sgd' if self.uses_dp_sgd else type(self.strategy).__name__}); "
-                "a private run must account its ε: choose rdp, prv or pld"
-            )
         self._calibrate_noise()
         if self.accountant is not None:
             self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
