@@ -16,7 +16,7 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.budget import dp_sgd_event
+from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
 from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
@@ -80,7 +80,7 @@ class LocalTrainer:
         batch_gen = generator_for(ctx.seed, ctx.round_idx, client_id, "batches", device=x.device)
         dp = cfg.dp_sgd
         dp_steps: list[SampledGaussian] = []
-        rate = min(1.0, cfg.batch_size / n)
+        rate = dp_sgd_rate(batch_size=cfg.batch_size, size=n)
         if dp is not None:
             assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
             self.engine.configure_client(

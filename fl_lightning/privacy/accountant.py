@@ -204,17 +204,11 @@ class PrivacyAccountant(Callback):
             return False
         return report["privacy/epsilon"] > self.target_epsilon
 
-    def report_of(self, prospective: RoundPrivacy) -> str:
-        """The guarantee sentence ``prospective`` alone would give."""
+    def report_alone(self, prospective: RoundPrivacy) -> dict[str, Any]:
+        """The report ``prospective`` alone would give (what one such round costs)."""
         trial = PrivacyAccountant(self.accountant, self.delta, None)
         trial.record(prospective)
-        return str(trial.report()["privacy/guarantee"])
-
-    def round_cost(self, prospective: RoundPrivacy) -> float:
-        """The headline ε of ``prospective`` alone (what one such round costs from scratch)."""
-        trial = PrivacyAccountant(self.accountant, self.delta, None)
-        trial.record(prospective)
-        return float(trial.report()["privacy/epsilon"])
+        return trial.report()
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Literal
 import dp_accounting
 import numpy as np
 
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.events import CohortSampling, SampledGaussian
 
 AccountantName = Literal["rdp", "prv", "pld"]
 ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv", "pld")
@@ -86,13 +86,20 @@ def _epsilon_rdp_without_replacement(history: History, delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
+def refuse_without_replacement(accountant: str, *, what: str = "fixed-size cohorts") -> None:
+    """Raises unless ``accountant`` can compose sampling-without-replacement events (only
+    dp-accounting's RDP accountant can; neither Opacus PRV nor dp-accounting PLD)."""
+    if accountant != "rdp":
+        raise ValueError(
+            f"privacy.accountant: {accountant!r} cannot account {what} drawn without "
+            "replacement (neither Opacus PRV nor dp-accounting PLD supports that event); "
+            "use model.sampling: poisson, or privacy.accountant: rdp"
+        )
+
+
 def _refuse_without_replacement(history: History, accountant: str) -> None:
     if any(n for _, _, _, n in history):
-        raise ValueError(
-            f"privacy.accountant: {accountant!r} cannot account fixed-size cohorts drawn "
-            "without replacement (neither Opacus PRV nor dp-accounting PLD supports that "
-            "event); use model.sampling: poisson, or privacy.accountant: rdp"
-        )
+        refuse_without_replacement(accountant)
 
 
 @lru_cache(maxsize=256)
@@ -266,3 +273,26 @@ def refuse_sigma_and_epsilon(
             f"{sigma_field}: null to calibrate σ to ε, or {epsilon_field}: null to use σ "
             "(a value may have been carried over from an earlier --strategy/--config)"
         )
+
+
+def resolve_cohort_noise_multiplier(
+    noise_multiplier: float | None,
+    *,
+    target_epsilon: float | None,
+    delta: float,
+    accountant: str,
+    rounds: int,
+    sampling: CohortSampling,
+) -> float:
+    """:func:`resolve_noise_multiplier` for one client-level Gaussian a round on a cohort drawn
+    by ``sampling`` (Poisson, or without replacement: the event the mechanism will report)."""
+    event = SampledGaussian.for_cohort(1.0, sampling)
+    return resolve_noise_multiplier(
+        noise_multiplier,
+        target_epsilon=target_epsilon,
+        delta=delta,
+        sample_rate=event.sample_rate,
+        steps=rounds,
+        accountant=accountant,
+        population=event.population,
+    )

@@ -36,12 +36,19 @@ class ClientCost:
     steps: int
 
 
+def dp_sgd_rate(*, batch_size: int, size: int) -> float:
+    """Poisson rate min(1, B/n) of a client's DP-SGD batches."""
+    return min(1.0, batch_size / max(size, 1))
+
+
 def dp_sgd_event(
     noise_multiplier: float, *, batch_size: int, size: int, steps: int
 ) -> SampledGaussian:
     """The record-level event of ``steps`` DP-SGD steps of a client holding ``size`` examples
-    with expected batch ``batch_size`` (Poisson rate min(1, B/n))."""
-    return SampledGaussian(float(noise_multiplier), min(1.0, batch_size / max(size, 1)), steps)
+    with expected batch ``batch_size`` (Poisson rate :func:`dp_sgd_rate`)."""
+    return SampledGaussian(
+        float(noise_multiplier), dp_sgd_rate(batch_size=batch_size, size=size), steps
+    )
 
 
 def max_participations(rounds: int, rate: float, num_clients: int) -> int:

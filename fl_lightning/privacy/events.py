@@ -132,11 +132,6 @@ class LocalRelease:
     def units(self) -> int:
         return self.coordinates if self.unit == "coordinate" else 1
 
-    @property
-    def upload_epsilon_basic(self) -> float:
-        """ε of the whole upload by basic composition over its coordinates."""
-        return self.epsilon * self.units
-
 
 @dataclass
 class RoundPrivacy:
@@ -146,6 +141,3 @@ class RoundPrivacy:
     record_level: dict[int, list[SampledGaussian]] = field(default_factory=dict)
     local: dict[int, list[LocalRelease]] = field(default_factory=dict)
     no_guarantee: str | None = None
-
-    def releases_anything(self) -> bool:
-        return bool(self.client_level or self.record_level or self.local)

@@ -32,11 +32,13 @@ from lightning.pytorch.loggers import WandbLogger
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule, metrics_from_logits
 from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.analysis import refuse_without_replacement
 from fl_lightning.privacy.budget import (
     BudgetError,
     ClientCost,
     calibrate_dp_sgd,
     dp_sgd_event,
+    dp_sgd_rate,
     max_participations,
     most_expensive_round,
     refuse_unaffordable_round,
@@ -60,6 +62,19 @@ from fl_lightning.utils.redact import redact
 from fl_lightning.utils.rng import generator_for
 
 log = logging.getLogger(__name__)
+
+
+def _say_sigma_caps(field: str, sigma: float | None, target: float | None) -> None:
+    """Says which wins when a σ and ``privacy.target_epsilon`` are both given: σ is used, the
+    target caps the budget (the exact stop)."""
+    if sigma is None or target is None:
+        return
+    log.warning(
+        "%s = %g is used as given; privacy.target_epsilon = %g caps the budget (training "
+        "stops before the round that would exceed it). Set the noise multiplier to null to "
+        "calibrate it to the target instead.",
+        field, sigma, target,
+    )
 
 
 class _UpdateStats:
@@ -305,21 +320,11 @@ class FederatedModule(pl.LightningModule):
         accountant = acc.accountant if acc else "rdp"
         rounds = int(self.trainer.max_steps)
         sampling = self.sampler.sampling(self.data.num_clients)
-        client_level = self.strategy.amplified_by_sampling and sampling.without_replacement
-        if client_level and accountant != "rdp":
-            raise ValueError(
-                f"privacy.accountant: {accountant!r} cannot account {sampling.describe()} "
-                "(sampling without replacement is supported by dp-accounting's RDP "
-                "accountant only); use model.sampling: poisson, or privacy.accountant: rdp"
-            )
+        if self.strategy.amplified_by_sampling and sampling.without_replacement:
+            what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
+            refuse_without_replacement(accountant, what=what)
         given = getattr(self.strategy, "noise_multiplier", None)
-        if given is not None and target is not None:
-            log.warning(
-                "strategy.noise_multiplier = %g is used as given; privacy.target_epsilon = %g "
-                "caps the budget (training stops before the round that would exceed it). Set "
-                "the noise multiplier to null to calibrate it to the target instead.",
-                given, target,
-            )
+        _say_sigma_caps("strategy.noise_multiplier", given, target)
         self.strategy.calibrate_noise(
             target_epsilon=target,
             delta=delta,
@@ -333,7 +338,7 @@ class FederatedModule(pl.LightningModule):
         cfg = self.client.training_config
         sizes = [int(n) for n in self.data.client_sizes().tolist()]
         costs = [
-            ClientCost(cid, n, min(1.0, cfg.batch_size / n), cfg.steps_for(n))
+            ClientCost(cid, n, dp_sgd_rate(batch_size=cfg.batch_size, size=n), cfg.steps_for(n))
             for cid, n in enumerate(sizes)
             if n > 0
         ]
@@ -353,13 +358,8 @@ class FederatedModule(pl.LightningModule):
                 sigma, worst.client_id, worst.size, worst.rate, worst.steps, target, k,
             )
             self.client.training_config = replace(cfg, dp_sgd=replace(dp, noise_multiplier=sigma))
-        elif target is not None:
-            log.warning(
-                "client.dp_sgd.noise_multiplier = %g is used as given; privacy.target_epsilon = "
-                "%g caps the budget (training stops before the round that would exceed it). Set "
-                "the noise multiplier to null to calibrate it to the target instead.",
-                dp.noise_multiplier, target,
-            )
+        else:
+            _say_sigma_caps("client.dp_sgd.noise_multiplier", dp.noise_multiplier, target)
         sigma = float(self.client.training_config.dp_sgd.noise_multiplier)
         cost, worst = most_expensive_round(
             costs, noise_multiplier=sigma, delta=delta, accountant=accountant
@@ -463,11 +463,11 @@ class FederatedModule(pl.LightningModule):
         planned = self.planned_privacy(ctx) if self.accountant is not None else None
         if self.accountant is not None and self.accountant.would_exceed(planned):
             if self.rounds_completed == 0:
-                cost = self.accountant.round_cost(planned)
+                alone = self.accountant.report_alone(planned)
                 raise BudgetError(
                     f"privacy.target_epsilon: {self.accountant.target_epsilon:g} cannot pay "
-                    f"for the first round, which costs ε = {cost:.4g} "
-                    f"({self.accountant.report_of(planned)}); raise the target or add noise"
+                    f"for the first round, which costs ε = {alone['privacy/epsilon']:.4g} "
+                    f"({alone['privacy/guarantee']}); raise the target or add noise"
                 )
             self.stopped_by_budget = True
             self.print(

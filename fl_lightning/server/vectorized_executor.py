@@ -31,7 +31,7 @@ from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import per_sample_losses
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.budget import dp_sgd_event
+from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.stacked_chain import StackedChain, build_chain
 from fl_lightning.server.update import ClientUpdate, RoundContext
@@ -201,7 +201,7 @@ class VectorizedExecutor:
         """The local loop's batch indices, drawn exactly as ``LocalTrainer.train`` does."""
         out = []
         if cfg.dp_sgd is not None:
-            rate = min(1.0, cfg.batch_size / n)
+            rate = dp_sgd_rate(batch_size=cfg.batch_size, size=n)
             for _ in range(cfg.steps_for(n)):
                 mask = torch.rand(n, generator=gen, device=device) < rate
                 out.append(mask.nonzero().squeeze(1))
@@ -260,7 +260,7 @@ class VectorizedExecutor:
             from opacus.optimizers.optimizer import _generate_noise
 
             assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
-            rates = [min(1.0, cfg.batch_size / n) for n in sizes]
+            rates = [dp_sgd_rate(batch_size=cfg.batch_size, size=n) for n in sizes]
             expected = torch.tensor([r * n for r, n in zip(rates, sizes)], device=device)
             noise_gens = [generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd") for c in bucket]
             std = dp.noise_multiplier * dp.max_grad_norm

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.analysis import resolve_noise_multiplier
+from fl_lightning.privacy.analysis import resolve_cohort_noise_multiplier
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
@@ -51,15 +51,13 @@ class DPFedAvg(Strategy):
         rounds: int,
         sampling: CohortSampling,
     ) -> None:
-        event = SampledGaussian.for_cohort(1.0, sampling)
-        self.noise_multiplier = resolve_noise_multiplier(
+        self.noise_multiplier = resolve_cohort_noise_multiplier(
             self.noise_multiplier,
             target_epsilon=target_epsilon,
             delta=delta,
-            sample_rate=event.sample_rate,
-            steps=rounds,
             accountant=accountant,
-            population=event.population,
+            rounds=rounds,
+            sampling=sampling,
         )
 
     @property

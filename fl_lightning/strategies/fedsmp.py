@@ -21,9 +21,12 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon, resolve_noise_multiplier
+from fl_lightning.privacy.analysis import (
+    refuse_sigma_and_epsilon,
+    resolve_cohort_noise_multiplier,
+)
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
@@ -98,15 +101,13 @@ class FedSMP(Strategy):
         # Checked here, not in __init__: jsonargparse would hide the message behind its
         # "does not validate against any of the Union subtypes".
         refuse_sigma_and_epsilon(self.noise_multiplier, self.epsilon)
-        event = SampledGaussian.for_cohort(1.0, sampling)
-        self.noise_multiplier = resolve_noise_multiplier(
+        self.noise_multiplier = resolve_cohort_noise_multiplier(
             self.noise_multiplier,
             target_epsilon=self.epsilon if self.epsilon is not None else target_epsilon,
             delta=delta,
-            sample_rate=event.sample_rate,
-            steps=rounds,
             accountant=accountant,
-            population=event.population,
+            rounds=rounds,
+            sampling=sampling,
         )
 
     @property
