@@ -351,8 +351,9 @@ def build_cli_class():  # noqa: ANN201
             import yaml
 
             from fl_lightning.utils.redact import redact
+            from fl_lightning.utils.tree import flatten_tree
 
-            flat = redact(_flatten(yaml.safe_load(config)))
+            flat = redact(flatten_tree(yaml.safe_load(config)))
             for logger in trainer.loggers:
                 logger.log_hyperparams(flat)
 
@@ -507,19 +508,6 @@ def build_cli_class():  # noqa: ANN201
 def _accountant_or_none(accountant: Any) -> Any:
     """The accountant to hand the round loop: None for ``privacy.accountant: none``."""
     return None if getattr(accountant, "accountant", None) == "none" else accountant
-
-
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict):
-            out.update(_flatten(v, key))
-        else:
-            out[key] = v
-    return out
 
 
 _UNION = "Does not validate against any of the Union subtypes"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_lightning.reports.runs import Run, finite, load_runs
+from fl_lightning.utils.tree import flatten_tree
 
 SEED_KEYS = ("seed_everything", "seed", "data.seed", "model.seed")
 # Parameters that say where a run wrote, not what it ran: never a setting.
@@ -37,19 +38,6 @@ WANDB_COLUMNS = {"Name", "State", "ID", "Notes", "User", "Tags", "Created", "Run
 DEFAULT_METRICS = ("test/accuracy", "privacy/epsilon", "rounds")
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key))
-        else:
-            out[key] = v
-    return out
-
-
 def load_run_dirs(folder: str | Path) -> list[Run]:
     """Every finished ``fl-lightning fit`` run below ``folder`` (a ``summary.json``), with the
     flattened ``config.yaml`` beside it as its parameters (``init_args`` dropped from keys)."""
@@ -60,7 +48,8 @@ def load_run_dirs(folder: str | Path) -> list[Run]:
         d = summary.parent
         params: dict[str, Any] = {}
         if (d / "config.yaml").exists():
-            raw = _flatten(yaml.safe_load((d / "config.yaml").read_text()) or {})
+            config = yaml.safe_load((d / "config.yaml").read_text()) or {}
+            raw = flatten_tree(config, keep_empty=True)
             params = {k.replace(".init_args.", "."): v for k, v in raw.items()}
         try:
             metrics = json.loads(summary.read_text())
