@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fl_lightning.cli import _flatten
 from fl_lightning.sweeps.runner import SweepRunner
 from fl_lightning.sweeps.spec import build_command, expand, is_fl_lightning_fit, load_spec
 from fl_lightning.sweeps.store import ResultStore
+from fl_lightning.utils.tree import flatten_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "sweeps").glob("*.yaml"))
@@ -51,7 +51,7 @@ def test_swept_keys_are_the_keys_of_the_logged_config():
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    assert set(_flatten(tree)) == set(spec.parameters)
+    assert set(flatten_tree(tree)) == set(spec.parameters)
 
 
 def test_fl_lightning_points_log_into_their_run_dir(tmp_path):
