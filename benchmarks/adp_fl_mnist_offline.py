@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fl_lightning.cli import build_cli_class
+from fl_lightning.runs import build_cli_class
 
 ROUNDS = 20
 HORIZON = 20  # E of Eq. 6 / Eq. 10 (the budget horizon)

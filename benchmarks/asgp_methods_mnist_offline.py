@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from fl_lightning.cli import build_cli_class
+from fl_lightning.runs import build_cli_class
 
 CONFIG = "configs/experiment/dp_fedasgp/mnist_offline_cnn.yaml"
 METHODS = {

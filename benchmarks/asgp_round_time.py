@@ -24,13 +24,13 @@ import time
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.cli import build_cli_class
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import (
     SparseVectorPerturbation,
     quantile_threshold,
     split_budget,
 )
+from fl_lightning.runs import build_cli_class
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 

@@ -25,8 +25,8 @@ import torch
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.module import FederatedModule
-from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.async_base import AsyncStrategy
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.utils.rng import generator_for
@@ -140,7 +140,7 @@ def bookkeeping_times(strategy, d: int = 50_890, rounds: int = 12) -> list[float
             )
             for c in ctx.cohort
         ]
-        if strategy.needs_all_updates:
+        if strategy.reduction == "gather":
             ups = list(ups)
         agg = strategy.aggregate(ups, ctx, generator=generator_for(0, r))
         strategy.after_round(ctx, agg)

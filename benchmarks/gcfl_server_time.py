@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 import torch
 
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.gcfl import GCFL
 

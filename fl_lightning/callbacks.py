@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from lightning.pytorch.callbacks import Callback
 
 if TYPE_CHECKING:
-    from fl_lightning.server.update import ClientUpdate, RoundContext
+    from fl_lightning.records import ClientUpdate, RoundContext
 
 
 def run_dir(trainer: Any) -> Path:

@@ -60,7 +60,7 @@ def describe_events(ledger: dict) -> str:
 
 def run_config(config: Path, rounds: int, extra: list[str]) -> dict:
     """Runs ``config`` in this process (the CLI class is reused: no import per config)."""
-    from fl_lightning.cli import build_cli_class
+    from fl_lightning.runs import build_cli_class
 
     name = str(config.relative_to(REPO / "configs" / "experiment"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,8 +149,10 @@ def main() -> int:
         try:
             row = run_config(config, rounds, extra)
         except (Exception, pytest.skip.Exception) as err:  # e.g. no offline stand-in
-            row = {"config": str(config.relative_to(REPO / "configs" / "experiment")),
-                   "error": f"{type(err).__name__}: {err}".splitlines()[0]}
+            row = {
+                "config": str(config.relative_to(REPO / "configs" / "experiment")),
+                "error": f"{type(err).__name__}: {err}".splitlines()[0],
+            }
         rows.append(row)
         print(json.dumps(row), flush=True)
     bad = [r for r in rows if not r.get("agree")]

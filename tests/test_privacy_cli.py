@@ -187,7 +187,7 @@ def test_sigma_and_epsilon_target_for_it_are_refused(run_cli, capsys):
 
 
 def test_a_given_sigma_with_a_target_says_which_wins(run_cli, tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="fl_lightning.server.module"):
+    with caplog.at_level("WARNING", logger="fl_lightning.server.privacy_plan"):
         rc = run_cli(
             [
                 "fit",
@@ -206,7 +206,7 @@ def test_a_given_sigma_with_a_target_says_which_wins(run_cli, tmp_path, caplog):
 
 
 def test_a_given_dp_sgd_sigma_with_a_target_says_which_wins(run_cli, tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="fl_lightning.server.module"):
+    with caplog.at_level("WARNING", logger="fl_lightning.server.privacy_plan"):
         rc = run_cli(["fit", "--config", str(QUICKSTART), *_with_summary(TINY, tmp_path),
                       "--trainer.max_steps", "2",
                       "--strategy", "fl_lightning.strategies.fedavg.FedAvg",

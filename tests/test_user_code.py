@@ -81,7 +81,7 @@ def test_client_callbacks_wrap_every_client(run_cli, capsys, executor: str) -> N
 
 
 def test_fit_writes_plots_and_evaluates_the_last_round(run_cli, capsys, tmp_path) -> None:
-    from fl_lightning.cli import build_cli_class
+    from fl_lightning.runs import build_cli_class
 
     cli = build_cli_class()(["--config", str(QUICKSTART), *TINY, "--model.eval_every", "10",
                              "--trainer.max_steps", "3",

@@ -33,7 +33,7 @@ if "moons" not in ds.DATASETS:
 class FedMedian(FedAvg):
     """Coordinate-wise median of the client deltas (Yin et al. 2018), robust to outliers."""
 
-    needs_all_updates = True  # it looks at every update, not at a sum
+    reduction = "gather"  # it needs every update at once, not their sum
 
     def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001, ANN201
         return torch.stack([u.delta for u in updates]).median(dim=0).values

@@ -88,8 +88,8 @@ def audit(argv: list[str]) -> dict:
 
     args, overrides = _parser().parse_known_args(argv)
     attacks = list(args.attack)
-    if args.checkpoint and "cs_mia" not in attacks and any(
-        a in ("mia", "all") for a in attacks
+    if (
+        args.checkpoint and "cs_mia" not in attacks and any(a in ("mia", "all") for a in attacks)
     ):  # a group asked for it, not the user: run the others, say why cs_mia is left out
         from fl_lightning.attacks.callback import expand_attacks
 
@@ -137,7 +137,7 @@ def audit(argv: list[str]) -> dict:
 def main(argv: list[str]) -> int:
     from jsonargparse import ArgumentError
 
-    from fl_lightning.cli import one_line
+    from fl_lightning.runs import one_line
 
     try:
         audit(list(argv))

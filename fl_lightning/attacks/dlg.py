@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.privacy.mechanisms.base import Mechanism
-from fl_lightning.server.update import RoundContext
+from fl_lightning.records import RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 

@@ -18,7 +18,7 @@ from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
 from fl_lightning.privacy.events import SampledGaussian
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 

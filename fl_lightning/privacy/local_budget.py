@@ -145,9 +145,7 @@ class UploadMechanism:
     def release(self, *, epsilon: float) -> LocalRelease:
         """The accounting record of one upload at ``epsilon`` (the whole clipped delta is one
         unit: Δ = 2C covers any two inputs of the client)."""
-        return LocalRelease(
-            self.charged_epsilon(epsilon=epsilon), self.upload_delta(), "upload", 1
-        )
+        return LocalRelease(self.charged_epsilon(epsilon=epsilon), self.upload_delta(), "upload", 1)
 
 
 class BudgetLedger:

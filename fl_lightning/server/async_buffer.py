@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fl_lightning.privacy.events import SampledGaussian
-from fl_lightning.server.update import ClientUpdate
+from fl_lightning.records import ClientUpdate
 
 
 @dataclass

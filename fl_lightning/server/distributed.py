@@ -3,7 +3,7 @@
 Lightning launches the processes (``--trainer.strategy ddp``, SLURM, torchrun) and initialises
 ``torch.distributed``; the FederatedModule then needs, per round:
 
-* sum-based strategies (``Strategy.is_sum_based()``): one ``all_reduce`` of the flat partial
+* sum-based strategies (``Strategy.reduction == "sum"``): one ``all_reduce`` of the flat partial
   buffer, plus one small ``all_gather_object`` of the per-client records (loss, metrics,
   DP-SGD steps) that logging and the accountant need on every rank;
 * other strategies: one ``all_gather_object`` of the update metadata and one ``all_gather`` of
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fl_lightning.server.update import ClientUpdate
+from fl_lightning.records import ClientUpdate
 
 
 def rank_and_world() -> tuple[int, int]:

@@ -21,7 +21,6 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,18 +31,11 @@ from lightning.pytorch.loggers import WandbLogger
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule, metrics_from_logits
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.analysis import refuse_without_replacement
 from fl_lightning.privacy.budget import (
     BudgetError,
-    ClientCost,
-    calibrate_dp_sgd,
-    dp_sgd_event,
-    dp_sgd_rate,
-    max_participations,
-    most_expensive_round,
-    refuse_unaffordable_round,
 )
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.distributed import (
     all_reduce_sum_,
     check_ranks_agree,
@@ -52,9 +44,9 @@ from fl_lightning.server.distributed import (
     rank_and_world,
 )
 from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.privacy_plan import calibrate_noise, planned_privacy
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
-from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
@@ -62,19 +54,6 @@ from fl_lightning.utils.redact import redact
 from fl_lightning.utils.rng import generator_for
 
 log = logging.getLogger(__name__)
-
-
-def _say_sigma_caps(field: str, sigma: float | None, target: float | None) -> None:
-    """Says which wins when a σ and ``privacy.target_epsilon`` are both given: σ is used, the
-    target caps the budget (the exact stop)."""
-    if sigma is None or target is None:
-        return
-    log.warning(
-        "%s = %g is used as given; privacy.target_epsilon = %g caps the budget (training "
-        "stops before the round that would exceed it). Set the noise multiplier to null to "
-        "calibrate it to the target instead.",
-        field, sigma, target,
-    )
 
 
 class _UpdateStats:
@@ -312,66 +291,15 @@ class FederatedModule(pl.LightningModule):
         self._log_partition()
 
     def _calibrate_noise(self) -> None:
-        """Fixes every unset σ from the privacy target before any data moves (strategy first,
-        then DP-SGD), and refuses a target that cannot pay for one round."""
-        acc = self.accountant
-        target = acc.target_epsilon if acc else None
-        delta = acc.delta if acc else 1e-5
-        accountant = acc.accountant if acc else "rdp"
-        rounds = int(self.trainer.max_steps)
-        sampling = self.sampler.sampling(self.data.num_clients)
-        if self.strategy.amplified_by_sampling and sampling.without_replacement:
-            what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
-            refuse_without_replacement(accountant, what=what)
-        given = getattr(self.strategy, "noise_multiplier", None)
-        _say_sigma_caps("strategy.noise_multiplier", given, target)
-        self.strategy.calibrate_noise(
-            target_epsilon=target,
-            delta=delta,
-            accountant=accountant,
-            rounds=rounds,
-            sampling=sampling,
-        )
-        dp = self.client.training_config.dp_sgd
-        if dp is None:
-            return
-        cfg = self.client.training_config
-        sizes = [int(n) for n in self.data.client_sizes().tolist()]
-        costs = [
-            ClientCost(cid, n, dp_sgd_rate(batch_size=cfg.batch_size, size=n), cfg.steps_for(n))
-            for cid, n in enumerate(sizes)
-            if n > 0
-        ]
-        if dp.noise_multiplier is None:
-            if target is None:
-                raise ValueError(
-                    "client.dp_sgd.noise_multiplier: unset, so privacy.target_epsilon is needed "
-                    "to calibrate it"
-                )
-            k = max_participations(rounds, sampling.rate, len(costs))
-            sigma, worst = calibrate_dp_sgd(
-                costs, participations=k, target_epsilon=target, delta=delta, accountant=accountant
-            )
-            log.info(
-                "client.dp_sgd.noise_multiplier calibrated to %.4g: client %d (%d examples, "
-                "q = %.3g, %d steps a round) stays within ε = %g over %d participations",
-                sigma, worst.client_id, worst.size, worst.rate, worst.steps, target, k,
-            )
-            self.client.training_config = replace(cfg, dp_sgd=replace(dp, noise_multiplier=sigma))
-        else:
-            _say_sigma_caps("client.dp_sgd.noise_multiplier", dp.noise_multiplier, target)
-        sigma = float(self.client.training_config.dp_sgd.noise_multiplier)
-        cost, worst = most_expensive_round(
-            costs, noise_multiplier=sigma, delta=delta, accountant=accountant
-        )
-        refuse_unaffordable_round(
-            cost,
-            target,
-            what=(
-                f"client {worst.client_id} ({worst.size} examples, q = B/n = {worst.rate:.3g}, "
-                f"{worst.steps} DP-SGD steps a round at σ = {sigma:.4g})"
-            ),
-            field="client.dp_sgd.noise_multiplier, client.batch_size, local epochs/steps",
+        """Fixes every unset σ from the privacy target before any data moves
+        (``privacy_plan.calibrate_noise``: strategy first, then DP-SGD)."""
+        self.client.training_config = calibrate_noise(
+            self.strategy,
+            self.client.training_config,
+            client_sizes=[int(n) for n in self.data.client_sizes().tolist()],
+            sampling=self.sampler.sampling(self.data.num_clients),
+            rounds=int(self.trainer.max_steps),
+            accountant=self.accountant,
         )
 
     def resolved_config(self) -> dict[str, Any]:
@@ -427,21 +355,9 @@ class FederatedModule(pl.LightningModule):
 
     def planned_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """What the round will spend, known before any client trains (for the budget stop)."""
-        spent = self.strategy.round_privacy(ctx)
-        cfg = self.client.training_config.with_overrides(ctx.client_config)
-        if cfg.dp_sgd is not None:
-            sizes = self.data.client_sizes()
-            for cid in ctx.cohort:
-                n = int(sizes[cid])
-                spent.record_level[cid] = [
-                    dp_sgd_event(
-                        float(cfg.dp_sgd.noise_multiplier),
-                        batch_size=cfg.batch_size,
-                        size=n,
-                        steps=cfg.steps_for(n),
-                    )
-                ]
-        return spent
+        return planned_privacy(
+            self.strategy, self.client.training_config, self.data.client_sizes(), ctx
+        )
 
     def clients_of_this_process(self, ctx: RoundContext) -> list[int]:
         """This rank's share of the cohort (all of it with one process); see ``sharding.py``."""
@@ -483,7 +399,7 @@ class FederatedModule(pl.LightningModule):
         central = generator_for(self.seed, round_idx, "central", device=self.device)
         if rank_and_world()[1] == 1:
             updates: Iterable[ClientUpdate] = stats
-            if self.strategy.needs_all_updates:
+            if self.strategy.reduction == "gather":
                 updates = list(stats)
             aggregate = self.strategy.aggregate(updates, ctx, generator=central)
         else:
@@ -515,7 +431,7 @@ class FederatedModule(pl.LightningModule):
         rank holds the same sum and draws the same central noise, so no broadcast follows).
         Others: every update gathered to every rank, in client order, then ``aggregate``.
         """
-        if self.strategy.is_sum_based():
+        if self.strategy.reduction == "sum":
             partial = self.strategy.partial_aggregate(local, ctx)
             aggregate = self.strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
             gathered = gather_objects((local.records, self._client_states(local.records)))

@@ -32,9 +32,9 @@ from fl_lightning.client.dp_sgd import per_sample_losses
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.stacked_chain import StackedChain, build_chain
-from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
 

@@ -10,7 +10,7 @@ How it pairs with the core (one ``FederatedModule`` training step = one round):
    global model W^t; ``ClientUpdate.base_round`` = t records that version. Training at dispatch
    time is exactly "a late update was computed from the global model version the client started
    from": nothing is re-run later, the processed upload itself waits in the buffer.
-3. ``aggregate`` (``needs_all_updates``) draws each new update's compute time from the seeded
+3. ``aggregate`` (``reduction = "gather"``) draws each new update's compute time from the seeded
    :class:`~fl_lightning.server.async_clock.DelayModel`, asks the
    :class:`~fl_lightning.server.async_clock.AsyncClock` in which round it arrives, buffers the
    late ones (or drops them with ``drop_late``) and hands the updates arriving this round, with
@@ -30,11 +30,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.async_buffer import Arrival
 from fl_lightning.server.async_buffer import update_from_state as _update_from_state
 from fl_lightning.server.async_buffer import update_to_state as _update_to_state
 from fl_lightning.server.async_clock import AsyncClock, DelayKind, DelayModel
-from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
 from fl_lightning.utils.rng import generator_for
 
@@ -55,7 +55,7 @@ class AsyncStrategy(Strategy):
         refill: top the cohort up with idle clients when busy/ineligible ones are removed.
     """
 
-    needs_all_updates: ClassVar[bool] = True
+    reduction = "gather"
     keeps_versions: ClassVar[bool] = False
     """True when ``aggregate_arrivals`` needs the global model each update started from."""
 

@@ -28,8 +28,8 @@ from fl_lightning.privacy.local_budget import (
     TightAccountant,
     UploadMechanism,
 )
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.async_buffer import Arrival
-from fl_lightning.server.update import ClientUpdate, RoundContext
 from fl_lightning.strategies.async_base import AsyncStrategy
 
 

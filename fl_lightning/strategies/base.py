@@ -20,10 +20,13 @@ two so that a round can be sharded over processes (docs/distributed.md):
   processes (central noise from the generator every rank shares).
 
 ``aggregate`` is ``finalize(partial_aggregate(...))``, so a single process behaves exactly as
-before. A strategy that overrides ``aggregate`` without overriding the split, or sets
-``needs_all_updates = True`` (it looks at individual updates, e.g. a projection between
-clients), is run under several processes by gathering every update to every rank
-(``is_sum_based`` is False for it).
+before. How a strategy consumes the round's updates is declared, not inferred, in
+:attr:`Strategy.reduction`: ``"sum"`` (the split above: one all-reduce under DDP),
+``"stream"`` (``aggregate`` reads the updates once, in client order) or ``"gather"``
+(``aggregate`` needs them all at once, e.g. a projection between clients). Under several
+processes ``"stream"`` and ``"gather"`` gather every update to every rank. A class that
+overrides ``aggregate`` but declares ``"sum"`` is refused when it is defined; one that declares
+nothing gets ``"gather"``.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 
 Weighting = Literal["num_examples", "uniform"]
+Reduction = Literal["sum", "stream", "gather"]
 
 
 class Strategy(Callback):
@@ -52,8 +56,15 @@ class Strategy(Callback):
     """True when the strategy's client-level noise is amplified by cohort sampling (DP-FedAvg,
     FedSMP): ``model.sampling: auto`` then draws Poisson cohorts, whose accounting is tight."""
 
-    needs_all_updates: ClassVar[bool] = False
-    """True when ``aggregate`` must see every individual update (not only their sum)."""
+    reduction: ClassVar[Reduction] = "sum"
+    """How ``aggregate`` consumes the round's updates (the module's contract with it):
+
+    * ``"sum"``: through ``partial_aggregate`` / ``finalize`` only, so that the processes of a
+      DDP run sum their partial buffers with one all-reduce;
+    * ``"stream"``: ``aggregate`` reads the updates once, in client order (a single process
+      streams them without holding the cohort; DDP gathers them to every rank);
+    * ``"gather"``: ``aggregate`` needs every update at once (it gets a list).
+    """
 
     num_statistics: ClassVar[int] = 1
     """Scalars after the delta sum in the ``partial_aggregate`` buffer (default: total weight)."""
@@ -193,22 +204,32 @@ class Strategy(Callback):
             return torch.zeros_like(ctx.global_params)
         return reduced[:d].div(total_weight)
 
-    @classmethod
-    def is_sum_based(cls) -> bool:
-        """True when the aggregate is a function of the sum of per-process partial buffers.
-
-        False when ``needs_all_updates`` is set or when ``aggregate`` is overridden further down
-        the class hierarchy than ``partial_aggregate`` / ``finalize`` (a strategy written
-        against ``aggregate`` alone): such strategies see every update, gathered to every rank.
-        """
-        if cls.needs_all_updates:
-            return False
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Keeps ``reduction`` true to ``aggregate``: the all-reduce path calls only
+        ``partial_aggregate`` / ``finalize``, so a class that overrides ``aggregate`` below them
+        cannot be ``"sum"``. Declaring ``"sum"`` there is refused; a class that does not declare
+        a reduction (e.g. a user's robust aggregator) gets ``"gather"``, which is always
+        correct."""
+        super().__init_subclass__(**kwargs)
+        if cls.reduction not in ("sum", "stream", "gather"):
+            raise TypeError(f"{cls.__name__}.reduction: {cls.reduction!r} is not one of "
+                            "'sum', 'stream', 'gather'")  # fmt: skip
+        if cls.reduction != "sum":
+            return
 
         def owner(name: str) -> type:
             return next(k for k in cls.__mro__ if name in vars(k))
 
         agg = owner("aggregate")
-        return all(issubclass(owner(n), agg) for n in ("partial_aggregate", "finalize"))
+        if all(issubclass(owner(n), agg) for n in ("partial_aggregate", "finalize")):
+            return
+        if "reduction" in vars(cls):
+            raise TypeError(
+                f"{cls.__name__} overrides aggregate but declares reduction = 'sum', under "
+                "which DDP calls only partial_aggregate/finalize: move the logic there, or "
+                "declare reduction = 'stream' (reads the updates once) or 'gather'"
+            )
+        cls.reduction = "gather"
 
     def distributed_problem(self) -> str | None:
         """Why this strategy cannot run with its clients spread over processes (None: it can).

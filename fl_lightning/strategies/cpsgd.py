@@ -34,7 +34,7 @@ from fl_lightning.privacy.mechanisms.binomial import (
     stochastic_quantize,
     unrotate,
 )
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
 
@@ -55,6 +55,8 @@ class CPSGD(Strategy):
         delta: δ of the per-round (ε, δ).
         trust: ``local`` or ``aggregate`` (see module docstring).
     """
+
+    reduction = "stream"  # aggregate reads each update once (not a sum of partials)
 
     def __init__(
         self,

@@ -41,7 +41,7 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
     split_budget,
     threshold_quantile,
 )
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 
 NO_NOISE_BELOW_THRESHOLD = (
@@ -92,7 +92,7 @@ class DPFedASGP(Strategy):
             ``None``: read from ``client.lr`` at setup.
     """
 
-    needs_all_updates = True
+    reduction = "gather"
 
     def __init__(
         self,

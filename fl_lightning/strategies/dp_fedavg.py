@@ -17,7 +17,7 @@ from fl_lightning.privacy.analysis import resolve_cohort_noise_multiplier
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
 

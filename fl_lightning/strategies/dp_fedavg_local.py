@@ -26,7 +26,7 @@ from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 
 NoiseKind = Literal["laplace", "gaussian"]
@@ -119,9 +119,11 @@ class DPFedAvgLocal(Strategy):
             noise_multiplier=self.scale / (2.0 * self.clip_norm), delta=self.delta
         )
 
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
+    def finalize(
+        self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
         self.round_metrics = {"paper_epsilon_round": self.epsilon}
-        return super().aggregate(updates, ctx, generator=generator)
+        return super().finalize(reduced, ctx, generator=generator)
 
     @property
     def is_private(self) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.server.update import RoundContext
+from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
 
 
@@ -33,6 +33,8 @@ class DPFedExP(Strategy):
         epsilon: ε in the step-size denominator (FedExP uses a small value, e.g. 1e-3).
         weighting: ``uniform`` (the formula of the FedExP paper) or ``num_examples``.
     """
+
+    reduction = "stream"  # aggregate reads each update once (not a sum of partials)
 
     def __init__(self, *, epsilon: float = 1e-3, weighting: Weighting = "uniform") -> None:
         super().__init__(weighting=weighting)

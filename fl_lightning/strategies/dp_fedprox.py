@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fl_lightning.server.update import RoundContext
+from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
 
 

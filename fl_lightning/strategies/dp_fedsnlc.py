@@ -26,7 +26,7 @@ from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon, quantile_threshold
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 
 NO_NOISE_INSIGNIFICANT = (

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies._binding import ModelBinding
 from fl_lightning.strategies.base import Strategy, Weighting
 
@@ -31,6 +31,8 @@ class DPScaffold(ModelBinding, Strategy):
     Args:
         weighting: ``uniform`` (SCAFFOLD's mean of Δy_i) or ``num_examples``.
     """
+
+    reduction = "stream"  # aggregate reads each update once (not a sum of partials)
 
     def __init__(self, *, weighting: Weighting = "uniform") -> None:
         super().__init__(weighting=weighting)

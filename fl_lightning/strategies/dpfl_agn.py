@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 import lightning.pytorch as pl
 
-from fl_lightning.server.update import RoundContext
+from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy
 
 

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import torch
 
+from fl_lightning.records import RoundContext
 from fl_lightning.server.async_buffer import Arrival, update_from_state, update_to_state
-from fl_lightning.server.update import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 
 StalenessFn = Literal["sqrt", "constant", "polynomial", "hinge"]

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies._binding import ModelBinding
 from fl_lightning.strategies.base import Strategy, Weighting
 
@@ -115,7 +115,7 @@ class GCFL(ModelBinding, Strategy):
         weighting: ``num_examples`` (n_i, Sec. IV-B prose) or ``uniform`` (Algorithm 1).
     """
 
-    needs_all_updates = True
+    reduction = "gather"
 
     def __init__(
         self,

@@ -15,12 +15,14 @@ from typing import Any
 
 import torch
 
-from fl_lightning.server.update import RoundContext
+from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy
 
 
 class Isolate(Strategy):
     """Local-only training; the reported test metrics are means over the client models."""
+
+    reduction = "stream"  # aggregate reads each update once (not a sum of partials)
 
     def __init__(self) -> None:
         super().__init__(weighting="uniform")

@@ -31,7 +31,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.ldp import MECHANISMS, LocalMechanism, make_local_mechanism
 from fl_lightning.privacy.mechanisms.ranges import RangeConfig, privatize_by_layer
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.flat import layer_slices
 

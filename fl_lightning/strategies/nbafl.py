@@ -38,7 +38,7 @@ import torch
 from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.dpfl_agn import check_fedavg_server
 
@@ -222,8 +222,12 @@ class NbAFL(Strategy):
         return update
 
     # -- server side -------------------------------------------------------------------------
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
-        mean = super().aggregate(updates, ctx, generator=generator)
+    def finalize(
+        self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """The weighted mean of the uploads plus the downlink noise n_D ~ N(0, σ_D² I)
+        (Theorem 2), drawn once from the generator every rank shares."""
+        mean = super().finalize(reduced, ctx, generator=generator)
         if self.sigma_d > 0:
             mean.add_(_gaussian(mean.shape, self.sigma_d, generator, mean))
         return mean

@@ -23,7 +23,7 @@ from fl_lightning.models.resnet import ResNet50GN
 from fl_lightning.models.resnet_gn import ResNet18GN
 from fl_lightning.models.spm_cnn import SpmCifarCNN
 from fl_lightning.models.vgg import VGG9
-from fl_lightning.server.update import RoundContext
+from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.flat import flatten, trainable_parameters
 

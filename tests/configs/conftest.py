@@ -180,7 +180,7 @@ class Run:
 def run_experiment(tmp_path, monkeypatch):
     """``run_experiment(config, *extra, shrink=True) -> Run``: ``fl-lightning fit`` in-process
     on ``config`` with ``offline_overrides`` and then ``extra`` (later overrides win)."""
-    from fl_lightning.cli import build_cli_class
+    from fl_lightning.runs import build_cli_class
 
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("WANDB_MODE", "disabled")

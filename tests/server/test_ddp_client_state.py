@@ -153,7 +153,7 @@ def test_async_adp_fl_two_processes_match_one(tmp_path):
     needs no sync; this checks it (ADP-FL with stragglers: late uploads cross rounds)."""
     from fl_lightning.strategies.adp_fl import ADPFL
 
-    assert not ADPFL.is_sum_based() and not ADPFL(epsilon=1.0).has_client_state
+    assert ADPFL.reduction == "gather" and not ADPFL(epsilon=1.0).has_client_state
     adp = ["--strategy", str(REPO / "configs" / "strategy" / "adp_fl.yaml"),
            "--strategy.init_args.epsilon", "50.0", "--client.local_steps", "3"]  # fmt: skip
     one = fit(tmp_path / "one", *adp, rounds=ROUNDS)

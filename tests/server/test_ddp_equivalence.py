@@ -81,17 +81,17 @@ def test_two_processes_match_one_sum_based_with_dp_sgd_and_resume(tmp_path):
     assert any(not torch.allclose(w2[k], w3[k], atol=1e-4) for k in w2)
 
 
+# DP-FedExP's server step size reads every update's norm (reduction "stream"): under DDP every
+# update is gathered to every rank. Client-level DP-SGD keeps the run private.
 ALL_UPDATES = [
-    "--strategy",
-    '{"class_path": "fl_lightning.strategies.nbafl.NbAFL", '
-    '"init_args": {"clip_norm": 5.0, "epsilon": 50.0, "variant": "corrected"}}',
-]
+    "--strategy", "fl_lightning.strategies.dp_fedexp.DPFedExP", *SUM_BASED,
+]  # fmt: skip
 
 
 def test_two_processes_match_one_when_the_strategy_needs_every_update(tmp_path):
-    from fl_lightning.strategies.nbafl import NbAFL
+    from fl_lightning.strategies.dp_fedexp import DPFedExP
 
-    assert not NbAFL.is_sum_based()
+    assert DPFedExP.reduction == "stream"
     one = fit(tmp_path / "one", *ALL_UPDATES)
     two = fit(tmp_path / "two", *ALL_UPDATES, ddp=True)
     assert_same_run(one, two)

@@ -10,13 +10,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from fl_lightning.records import ClientUpdate
 from fl_lightning.server.distributed import (
     check_ranks_agree,
     gather_updates,
     launch_problem,
     rank_and_world,
 )
-from fl_lightning.server.update import ClientUpdate
 from fl_lightning.strategies.fedavg import FedAvg
 
 

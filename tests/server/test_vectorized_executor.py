@@ -16,8 +16,8 @@ from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
 from fl_lightning.models.mlp import MLP
+from fl_lightning.records import RoundContext
 from fl_lightning.server.executor import SequentialExecutor
-from fl_lightning.server.update import RoundContext
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.strategies.fedavg import FedAvg

@@ -7,7 +7,7 @@ import torch
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.cpsgd import CPSGD
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal, paper_gaussian_sigma
 from fl_lightning.strategies.dp_fedsnlc import DPFedSNLC

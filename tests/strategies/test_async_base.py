@@ -2,7 +2,7 @@
 
 import torch
 
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.async_base import AsyncStrategy
 from fl_lightning.utils.rng import generator_for
 

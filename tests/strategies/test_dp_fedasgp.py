@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedasgp import DPFedASGP, asgp_weights
 from fl_lightning.utils.rng import generator_for
 

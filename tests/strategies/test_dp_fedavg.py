@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedexp import DPFedExP, fedexp_step_size
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedprox import DPFedProx
 from fl_lightning.strategies.isolate import Isolate
 

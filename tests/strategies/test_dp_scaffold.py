@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_scaffold import DPScaffold
 from fl_lightning.strategies.fedavg import FedAvg
 

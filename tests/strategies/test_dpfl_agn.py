@@ -13,7 +13,7 @@ from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis import rdp as opacus_rdp
 from scipy.special import logsumexp
 
-from fl_lightning.server.update import RoundContext
+from fl_lightning.records import RoundContext
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
 from fl_lightning.strategies.dpsgd_fl import DPSGDFL
 from tests.strategies.dpfl_agn_helpers import tiny_run

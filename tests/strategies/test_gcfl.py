@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.gcfl import GCFL, project_published, project_sequential
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fl_lightning.privacy.events import LocalRelease
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.ldp_fedavg import LDPFedAvg
 
 

@@ -10,7 +10,7 @@ import torch
 
 from fl_lightning.privacy.analysis import epsilon
 from fl_lightning.privacy.events import SampledGaussian
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.nbafl import (
     NbAFL,
     clip_parameters_,

@@ -6,13 +6,16 @@ import importlib
 import inspect
 import pkgutil
 
+import pytest
 import torch
 
 import fl_lightning.strategies as strategies_pkg
-from fl_lightning.server.update import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
+from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal
 from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.strategies.nbafl import NbAFL
 
 D = 50
 
@@ -69,22 +72,49 @@ def all_strategies() -> list[type[Strategy]]:
     return found
 
 
-def test_sum_based_classification_of_every_strategy():
-    """Overriding ``aggregate`` without the split, or needs_all_updates, means gathering."""
+def test_every_strategy_declares_a_reduction_its_aggregate_honours():
+    """A strategy that overrides ``aggregate`` (below its split) must not declare ``"sum"``:
+    the all-reduce path would skip its ``aggregate``. Checked for every class in the package."""
     for cls in all_strategies():
+        assert cls.reduction in ("sum", "stream", "gather"), cls
         overrides_aggregate_only = any(
             "aggregate" in vars(k) and "partial_aggregate" not in vars(k)
             for k in cls.__mro__
             if k is not Strategy and issubclass(k, Strategy)
         )
-        expected = not cls.needs_all_updates and not overrides_aggregate_only
-        assert cls.is_sum_based() == expected, cls
-    assert FedAvg.is_sum_based() and DPFedAvg.is_sum_based()
+        if overrides_aggregate_only:
+            assert cls.reduction != "sum", cls
+    # The strategies that only used to override aggregate to log or add noise are sums now.
+    assert {FedAvg.reduction, DPFedAvg.reduction, NbAFL.reduction, DPFedAvgLocal.reduction} == {
+        "sum"
+    }
 
 
-def test_subclass_overriding_aggregate_of_a_split_strategy_is_gathered():
-    class Projected(DPFedAvg):
+def test_subclass_overriding_aggregate_but_declaring_sum_is_refused_at_definition():
+    with pytest.raises(TypeError, match="Projected overrides aggregate but declares reduction"):
+
+        class Projected(DPFedAvg):
+            reduction = "sum"
+
+            def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001
+                return super().aggregate(updates, ctx, generator=generator)
+
+    class Undeclared(DPFedAvg):  # a user's aggregator that says nothing: gathered (safe)
+        def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001
+            return super().aggregate(list(updates), ctx, generator=generator)
+
+    class Declared(FedAvg):
+        reduction = "stream"
+
         def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001
             return super().aggregate(updates, ctx, generator=generator)
 
-    assert not Projected.is_sum_based()
+    assert (Undeclared.reduction, Declared.reduction, DPFedAvg.reduction) == (
+        "gather",
+        "stream",
+        "sum",
+    )
+    with pytest.raises(TypeError, match="reduction: 'all' is not one of"):
+
+        class Wrong(FedAvg):
+            reduction = "all"  # type: ignore[assignment]

@@ -376,11 +376,17 @@ def p002(text: str) -> dict[str, Any]:
             "unit": "%",
             "higher_is_better": True,
             "dims": ["method", "dataset", "epsilon"],
-            "settings": {"epsilon": 2, "delta": 1e-5, "clip": 1.0, "rho": 0.001, "mu": 0.001,
-                         "noise_multiplier": {"DPFL-AGN": 4.0, "ANR": 4.0, "DP-SGD": 4.0,
-                                              "AGN": 1.0},
-                         "lr": {"MNIST": 0.001, "CIFAR-10": 0.002}, "clients": 10,
-                         "rounds": 1000},  # fmt: skip
+            "settings": {
+                "epsilon": 2,
+                "delta": 1e-5,
+                "clip": 1.0,
+                "rho": 0.001,
+                "mu": 0.001,
+                "noise_multiplier": {"DPFL-AGN": 4.0, "ANR": 4.0, "DP-SGD": 4.0, "AGN": 1.0},
+                "lr": {"MNIST": 0.001, "CIFAR-10": 0.002},
+                "clients": 10,
+                "rounds": 1000,
+            },  # fmt: skip
             "remarks": [
                 "AGN is the §5.1 run at sigma = 1, ANR the §5.2 run at sigma_0 = 4, DPFL-AGN and "
                 "DP-SGD (the 'non-adaptive constant noise' of §5.3) are §5.3 runs at sigma = 4.",

@@ -1,0 +1,150 @@
+"""Privacy planning, one owner: every unset σ fixed from the target before training, and the
+spend of a round stated before any client trains (the budget stop reads it).
+
+* :func:`calibrate_noise` — the strategy's client-level σ first (``Strategy.calibrate_noise``),
+  then the DP-SGD σ, calibrated for the most expensive client over the participations no client
+  exceeds with probability 1 − 10⁻³ (``privacy/budget.py``); a target that cannot pay for one
+  round is refused with the client and its cost named.
+* :func:`planned_privacy` — the strategy's round events plus one DP-SGD event per client of the
+  cohort, from the same rule (``dp_sgd_event``) the local loop uses.
+
+Both are functions of the strategy, the local-training config and the client sizes, so the
+federated module only wires them (docs/architecture.md, review P3).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from fl_lightning.client.config import LocalTrainingConfig
+from fl_lightning.privacy.analysis import refuse_without_replacement
+from fl_lightning.privacy.budget import (
+    ClientCost,
+    calibrate_dp_sgd,
+    dp_sgd_event,
+    dp_sgd_rate,
+    max_participations,
+    most_expensive_round,
+    refuse_unaffordable_round,
+)
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.records import RoundContext
+
+if TYPE_CHECKING:
+    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.strategies.base import Strategy
+
+log = logging.getLogger(__name__)
+
+
+def say_sigma_caps(field: str, sigma: float | None, target: float | None) -> None:
+    """Says which wins when a σ and ``privacy.target_epsilon`` are both given: σ is used, the
+    target caps the budget (the exact stop)."""
+    if sigma is None or target is None:
+        return
+    log.warning(
+        "%s = %g is used as given; privacy.target_epsilon = %g caps the budget (training "
+        "stops before the round that would exceed it). Set the noise multiplier to null to "
+        "calibrate it to the target instead.",
+        field,
+        sigma,
+        target,
+    )
+
+
+def calibrate_noise(
+    strategy: Strategy,
+    config: LocalTrainingConfig,
+    *,
+    client_sizes: Sequence[int],
+    sampling: CohortSampling,
+    rounds: int,
+    accountant: PrivacyAccountant | None,
+) -> LocalTrainingConfig:
+    """Fixes the strategy's unset σ (in place, through ``Strategy.calibrate_noise``) and returns
+    the local-training config with its DP-SGD σ fixed; refuses a target that cannot pay for one
+    round (``BudgetError``) or an accountant that cannot account the cohort sampling."""
+    target = accountant.target_epsilon if accountant else None
+    delta = accountant.delta if accountant else 1e-5
+    backend = accountant.accountant if accountant else "rdp"
+    if strategy.amplified_by_sampling and sampling.without_replacement:
+        what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
+        refuse_without_replacement(backend, what=what)
+    say_sigma_caps("strategy.noise_multiplier", getattr(strategy, "noise_multiplier", None), target)
+    strategy.calibrate_noise(
+        target_epsilon=target, delta=delta, accountant=backend, rounds=rounds, sampling=sampling
+    )
+    dp = config.dp_sgd
+    if dp is None:
+        return config
+    costs = [
+        ClientCost(cid, n, dp_sgd_rate(batch_size=config.batch_size, size=n), config.steps_for(n))
+        for cid, n in enumerate(client_sizes)
+        if n > 0
+    ]
+    if dp.noise_multiplier is None:
+        if target is None:
+            raise ValueError(
+                "client.dp_sgd.noise_multiplier: unset, so privacy.target_epsilon is needed "
+                "to calibrate it"
+            )
+        k = max_participations(rounds, sampling.rate, len(costs))
+        sigma, worst = calibrate_dp_sgd(
+            costs, participations=k, target_epsilon=target, delta=delta, accountant=backend
+        )
+        log.info(
+            "client.dp_sgd.noise_multiplier calibrated to %.4g: client %d (%d examples, "
+            "q = %.3g, %d steps a round) stays within ε = %g over %d participations",
+            sigma,
+            worst.client_id,
+            worst.size,
+            worst.rate,
+            worst.steps,
+            target,
+            k,
+        )
+        config = replace(config, dp_sgd=replace(dp, noise_multiplier=sigma))
+    else:
+        say_sigma_caps("client.dp_sgd.noise_multiplier", dp.noise_multiplier, target)
+    assert config.dp_sgd is not None and config.dp_sgd.noise_multiplier is not None
+    sigma = float(config.dp_sgd.noise_multiplier)
+    cost, worst = most_expensive_round(
+        costs, noise_multiplier=sigma, delta=delta, accountant=backend
+    )
+    refuse_unaffordable_round(
+        cost,
+        target,
+        what=(
+            f"client {worst.client_id} ({worst.size} examples, q = B/n = {worst.rate:.3g}, "
+            f"{worst.steps} DP-SGD steps a round at σ = {sigma:.4g})"
+        ),
+        field="client.dp_sgd.noise_multiplier, client.batch_size, local epochs/steps",
+    )
+    return config
+
+
+def planned_privacy(
+    strategy: Strategy, config: LocalTrainingConfig, client_sizes: torch.Tensor, ctx: RoundContext
+) -> RoundPrivacy:
+    """What the round will spend: the strategy's events (``Strategy.round_privacy``) plus, for a
+    DP-SGD client, one sampled Gaussian per cohort member (rate B/nᵢ, its local steps)."""
+    spent = strategy.round_privacy(ctx)
+    cfg = config.with_overrides(ctx.client_config)
+    if cfg.dp_sgd is not None:
+        assert cfg.dp_sgd.noise_multiplier is not None
+        for cid in ctx.cohort:
+            n = int(client_sizes[cid])
+            spent.record_level[cid] = [
+                dp_sgd_event(
+                    float(cfg.dp_sgd.noise_multiplier),
+                    batch_size=cfg.batch_size,
+                    size=n,
+                    steps=cfg.steps_for(n),
+                )
+            ]
+    return spent

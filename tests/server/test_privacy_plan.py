@@ -1,0 +1,65 @@
+"""Privacy planning (server/privacy_plan.py): calibration returns a new local-training config
+and never mutates the one it was given; the planned round is the strategy's events plus one
+DP-SGD event per cohort client, the same rule the local loop records."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fl_lightning.client.config import DPSGDConfig, LocalTrainingConfig
+from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.analysis import epsilon
+from fl_lightning.privacy.budget import BudgetError, dp_sgd_event
+from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.records import RoundContext
+from fl_lightning.server.privacy_plan import calibrate_noise, planned_privacy
+from fl_lightning.strategies.fedavg import FedAvg
+
+SIZES = [40, 80, 120, 160]
+SAMPLING = CohortSampling("poisson", 0.5, len(SIZES))
+
+
+def dp_config(sigma: float | None) -> LocalTrainingConfig:
+    return LocalTrainingConfig(
+        local_steps=2, batch_size=8, dp_sgd=DPSGDConfig(noise_multiplier=sigma, max_grad_norm=1.0)
+    )
+
+
+def test_calibration_fixes_sigma_for_the_most_expensive_client_without_mutating():
+    given = dp_config(None)
+    acc = PrivacyAccountant("rdp", delta=1e-5, target_epsilon=4.0)
+    out = calibrate_noise(
+        FedAvg(), given, client_sizes=SIZES, sampling=SAMPLING, rounds=10, accountant=acc
+    )
+    assert given.dp_sgd is not None and given.dp_sgd.noise_multiplier is None  # untouched
+    assert out.dp_sgd is not None and out.dp_sgd.noise_multiplier is not None
+    sigma = out.dp_sgd.noise_multiplier
+
+    # The smallest client (rate B/n = 0.2) is the most expensive; over every one of the 10
+    # rounds it stays within the target, and a 10 % smaller σ would not.
+    # (max_participations: Binomial(10, 0.5) reaches 10 with probability 2^-10 > 10^-3 / 4.)
+    def eps(s: float) -> float:
+        return epsilon([dp_sgd_event(s, batch_size=8, size=40, steps=2)] * 10, 1e-5, "rdp")
+
+    assert eps(sigma) <= 4.0 + 1e-6
+    assert eps(0.9 * sigma) > 4.0
+
+
+def test_a_target_that_cannot_pay_for_one_round_is_refused_naming_the_client():
+    acc = PrivacyAccountant("rdp", delta=1e-5, target_epsilon=0.5)
+    with pytest.raises(BudgetError, match=r"client 0 \(40 examples"):
+        calibrate_noise(
+            FedAvg(), dp_config(0.6), client_sizes=SIZES, sampling=SAMPLING, rounds=3,
+            accountant=acc,
+        )  # fmt: skip
+
+
+def test_planned_round_has_one_dp_sgd_event_per_cohort_client():
+    ctx = RoundContext(round_idx=0, total_rounds=3, seed=0, num_clients=4, cohort=[1, 3],
+                       expected_cohort_size=2.0, sample_rate=0.5,
+                       global_params=torch.zeros(3), sampling=SAMPLING)  # fmt: skip
+    plan = planned_privacy(FedAvg(), dp_config(1.3), torch.tensor(SIZES), ctx)
+    assert sorted(plan.record_level) == [1, 3]
+    assert plan.record_level[3] == [dp_sgd_event(1.3, batch_size=8, size=160, steps=2)]
+    assert plan.client_level == [] and plan.local == {}
