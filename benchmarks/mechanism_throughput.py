@@ -29,7 +29,7 @@ import time
 import torch
 
 from fl_lightning.privacy.mechanisms.fast_random import ChunkedUniforms
-from fl_lightning.privacy.mechanisms.ldp import make_local_mechanism
+from fl_lightning.privacy.mechanisms.registry import make_local_mechanism
 
 EPSILON = 1.5
 MECHANISMS = [

@@ -49,21 +49,7 @@ ALLOWED_UPWARD: set[tuple[str, str]] = {
 
 # Import circles (strongly connected components of the module graph) that exist today, each
 # as the exact set of modules in it. Only ever delete (or shrink) entries.
-ALLOWED_CYCLES: list[set[str]] = [
-    # P8: ldp.py dispatches to the mechanisms that subclass its base (a registry removes it).
-    {
-        "privacy.mechanisms.ldp",
-        "privacy.mechanisms.duchi",
-        "privacy.mechanisms.hm",
-        "privacy.mechanisms.ldp_fl",
-        "privacy.mechanisms.pm",
-        "privacy.mechanisms.pnpm",
-        "privacy.mechanisms.spm",
-    },
-    # P2/P6: the DP-SGD engines and the book-keeping engine import each other lazily (both
-    # move to privacy/dp_sgd/, where the shared clipping helper gets its own module).
-    {"client.book_keeping", "client.dp_sgd"},
-]
+ALLOWED_CYCLES: list[set[str]] = []
 
 
 def _modules() -> dict[str, Path]:

@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fl_lightning.privacy.clipping import clip_factors
+
 #: Per-layer memory (bytes) of per-example gradients kept at once. Above it a Linear uses the
 #: ghost norm and a convolution computes its norms chunk by chunk and its clipped sum as one
 #: weight gradient of the clipped output gradients (slower, memory of one chunk).
@@ -349,8 +351,6 @@ class BookKeeper:
         ``len(x) · loss_fn`` is Σ_i ℓ_i and its gradient with respect to example i's layer
         outputs is ∂ℓ_i/∂s_i (examples do not interact: no batch statistics).
         """
-        from fl_lightning.client.dp_sgd import _clip_factors
-
         if torch.is_floating_point(x):
             # Requires grad only so that a backward to the input exists (see ``_backward``).
             x = x.detach().requires_grad_(True)
@@ -367,7 +367,7 @@ class BookKeeper:
             self._backward(loss_sum, x)
             parts = [_LayerGrads(layer) for layer in self.layers if layer.grad_output is not None]
             sq = torch.stack([part.squared_norms() for part in parts]).sum(0)
-            factors = _clip_factors(sq.sqrt(), max_grad_norm)
+            factors = clip_factors(sq.sqrt(), max_grad_norm)
             for part in parts:
                 part.add_clipped_sum_(factors, sums)
             return loss_sum.detach()

@@ -129,9 +129,6 @@ class DPSGDEngine(GradientEngine):
         return loss_total / len(x) if len(x) else float("nan")
 
 
-_clip_factors = clip_factors  # the one clipping formula lives in privacy/clipping.py
-
-
 def per_sample_losses(loss_fn: LossFn, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The vector of per-example losses of a mean-reduced ``loss_fn`` (vmap over examples)."""
     from torch.func import vmap
@@ -264,7 +261,7 @@ class FunctorchEngine(DPSGDEngine):
         norms = torch.stack([gi.reshape(len(x), -1).norm(2, dim=1) for gi in g], dim=1).norm(
             2, dim=1
         )
-        factors = _clip_factors(norms, self.max_grad_norm)
+        factors = clip_factors(norms, self.max_grad_norm)
         for gi, s in zip(g, sums):
             s.add_(torch.einsum("i,i...->...", factors, gi))
         return float(losses.sum())

@@ -29,8 +29,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from fl_lightning.privacy.events import RoundPrivacy
-from fl_lightning.privacy.mechanisms.ldp import MECHANISMS, LocalMechanism, make_local_mechanism
+from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
 from fl_lightning.privacy.mechanisms.ranges import RangeConfig, privatize_by_layer
+from fl_lightning.privacy.mechanisms.registry import local_mechanism_names, make_local_mechanism
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.flat import layer_slices
@@ -69,10 +70,9 @@ class LDPFedAvg(Strategy):
         range_margin: float = 1.5,
     ) -> None:
         super().__init__(weighting="uniform")
-        if mechanism not in ("none", *MECHANISMS):
-            raise ValueError(
-                f"strategy.mechanism: unknown {mechanism!r}; choose from {['none', *MECHANISMS]}"
-            )
+        names = ["none", *local_mechanism_names()]
+        if mechanism not in names:
+            raise ValueError(f"strategy.mechanism: unknown {mechanism!r}; choose from {names}")
         if upload not in ("model", "update"):
             raise ValueError(f"strategy.upload: expected 'model' or 'update', got {upload!r}")
         self.mechanism_name = mechanism

@@ -21,7 +21,8 @@ from fl_lightning.privacy.budget import (
 )
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.privacy.mechanisms.ldp import LocalGaussian, make_local_mechanism
+from fl_lightning.privacy.mechanisms.ldp import LocalGaussian
+from fl_lightning.privacy.mechanisms.registry import make_local_mechanism
 
 DELTA = 1e-5
 

@@ -152,28 +152,4 @@ class LocalGaussian(GaussianMechanism, LocalMechanism):
         )
 
 
-MECHANISMS = ("spm", "pnpm", "pm", "duchi", "hm", "ldp_fl", "laplace", "gaussian")
 SPM_VARIANTS = ("published", "debiased", "unbiased_c")
-
-
-def make_local_mechanism(
-    name: str, *, epsilon: float, variant: str = "published", delta: float = 1e-5
-) -> LocalMechanism:
-    """Builds a mechanism by registry name (``variant`` is used by SPM only)."""
-    from fl_lightning.privacy.mechanisms import duchi, hm, ldp_fl, pm, pnpm, spm
-
-    if name == "spm":
-        return spm.SymmetricPiecewiseMechanism(epsilon=epsilon, variant=variant)
-    builders = {
-        "pnpm": pnpm.PNPMReconstructed,
-        "pm": pm.PiecewiseMechanism,
-        "duchi": duchi.DuchiMechanism,
-        "hm": hm.HybridMechanism,
-        "ldp_fl": ldp_fl.LDPFLMechanism,
-        "laplace": LocalLaplace,
-    }
-    if name == "gaussian":
-        return LocalGaussian(epsilon=epsilon, delta=delta)
-    if name not in builders:
-        raise ValueError(f"strategy.mechanism: unknown {name!r}; choose from {list(MECHANISMS)}")
-    return builders[name](epsilon=epsilon)

@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from fl_lightning.privacy.mechanisms.ldp import make_local_mechanism
+from fl_lightning.privacy.mechanisms.registry import make_local_mechanism
 from fl_lightning.privacy.mechanisms.spm import paper_claimed_variance
 
 CURVES = [

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from fl_lightning.privacy.mechanisms.hm import EPSILON_STAR, HybridMechanism
-from fl_lightning.privacy.mechanisms.ldp import make_local_mechanism
 from fl_lightning.privacy.mechanisms.ldp_fl import LDPFLMechanism
+from fl_lightning.privacy.mechanisms.registry import make_local_mechanism
 from fl_lightning.privacy.mechanisms.spm import SymmetricPiecewiseMechanism, paper_claimed_variance
 
 EPSILONS = (0.3, 0.6, 1.5, 3.9)
@@ -168,6 +168,25 @@ def test_reference_values_of_notes_table():
 def test_bad_epsilon_rejected(bad):
     with pytest.raises(ValueError, match="strategy.epsilon"):
         make_local_mechanism("spm", epsilon=bad)
+
+
+def test_registry_refuses_a_taken_name_and_builds_a_registered_one(monkeypatch):
+    from fl_lightning.privacy.mechanisms import registry
+    from fl_lightning.privacy.mechanisms.ldp import LocalLaplace
+    from fl_lightning.privacy.mechanisms.registry import (
+        local_mechanism_names,
+        register_local_mechanism,
+    )
+
+    monkeypatch.setattr(registry, "_BUILDERS", dict(registry._BUILDERS))  # restored after
+
+    assert local_mechanism_names()[:2] == ("spm", "pnpm") and "gaussian" in local_mechanism_names()
+    with pytest.raises(ValueError, match="'pm' is already registered"):
+        register_local_mechanism("pm", lambda *, epsilon, variant, delta: LocalLaplace(epsilon))
+    register_local_mechanism(
+        "test_laplace_x2", lambda *, epsilon, variant, delta: LocalLaplace(epsilon=2 * epsilon)
+    )
+    assert make_local_mechanism("test_laplace_x2", epsilon=0.5).epsilon == 1.0
 
 
 def test_unknown_names_rejected():
