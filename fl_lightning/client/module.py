@@ -13,13 +13,9 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics.functional.classification import (
-    multiclass_accuracy,
-    multiclass_f1_score,
-    multiclass_recall,
-)
 
 from fl_lightning.client.config import DPSGDConfig, LocalTrainingConfig
+from fl_lightning.models.metrics import classification_metrics
 
 
 def dp_incompatibility(net: nn.Module) -> str | None:
@@ -114,17 +110,4 @@ class ClientModule(pl.LightningModule):
         self.net.eval()
         logits = torch.cat([self.net(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
         self.net.train(was_training)
-        return metrics_from_logits(logits, y, self.num_classes)
-
-
-def metrics_from_logits(
-    logits: torch.Tensor, y: torch.Tensor, num_classes: int
-) -> dict[str, float]:
-    """Cross-entropy, accuracy, macro recall and macro F1 (torchmetrics)."""
-    preds = logits.argmax(dim=1)
-    return {
-        "loss": float(F.cross_entropy(logits, y)),
-        "accuracy": float(multiclass_accuracy(preds, y, num_classes, average="micro")),
-        "recall_macro": float(multiclass_recall(preds, y, num_classes, average="macro")),
-        "f1_macro": float(multiclass_f1_score(preds, y, num_classes, average="macro")),
-    }
+        return classification_metrics(logits, y, self.num_classes)

@@ -29,7 +29,8 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 
 from fl_lightning.client.local_loop import LocalTrainer
-from fl_lightning.client.module import ClientModule, metrics_from_logits
+from fl_lightning.client.module import ClientModule
+from fl_lightning.models.metrics import classification_metrics
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.budget import (
     BudgetError,
@@ -524,9 +525,7 @@ class FederatedModule(pl.LightningModule):
         net.eval()
         logits = torch.cat([net(x[i : i + bs]) for i in range(0, len(x), bs)])
         net.train()
-        if rank_and_world()[1] > 1:
-            return reduced_metrics(logits, y, self.num_classes)
-        return metrics_from_logits(logits, y, self.num_classes)
+        return classification_metrics(logits, y, self.num_classes, sync=rank_and_world()[1] > 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.global_net(x)
@@ -539,7 +538,7 @@ class FederatedModule(pl.LightningModule):
         logits = torch.cat([o[0] for o in self._eval_outputs])
         y = torch.cat([o[1] for o in self._eval_outputs])
         self._eval_outputs.clear()
-        metrics = metrics_from_logits(logits, y, self.num_classes)
+        metrics = classification_metrics(logits, y, self.num_classes)
         self.log_dict({f"{prefix}/{k}": v for k, v in metrics.items()}, batch_size=len(y))
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -600,31 +599,3 @@ class FederatedModule(pl.LightningModule):
             ),
             flush=True,
         )
-
-
-def reduced_metrics(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, float]:
-    """``metrics_from_logits`` over the union of every rank's (logits, y) (torchmetrics sync)."""
-    from torchmetrics import MeanMetric
-    from torchmetrics.classification import (
-        MulticlassAccuracy,
-        MulticlassF1Score,
-        MulticlassRecall,
-    )
-
-    device = logits.device
-    parts = {
-        "accuracy": MulticlassAccuracy(num_classes, average="micro"),
-        "recall_macro": MulticlassRecall(num_classes, average="macro"),
-        "f1_macro": MulticlassF1Score(num_classes, average="macro"),
-    }
-    preds = logits.argmax(dim=1)
-    out: dict[str, float] = {}
-    loss = MeanMetric().to(device)
-    if len(y):
-        loss.update(torch.nn.functional.cross_entropy(logits, y), weight=len(y))
-    out["loss"] = float(loss.compute())
-    for name, metric in parts.items():
-        metric = metric.to(device)
-        metric.update(preds, y)
-        out[name] = float(metric.compute())
-    return out
