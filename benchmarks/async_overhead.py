@@ -27,7 +27,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.module import FederatedModule
-from fl_lightning.strategies.async_base import AsyncStrategy
+from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.utils.rng import generator_for
 

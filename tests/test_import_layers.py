@@ -38,13 +38,6 @@ LAYERS: list[set[str]] = [
 ALLOWED_UPWARD: set[tuple[str, str]] = {
     # P2: the local loop types against Strategy and calls its client hooks (ClientPlan fixes it).
     ("client.local_loop", "strategies.base"),
-    # P2: the async clock and buffer live in server/ but only strategies use them.
-    ("strategies.adp_fl", "server.async_buffer"),
-    ("strategies.async_base", "server.async_buffer"),
-    ("strategies.async_base", "server.async_clock"),
-    ("strategies.async_local_dp", "server.async_buffer"),
-    ("strategies.fedasync", "server.async_buffer"),
-    ("strategies.fedbuff", "server.async_buffer"),
 }
 
 # Import circles (strongly connected components of the module graph) that exist today, each

@@ -29,8 +29,8 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.records import RoundContext
-from fl_lightning.server.async_buffer import Arrival
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
+from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.utils.rng import generator_for
 
 Schedule = Literal["published", "cooling", "even"]

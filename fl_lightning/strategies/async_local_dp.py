@@ -6,7 +6,7 @@ FedBuff and FedAsync with the same noise): each dispatched client gets a per-upl
 only while ε_acc + ε_i^t ≤ ε (strict form of Alg. 1 line 2, decision D9; a client that cannot
 afford its next upload leaves the federation for good), clips and noises its delta on the
 client (``fl_lightning.privacy.local_budget``) and uploads it through the simulated clock of
-:class:`~fl_lightning.strategies.async_base.AsyncStrategy`.
+:class:`~fl_lightning.strategies.asynchronous.base.AsyncStrategy`.
 
 Accounting: the accountant receives, per upload, the ε basic composition can defend
 (``RoundPrivacy.local_epsilon`` / ``local_delta``, the paper's Thm. 2); ``round_metrics`` also
@@ -29,8 +29,8 @@ from fl_lightning.privacy.local_budget import (
     UploadMechanism,
 )
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.server.async_buffer import Arrival
-from fl_lightning.strategies.async_base import AsyncStrategy
+from fl_lightning.strategies.asynchronous.base import AsyncStrategy
+from fl_lightning.strategies.asynchronous.buffer import Arrival
 
 
 class AsyncLocalDP(AsyncStrategy):

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from fl_lightning.records import RoundContext
-from fl_lightning.server.async_buffer import Arrival
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
+from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.fedbuff import StalenessFn, staleness_scale
 
 

@@ -18,8 +18,8 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.records import RoundContext
-from fl_lightning.server.async_buffer import Arrival, update_from_state, update_to_state
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
+from fl_lightning.strategies.asynchronous.buffer import Arrival, update_from_state, update_to_state
 
 StalenessFn = Literal["sqrt", "constant", "polynomial", "hinge"]
 

@@ -1,10 +1,10 @@
-"""The simulated clock and delay model (fl_lightning/server/async_clock.py)."""
+"""The simulated clock and delay model (fl_lightning/strategies/asynchronous/clock.py)."""
 
 import math
 
 import pytest
 
-from fl_lightning.server.async_clock import AsyncClock, DelayModel
+from fl_lightning.strategies.asynchronous.clock import AsyncClock, DelayModel
 
 
 @pytest.mark.parametrize("kind", ["constant", "exponential", "lognormal"])

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.server.async_buffer import Arrival
 from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor
+from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.even_budget import EvenBudget
 from fl_lightning.utils.rng import generator_for
 

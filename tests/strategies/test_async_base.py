@@ -1,9 +1,9 @@
-"""AsyncStrategy: dispatch, buffering, staleness, versions (strategies/async_base.py)."""
+"""AsyncStrategy: dispatch, buffering, staleness, versions (strategies/asynchronous/base.py)."""
 
 import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.async_base import AsyncStrategy
+from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.utils.rng import generator_for
 
 N, D = 8, 4

@@ -10,11 +10,11 @@ How it pairs with the core (one ``FederatedModule`` training step = one round):
    global model W^t; ``ClientUpdate.base_round`` = t records that version. Training at dispatch
    time is exactly "a late update was computed from the global model version the client started
    from": nothing is re-run later, the processed upload itself waits in the buffer.
-3. ``aggregate`` (``reduction = "gather"``) draws each new update's compute time from the seeded
-   :class:`~fl_lightning.server.async_clock.DelayModel`, asks the
-   :class:`~fl_lightning.server.async_clock.AsyncClock` in which round it arrives, buffers the
-   late ones (or drops them with ``drop_late``) and hands the updates arriving this round, with
-   their staleness, to ``aggregate_arrivals`` (the algorithm: FedBuff, FedAsync, ADP-FL, ...).
+3. ``aggregate`` (``reduction = "gather"``) draws each new update's compute time from the
+   seeded :class:`~.clock.DelayModel`, asks the :class:`~.clock.AsyncClock` in which round it
+   arrives, buffers the late ones (or drops them with ``drop_late``) and hands the updates
+   arriving this round, with their staleness, to ``aggregate_arrivals`` (the algorithm:
+   FedBuff, FedAsync, ADP-FL, ...).
    Strategies that need the global model an update was computed from (FedAsync's mixing) set
    ``keeps_versions``: the global vector of every round with an update still in flight is kept
    (and freed when its last update arrives).
@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.server.async_buffer import Arrival
-from fl_lightning.server.async_buffer import update_from_state as _update_from_state
-from fl_lightning.server.async_buffer import update_to_state as _update_to_state
-from fl_lightning.server.async_clock import AsyncClock, DelayKind, DelayModel
+from fl_lightning.strategies.asynchronous.buffer import Arrival
+from fl_lightning.strategies.asynchronous.buffer import update_from_state as _update_from_state
+from fl_lightning.strategies.asynchronous.buffer import update_to_state as _update_to_state
+from fl_lightning.strategies.asynchronous.clock import AsyncClock, DelayKind, DelayModel
 from fl_lightning.strategies.base import Strategy, Weighting
 from fl_lightning.utils.rng import generator_for
 

@@ -1,4 +1,4 @@
-"""Records of uploads in flight for asynchronous FL (see ``fl_lightning.strategies.async_base``).
+"""Records of uploads in flight for asynchronous FL (see ``strategies/asynchronous/base.py``).
 
 :class:`Arrival` is an upload on its way to the server with its dispatch round, simulated
 arrival time and base model version; the helpers turn a ``ClientUpdate`` into plain values and
