@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,17 +34,15 @@ from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.budget import (
     BudgetError,
 )
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.records import RoundContext
 from fl_lightning.server.distributed import (
-    all_reduce_sum_,
     check_ranks_agree,
-    gather_objects,
-    gather_updates,
     rank_and_world,
 )
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.privacy_plan import calibrate_noise, planned_privacy
+from fl_lightning.server.reduction import RoundUpdates, reduce_round
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
 from fl_lightning.strategies.base import Strategy
@@ -55,41 +52,6 @@ from fl_lightning.utils.redact import redact
 from fl_lightning.utils.rng import generator_for
 
 log = logging.getLogger(__name__)
-
-
-class _UpdateStats:
-    """Wraps the stream of updates, remembering what logging and accounting need."""
-
-    def __init__(self, updates: Iterable[ClientUpdate]) -> None:
-        self._updates = updates
-        self.losses: list[float] = []
-        self.metrics: dict[str, list[float]] = {}
-        self.dp_steps: dict[int, list[SampledGaussian]] = {}
-        self.count = 0
-        self.records: list[tuple[int, float, dict[str, float], list[SampledGaussian]]] = []
-
-    def __iter__(self) -> Iterator[ClientUpdate]:
-        for update in self._updates:
-            self._add(update.client_id, update.loss, update.metrics, update.dp_steps)
-            yield update
-
-    def _add(self, cid: int, loss: float, metrics: dict, dp_steps: list) -> None:
-        self.count += 1
-        self.records.append((cid, loss, dict(metrics), list(dp_steps)))
-        if not math.isnan(loss):
-            self.losses.append(loss)
-        for k, v in metrics.items():
-            self.metrics.setdefault(k, []).append(float(v))
-        if dp_steps:
-            self.dp_steps[cid] = list(dp_steps)
-
-    @classmethod
-    def from_records(cls, records: Iterable[tuple]) -> _UpdateStats:
-        """Statistics of every rank's clients, in client order (as one process sees them)."""
-        stats = cls(())
-        for record in sorted(records, key=lambda r: r[0]):
-            stats._add(*record)
-        return stats
 
 
 _SKIP = object()
@@ -394,17 +356,11 @@ class FederatedModule(pl.LightningModule):
             self.trainer.should_stop = True
             return
         assert self._executor is not None
-        stats = _UpdateStats(
+        local = RoundUpdates(
             self._executor.run(self.clients_of_this_process(ctx), ctx, self.data, self.strategy)
         )
         central = generator_for(self.seed, round_idx, "central", device=self.device)
-        if rank_and_world()[1] == 1:
-            updates: Iterable[ClientUpdate] = stats
-            if self.strategy.reduction == "gather":
-                updates = list(stats)
-            aggregate = self.strategy.aggregate(updates, ctx, generator=central)
-        else:
-            aggregate, stats = self._sharded_aggregate(stats, ctx, central)
+        aggregate, stats = reduce_round(self.strategy, local, ctx, central)
         self._apply_server_step(aggregate)
         self.strategy.after_round(ctx, aggregate)
         self.rounds_completed = round_idx + 1
@@ -423,50 +379,6 @@ class FederatedModule(pl.LightningModule):
         self.round_metrics = dict(metrics)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=1)
 
-    def _sharded_aggregate(
-        self, local: _UpdateStats, ctx: RoundContext, central: torch.Generator
-    ) -> tuple[torch.Tensor, _UpdateStats]:
-        """The aggregate of a round whose clients are spread over processes.
-
-        Sum-based strategies: this rank's partial buffer, one all-reduce, ``finalize`` (every
-        rank holds the same sum and draws the same central noise, so no broadcast follows).
-        Others: every update gathered to every rank, in client order, then ``aggregate``.
-        """
-        if self.strategy.reduction == "sum":
-            partial = self.strategy.partial_aggregate(local, ctx)
-            aggregate = self.strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
-            gathered = gather_objects((local.records, self._client_states(local.records)))
-            self._load_client_states([g[1] for g in gathered])
-            records = [r for rank_records, _ in gathered for r in rank_records]
-            return aggregate, _UpdateStats.from_records(records)
-        mine = list(local)
-        everyone, states = gather_updates(
-            mine,
-            dim=ctx.global_params.numel(),
-            device=ctx.global_params.device,
-            payload=self._client_states(local.records),
-        )
-        self._load_client_states(states)
-        stats = _UpdateStats(everyone)
-        aggregate = self.strategy.aggregate(list(stats), ctx, generator=central)
-        return aggregate, stats
-
-    def _client_states(self, records: list[tuple]) -> dict[int, Any] | None:
-        """The per-client state (``Strategy.client_state``) of the clients this rank trained."""
-        if not self.strategy.has_client_state:
-            return None
-        return {r[0]: self.strategy.client_state(r[0]) for r in records}
-
-    def _load_client_states(self, per_rank: list[dict[int, Any] | None]) -> None:
-        """Copies the other ranks' clients' state into this rank's strategy (same round), so
-        whichever rank trains a client next starts from its latest state."""
-        rank = rank_and_world()[0]
-        for r, states in enumerate(per_rank):
-            if r == rank or not states:
-                continue
-            for cid, state in states.items():
-                self.strategy.load_client_state(cid, state)
-
     def _apply_server_step(self, aggregate: torch.Tensor) -> None:
         """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1)."""
         optimizer = self.optimizers()
@@ -478,7 +390,7 @@ class FederatedModule(pl.LightningModule):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    def _round_metrics(self, ctx: RoundContext, stats: _UpdateStats, seconds: float) -> dict:
+    def _round_metrics(self, ctx: RoundContext, stats: RoundUpdates, seconds: float) -> dict:
         metrics: dict[str, float] = {
             "round/time_s": seconds,
             "round/cohort_size": float(len(ctx.cohort)),

@@ -1,0 +1,134 @@
+"""How a round's updates become one aggregate, in one process or across DDP processes.
+
+The strategy declares how it consumes updates (``Strategy.reduction``, docs/distributed.md):
+
+* one process: ``"sum"`` and ``"stream"`` strategies read the updates as the executor yields
+  them (the cohort is never held in memory); ``"gather"`` strategies get a list;
+* several processes: ``"sum"`` strategies add this rank's ``partial_aggregate`` buffer to the
+  others' with one all-reduce and ``finalize`` it (every rank draws the same central noise, so
+  no broadcast follows); the others gather every update to every rank, in client order.
+
+Either way :class:`RoundUpdates` records what logging and accounting need from each update
+(loss, metrics, the DP-SGD events) as :class:`UpdateRecord` rows, and the per-client strategy
+state of clients trained on another rank is copied in, so that whichever rank trains a client
+next starts from its latest state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.server.distributed import (
+    all_reduce_sum_,
+    gather_objects,
+    gather_updates,
+    rank_and_world,
+)
+from fl_lightning.strategies.base import Strategy
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """What the server keeps of one client's update once it is aggregated."""
+
+    client_id: int
+    loss: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    dp_steps: list[SampledGaussian] = field(default_factory=list)
+
+
+class RoundUpdates:
+    """Wraps the stream of a round's updates, recording an :class:`UpdateRecord` of each."""
+
+    def __init__(self, updates: Iterable[ClientUpdate]) -> None:
+        self._updates = updates
+        self.records: list[UpdateRecord] = []
+
+    def __iter__(self) -> Iterator[ClientUpdate]:
+        for update in self._updates:
+            self.records.append(
+                UpdateRecord(
+                    update.client_id, update.loss, dict(update.metrics), list(update.dp_steps)
+                )
+            )
+            yield update
+
+    @classmethod
+    def from_records(cls, records: Iterable[UpdateRecord]) -> RoundUpdates:
+        """Every rank's records, in client order (as one process sees them)."""
+        out = cls(())
+        out.records = sorted(records, key=lambda r: r.client_id)
+        return out
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+    @property
+    def losses(self) -> list[float]:
+        return [r.loss for r in self.records if not math.isnan(r.loss)]
+
+    @property
+    def metrics(self) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for r in self.records:
+            for k, v in r.metrics.items():
+                out.setdefault(k, []).append(float(v))
+        return out
+
+    @property
+    def dp_steps(self) -> dict[int, list[SampledGaussian]]:
+        return {r.client_id: list(r.dp_steps) for r in self.records if r.dp_steps}
+
+
+def reduce_round(
+    strategy: Strategy, local: RoundUpdates, ctx: RoundContext, central: torch.Generator
+) -> tuple[torch.Tensor, RoundUpdates]:
+    """The round's global delta from this process's updates (and, under DDP, every other
+    process's), and the records of every update in the round."""
+    if rank_and_world()[1] == 1:
+        updates: Iterable[ClientUpdate] = local
+        if strategy.reduction == "gather":
+            updates = list(local)
+        return strategy.aggregate(updates, ctx, generator=central), local
+    if strategy.reduction == "sum":
+        partial = strategy.partial_aggregate(local, ctx)
+        aggregate = strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
+        gathered = gather_objects((local.records, _client_states(strategy, local.records)))
+        _load_client_states(strategy, [states for _, states in gathered])
+        records = [r for rank_records, _ in gathered for r in rank_records]
+        return aggregate, RoundUpdates.from_records(records)
+    mine = list(local)
+    everyone, states = gather_updates(
+        mine,
+        dim=ctx.global_params.numel(),
+        device=ctx.global_params.device,
+        payload=_client_states(strategy, local.records),
+    )
+    _load_client_states(strategy, states)
+    stats = RoundUpdates(everyone)
+    return strategy.aggregate(list(stats), ctx, generator=central), stats
+
+
+def _client_states(strategy: Strategy, records: list[UpdateRecord]) -> dict[int, Any] | None:
+    """The per-client state (``Strategy.client_state``) of the clients this rank trained."""
+    if not strategy.has_client_state:
+        return None
+    return {r.client_id: strategy.client_state(r.client_id) for r in records}
+
+
+def _load_client_states(strategy: Strategy, per_rank: list[dict[int, Any] | None]) -> None:
+    """Copies the other ranks' clients' state into this rank's strategy (same round)."""
+    rank = rank_and_world()[0]
+    for r, states in enumerate(per_rank):
+        if r == rank or not states:
+            continue
+        for cid, state in states.items():
+            strategy.load_client_state(cid, state)
