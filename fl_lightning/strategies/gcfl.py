@@ -30,6 +30,7 @@ the clients' record-level DP-SGD ε that the core accounts from ``ClientUpdate.d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -98,6 +99,26 @@ def project_published(
             out = g - (float(torch.dot(g, r)) / float(r.norm())) * r
             projections += 1
     return out, projections, cosines
+
+
+def cosine_statistics(cosines: Sequence[float], *, dims: Sequence[int]) -> dict[str, float]:
+    """The round's Eq. 11 cosines, as logged per round (``strategy/<key>``).
+
+    ``mean_cosine`` and ``abs_cos_mean`` are the mean of cos φ and of |cos φ| over the pairs
+    checked, ``cos_negative_fraction`` the share below 0 (the paper's trigger), and
+    ``abs_cos_noise_only`` = √(2/(π d)) the mean |cos| of two independent isotropic Gaussian
+    vectors in d dimensions (averaged over the segments' d): the value the uploads' cosines take
+    when the DP noise swamps the gradient signal. NaN where no pair was checked.
+    """
+    n = len(cosines)
+    nan = float("nan")
+    floor = [math.sqrt(2.0 / (math.pi * d)) for d in dims if d > 0]
+    return {
+        "mean_cosine": sum(cosines) / n if n else nan,
+        "abs_cos_mean": sum(abs(c) for c in cosines) / n if n else nan,
+        "cos_negative_fraction": sum(c < 0 for c in cosines) / n if n else nan,
+        "abs_cos_noise_only": sum(floor) / len(floor) if floor else nan,
+    }
 
 
 class GCFL(ModelBinding, Strategy):
@@ -199,7 +220,7 @@ class GCFL(ModelBinding, Strategy):
         stats = {
             "projected": float(projected_clients),
             "projections": float(projections),
-            "mean_cosine": sum(cosines) / len(cosines) if cosines else float("nan"),
+            **cosine_statistics(cosines, dims=[s.stop - s.start for s in segments]),
         }
         return out, stats
 
@@ -224,4 +245,4 @@ class GCFL(ModelBinding, Strategy):
         return {}
 
 
-__all__ = ["GCFL", "project_published", "project_sequential"]
+__all__ = ["GCFL", "cosine_statistics", "project_published", "project_sequential"]
