@@ -186,7 +186,7 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         overrides = {**(prof.get("overrides") or {}), **(a.get("overrides") or {})}
         overrides.update(per.get("overrides") or {})
         arms[name] = Arm(name, str(a.get("method", name)), cfgs, overrides, str(a.get("note", "")))
-    tables = []
+    tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
         tdef = TableDef(
@@ -260,7 +260,11 @@ def _tune(raw: Any, arms: dict[str, Arm], where: str) -> TuneDef | None:
     if seeds < 1:
         raise ReproError(f"{where}.seeds: must be >= 1")
     return TuneDef(
-        param, values, inherit, seeds, str(raw.get("metric", "test/accuracy")),
+        param,
+        values,
+        inherit,
+        seeds,
+        str(raw.get("metric", "test/accuracy")),
         str(raw.get("note", "")),
     )
 
@@ -901,7 +905,9 @@ def render_markdown(
             lines.append(
                 f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'])} | {rp} | {ours_s} | {ro} | "
                 f"{c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
-                + " | ".join(_f(d.get(col["key"]), int(col.get("digits", 2))) for col in defn.columns)
+                + " | ".join(
+                    _f(d.get(col["key"]), int(col.get("digits", 2))) for col in defn.columns
+                )
                 + " |"
             )
         ref = t["nonprivate_reference"]
@@ -989,8 +995,11 @@ def tuning_markdown(
                 txt = f"{g['ours_mean']:.2f}"
                 cells.append(f"**{txt}**" if v == a["chosen"] else txt)
         lines.append(
-            f"| {a['method']} (`{a['arm']}`) | " + " | ".join(cells) + f" | {a['chosen']} | "
-            + ", ".join(f"`{x}`" for x in a["applied_to"]) + " |"
+            f"| {a['method']} (`{a['arm']}`) | "
+            + " | ".join(cells)
+            + f" | {a['chosen']} | "
+            + ", ".join(f"`{x}`" for x in a["applied_to"])
+            + " |"
         )
     for fig in figs:
         rel = fig.relative_to(out_dir) if fig.is_relative_to(out_dir) else fig
@@ -1076,15 +1085,15 @@ def plots(
             plt.close(fig)
             made.append(path)
         for pl in defn.plots:
-            path = _curve_plot(defn, pl, tname, slug, cells + ([ref] if ref else []), out_dir)
-            if path is not None:
-                made.append(path)
+            drawn_at = _curve_plot(defn, pl, tname, slug, cells + ([ref] if ref else []), out_dir)
+            if drawn_at is not None:
+                made.append(drawn_at)
         figs[tname] = made
     if tuning and defn.tune is not None:
         fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
         drawn = False
         for k, r in enumerate(tuning):
-            pts = [(float(v), r.mean(v)) for v in r.values if r.mean(v) is not None]
+            pts = [(float(v), float(m)) for v in r.values if (m := r.mean(v)) is not None]
             if pts:
                 ax.plot(
                     [x for x, _ in pts],
@@ -1132,9 +1141,7 @@ def _curve_plot(
                     per.setdefault(r, []).append(v)
             if pl.reference_column:
                 ref_values += [
-                    v
-                    for v in cv.get(pl.reference_column, [])
-                    if v is not None and math.isfinite(v)
+                    v for v in cv.get(pl.reference_column, []) if v is not None and math.isfinite(v)
                 ]
         xs = sorted(r for r in per if len(per[r]) == len(series))
         if not xs:
@@ -1164,9 +1171,7 @@ def _curve_plot(
         ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_ylabel(pl.ylabel)
-    ax.set_title(
-        f"Paper {defn.paper}, table {tname}: {pl.ylabel}\n(mean over seeds, per round)"
-    )
+    ax.set_title(f"Paper {defn.paper}, table {tname}: {pl.ylabel}\n(mean over seeds, per round)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
@@ -1260,9 +1265,7 @@ def main(argv: list[str] | None = None) -> int:
         tuned_for = set(args.arm or in_tables)
         if defn.tune is not None:  # tune the arms whose value a chosen arm takes
             tuned_for = {
-                name
-                for name, heirs in defn.tune.inherit.items()
-                if {name, *heirs} & tuned_for
+                name for name, heirs in defn.tune.inherit.items() if {name, *heirs} & tuned_for
             }
         tpoints = tuning_points(defn, extra=extra, arms=tuned_for)
         root = args.data_root or defn.data_root
@@ -1310,8 +1313,11 @@ def main(argv: list[str] | None = None) -> int:
         rc = _run(runner, points) or rc
     command = "fl-lightning repro " + " ".join(
         [defn.paper]
-        + [f"--table {t.label!r}" if " " in t.label else f"--table {t.label}"
-           for t in tables if args.table]
+        + [
+            f"--table {t.label!r}" if " " in t.label else f"--table {t.label}"
+            for t in tables
+            if args.table
+        ]
         + [f"--profile {defn.profile}", f"--seeds {seeds}"]
         + [f"--arm {a}" for a in args.arm]
         + [f"--set {k}={v}" for k, v in extra.items()]

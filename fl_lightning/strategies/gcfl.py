@@ -24,6 +24,20 @@ Corrected gradients are averaged with weights n_i (``weighting: num_examples``, 
 uniformly (``weighting: uniform``, Algorithm 1 line 32) and returned as a model delta, so the
 server's SGD step gives W ← W − η·Σ p_i ĝ_i^cor with η = ``model.server_lr`` · η_l.
 
+What the correction sees: Eq. 11 compares the uploads themselves ("ĝ_t^i represents the model
+gradient uploaded by the i-th client in iteration t"); nothing less noisy is available to the
+server or named by the paper. The unit of an upload is the open point, and both readings are
+configurations of this class: one DP-SGD step per round (``client.local_steps: 1``, Algorithm 1
+line 19 sits inside the k-loop), where the noise of a single Poisson batch dominates and the
+cosine of two uploads is near its pure-noise value √(2/(π d)); or the pseudo-gradient of a local
+epoch (``client.local_epochs: 1``, the paper's "epochs" and Fig. 2), the mean of K noisy
+gradients whose noise variance is K times smaller. Either way the server only post-processes
+DP-SGD releases.
+
+Per round, ``round_metrics`` (logged as ``strategy/<key>``) holds the number of clients
+projected and of projections, and the statistics of the Eq. 11 cosines checked
+(``cosine_statistics``: mean cos, mean |cos|, the share below 0, and the pure-noise |cos|).
+
 Privacy: the correction only reads the clients' DP-SGD outputs, so it is post-processing; ε is
 the clients' record-level DP-SGD ε that the core accounts from ``ClientUpdate.dp_steps``.
 """
