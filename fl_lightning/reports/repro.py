@@ -559,12 +559,15 @@ def _ms(c: CellResult) -> str:
     )
 
 
-def peak_verdict(res: TuneResult, value: Any, noise: float | None) -> tuple[str, str]:
-    """Whether ``value`` is the best of the arm's tuning grid. With single-seed tuning the
+def peak_verdict(
+    res: TuneResult, value: Any, noise: float | None, among: list[Any] | None = None
+) -> tuple[str, str]:
+    """Whether ``value`` is the best of the arm's tuning grid (or of its values ``among``,
+    e.g. the paper's own grid inside a wider one). With single-seed tuning the
     scale of a meaningful difference is ``noise``, the arm's seed std at its chosen value in
     the table: the claim is confirmed (contradicted) when the claimed value beats every other
     value (is beaten by the best) by more than 2 std; otherwise inconclusive."""
-    means = {repr(v): res.mean(v) for v in res.values}
+    means = {repr(v): res.mean(v) for v in res.values if among is None or v in among}
     if means.get(repr(value)) is None:
         return "inconclusive", f"{res.method}: no finished run at {value}"
     done = {k: m for k, m in means.items() if m is not None}
@@ -600,7 +603,9 @@ def verdicts(
             if res is None:
                 raise ReproError(f"claims[{i}].peak: arm {peak['arm']!r} is not tuned")
             cell = cells.get(peak["arm"])
-            verdict, evidence = peak_verdict(res, peak["value"], cell.std if cell else None)
+            verdict, evidence = peak_verdict(
+                res, peak["value"], cell.std if cell else None, peak.get("among")
+            )
             if claim.get("paper"):
                 evidence += f". Paper: {claim['paper']}"
             if claim.get("reading"):

@@ -144,6 +144,9 @@ def test_peak_verdict_judges_differences_against_the_seed_std():
     assert repro.peak_verdict(res, 0.002, 1.0)[0] == "inconclusive"  # 85 vs 84 within 2 std
     assert repro.peak_verdict(res, 0.001, 1.0)[0] == "contradicted"
     assert repro.peak_verdict(res, 0.001, None)[0] == "inconclusive"
+    assert repro.peak_verdict(res, 0.001, 1.0, among=[0.001, 0.005])[0] == "contradicted"
+    verdict, text = repro.peak_verdict(res, 0.005, 0.2, among=[0.001, 0.005])
+    assert verdict == "confirmed" and "0.002" not in text
 
 
 @pytest.mark.parametrize(
@@ -179,3 +182,20 @@ def test_dry_run_selects_a_table_by_label(tmp_path: Path, capsys):
     out = capsys.readouterr().out
     assert "tuning: 2 points, 0 finished, 2 to run" in out  # gcfl's grid only
     assert "2 points, 0 finished, 2 to run (untuned" in out
+
+
+@pytest.mark.parametrize("profile", ["scaled", "paper"])
+def test_the_shipped_gcfl_definition_is_consistent(profile: str):
+    defn = repro.load_definition("001", profile)
+    assert defn.tune is not None and defn.tune.param == "client.lr"
+    tables = {t.label: t for t in defn.tables}
+    for claim in defn.claims:
+        table = tables[claim["table"]]
+        rule = claim.get("better") or claim.get("peak")
+        arms = [rule["arm"], *rule.get("than", [])]
+        assert set(arms) <= set(table.arms), claim["claim"]
+    heirs = {a for h in defn.tune.inherit.values() for a in h} | set(defn.tune.values)
+    in_tables = {a for t in defn.tables for a in [*t.arms, t.reference]}
+    assert in_tables <= heirs  # every arm of every table has a tuned learning rate
+    points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
+    assert len({rp.point.id for rp in points}) == len(points)
