@@ -128,6 +128,8 @@ class PlotDef:
     log: bool = False
     reference_column: str | None = None  # drawn as a grey dotted line (mean over runs)
     reference_label: str = ""
+    fraction: bool = False  # x = round / the arm's last round (arms with different round counts)
+    xlabel: str = ""
 
 
 @dataclass
@@ -217,6 +219,8 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
                 log=bool(pl.get("log", False)),
                 reference_column=pl.get("reference_column"),
                 reference_label=str(pl.get("reference_label", "")),
+                fraction=bool(pl.get("fraction", False)),
+                xlabel=str(pl.get("xlabel", "")),
             )
         )
     return Definition(
@@ -1151,8 +1155,9 @@ def _curve_plot(
         xs = sorted(r for r in per if len(per[r]) == len(series))
         if not xs:
             continue
+        last = max(max(cv["round"]) for cv in series)
         ax.plot(
-            xs,
+            [x / last for x in xs] if pl.fraction else xs,
             [statistics.fmean(per[x]) for x in xs],
             marker="osv^Dxp*"[k % 8],
             markersize=3,
@@ -1174,7 +1179,7 @@ def _curve_plot(
         )
     if pl.log:
         ax.set_yscale("log")
-    ax.set_xlabel("round")
+    ax.set_xlabel(pl.xlabel or ("fraction of the run's rounds" if pl.fraction else "round"))
     ax.set_ylabel(pl.ylabel)
     ax.set_title(f"Paper {defn.paper}, table {tname}: {pl.ylabel}\n(mean over seeds, per round)")
     ax.grid(alpha=0.3, which="both")

@@ -53,6 +53,7 @@ def _definition(tmp_path: Path, **extra) -> Path:
                 "column": "strategy/abs_cos_mean",
                 "stem": "abs_cos_vs_round",
                 "log": True,
+                "fraction": True,
                 "reference_column": "strategy/abs_cos_noise_only",
             }
         ],
