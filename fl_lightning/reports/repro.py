@@ -555,6 +555,41 @@ def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
     return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
 
 
+def difference_ci(a: CellResult, b: CellResult) -> tuple[float, float] | None:
+    """The 95 % Welch confidence interval of mean(a) − mean(b), in points (None: < 2 seeds)."""
+    from scipy.stats import t as student
+
+    if len(a.values) < 2 or len(b.values) < 2:
+        return None
+    diff = statistics.fmean(a.values) - statistics.fmean(b.values)
+    va = statistics.variance(a.values) / len(a.values)
+    vb = statistics.variance(b.values) / len(b.values)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff
+    df = (va + vb) ** 2 / (va**2 / (len(a.values) - 1) + vb**2 / (len(b.values) - 1))
+    q = float(student.ppf(1 - ALPHA / 2, df))
+    return diff - q * se, diff + q * se
+
+
+def with_margin(
+    kind: str, evidence: str, a: CellResult, b: CellResult, margin: float
+) -> tuple[str, str]:
+    """A pairwise verdict that also tests the paper's advantage ``margin`` (points): when the
+    95 % Welch CI of our difference lies wholly below it, the published advantage is rejected
+    and the pair counts as contradicted even if ``a`` is ahead."""
+    ci = difference_ci(a, b)
+    if ci is None:
+        return kind, evidence
+    lo, hi = ci
+    if hi < margin:
+        return "contradicted", (
+            f"{evidence}; 95 % CI of the difference [{lo:+.2f}, {hi:+.2f}] pt excludes the "
+            f"paper's {margin:+.2f} pt"
+        )
+    return kind, f"{evidence}; 95 % CI [{lo:+.2f}, {hi:+.2f}] pt includes the paper's {margin:+.2f}"
+
+
 def _ms(c: CellResult) -> str:
     if c.mean is None:
         return "—"
@@ -627,6 +662,14 @@ def verdicts(
         if a is None or any(o is None for o in others):
             raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
         parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+        margins = rule.get("margin")
+        if margins is not None:
+            if not isinstance(margins, list) or len(margins) != len(others):
+                raise ReproError(f"claims[{i}].better.margin: one paper margin per 'than' arm")
+            parts = [
+                with_margin(kind, ev, a, o, float(m))  # type: ignore[arg-type]
+                for (kind, ev), o, m in zip(parts, others, margins)
+            ]
         kinds = {k for k, _ in parts}
         if kinds == {"confirmed"}:
             verdict = "confirmed"

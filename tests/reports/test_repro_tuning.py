@@ -200,3 +200,20 @@ def test_the_shipped_gcfl_definition_is_consistent(profile: str):
     assert in_tables <= heirs  # every arm of every table has a tuned learning rate
     points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
     assert len({rp.point.id for rp in points}) == len(points)
+
+
+def test_a_claim_with_the_paper_margin_rejects_a_smaller_advantage():
+    arm = lambda n: repro.Arm(n, n, [], {})  # noqa: E731
+
+    def cell(name, values):
+        return repro.CellResult(arm(name), None, list(values), [], [], [], [], len(values))
+
+    gcfl, fedavg = cell("GCFL", [87.6, 86.9, 87.2]), cell("DP-FedAvg", [87.5, 87.0, 87.1])
+    lo, hi = repro.difference_ci(gcfl, fedavg)
+    assert lo < 0.03 < hi  # the measured difference is +0.03
+    kind, text = repro.with_margin("inconclusive", "tie", gcfl, fedavg, 5.61)
+    assert kind == "contradicted" and "excludes the paper's +5.61" in text
+    kind, _ = repro.with_margin("inconclusive", "tie", gcfl, fedavg, 0.1)
+    assert kind == "inconclusive"  # a margin inside the CI is not rejected
+    same = cell("B", [87.0, 87.0, 87.0])
+    assert repro.difference_ci(same, same) == (0.0, 0.0)
