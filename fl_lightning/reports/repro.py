@@ -57,8 +57,19 @@ CURVE_COLUMNS = (
     "strategy/noise_multiplier",
     "strategy/anr_fired",
     "strategy/anr_loss",
+    "strategy/abs_cos_mean",
+    "strategy/mean_cosine",
+    "strategy/cos_negative_fraction",
+    "strategy/abs_cos_noise_only",
+    "strategy/projected",
 )
 VERDICTS = ("confirmed", "contradicted", "inconclusive")
+# the diagnostic columns of a table in the Markdown (key of ``_diagnostics``, header, decimals)
+DEFAULT_COLUMNS = [
+    {"key": "rounds_mean", "header": "Rounds", "digits": 1},
+    {"key": "anr_fired_mean", "header": "ANR firings", "digits": 1},
+    {"key": "final_noise_multiplier_mean", "header": "Final σ", "digits": 3},
+]
 SEED_KEY = "seed_everything"
 ALPHA = 0.05
 
@@ -85,6 +96,40 @@ class TableDef:
     reference: str | None
     paper_method: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    label: str = ""  # our name of the table (default: the paper's); one paper table may be
+    # reproduced at several settings (e.g. one per epsilon column), each under its own label
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.table
+
+
+@dataclass
+class TuneDef:
+    """A per-arm grid search run before the tables: each tuned arm runs ``seeds`` seeds at
+    every value of ``param``; the value with the best mean ``metric`` becomes that arm's
+    setting (and that of the arms that ``inherit`` it). A tuning point at the chosen value is
+    the table's point of the same seed (same id), so it is not run twice."""
+
+    param: str
+    values: dict[str, list[Any]]  # tuned arm -> its grid
+    inherit: dict[str, list[str]]  # tuned arm -> arms that take its chosen value
+    seeds: int = 1
+    metric: str = "test/accuracy"
+    note: str = ""
+
+
+@dataclass
+class PlotDef:
+    """A per-round curve plotted per table (mean over seeds), e.g. a strategy's diagnostic."""
+
+    column: str
+    ylabel: str
+    stem: str
+    log: bool = False
+    reference_column: str | None = None  # drawn as a grey dotted line (mean over runs)
+    reference_label: str = ""
+    fraction: bool = False  # x = round / the arm's last round (arms with different round counts)
+    xlabel: str = ""
 
 
 @dataclass
@@ -100,6 +145,10 @@ class Definition:
     notes: list[str]
     data_root: str | None
     seeds: int
+    tune: TuneDef | None = None
+    plots: list[PlotDef] = field(default_factory=list)
+    columns: list[dict[str, Any]] = field(default_factory=list)
+    chosen: dict[str, Any] = field(default_factory=dict)  # arm -> tuned value (filled by main)
 
 
 def definition_path(paper: str) -> Path:
@@ -139,7 +188,7 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         overrides = {**(prof.get("overrides") or {}), **(a.get("overrides") or {})}
         overrides.update(per.get("overrides") or {})
         arms[name] = Arm(name, str(a.get("method", name)), cfgs, overrides, str(a.get("note", "")))
-    tables = []
+    tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
         tdef = TableDef(
@@ -149,12 +198,31 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             reference=t.get("reference"),
             paper_method=dict(t.get("paper_method") or {}),
             note=str(t.get("note", "")),
+            label=str(t.get("label", "")),
         )
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
         load_paper(pid).table(tdef.table)  # KeyError if the paper has no such table
+        if tdef.label in {x.label for x in tables}:
+            raise ReproError(f"{tw}.label: table {tdef.label!r} defined twice")
         tables.append(tdef)
+    tune = _tune(prof.get("tune"), arms, f"{where}.profiles.{profile}.tune")
+    plot_defs = []
+    for i, pl in enumerate(raw.get("plots") or []):
+        pw = f"{where}.plots[{i}]"
+        plot_defs.append(
+            PlotDef(
+                column=str(_need(pl, "column", pw, str)),
+                ylabel=str(pl.get("ylabel", pl["column"])),
+                stem=str(_need(pl, "stem", pw, str)),
+                log=bool(pl.get("log", False)),
+                reference_column=pl.get("reference_column"),
+                reference_label=str(pl.get("reference_label", "")),
+                fraction=bool(pl.get("fraction", False)),
+                xlabel=str(pl.get("xlabel", "")),
+            )
+        )
     return Definition(
         paper=pid,
         title=str(raw.get("title", "")),
@@ -167,6 +235,41 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         notes=list(prof.get("notes") or []),
         data_root=prof.get("data_root"),
         seeds=int(prof.get("seeds", 3)),
+        tune=tune,
+        plots=plot_defs,
+        columns=list(raw.get("columns") or DEFAULT_COLUMNS),
+    )
+
+
+def _tune(raw: Any, arms: dict[str, Arm], where: str) -> TuneDef | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ReproError(f"{where}: expected a mapping")
+    param = str(_need(raw, "param", where, str))
+    default = list(raw.get("values") or [])
+    values: dict[str, list[Any]] = {}
+    inherit: dict[str, list[str]] = {}
+    for name, spec in _need(raw, "arms", where, dict).items():
+        spec = spec or {}
+        vals = list(spec.get("values") or default)
+        if not vals:
+            raise ReproError(f"{where}.arms.{name}.values: no values to tune over")
+        heirs = list(spec.get("inherit") or [])
+        for a in [name, *heirs]:
+            if a not in arms:
+                raise ReproError(f"{where}.arms: unknown arm {a!r}")
+        values[name], inherit[name] = vals, heirs
+    seeds = int(raw.get("seeds", 1))
+    if seeds < 1:
+        raise ReproError(f"{where}.seeds: must be >= 1")
+    return TuneDef(
+        param,
+        values,
+        inherit,
+        seeds,
+        str(raw.get("metric", "test/accuracy")),
+        str(raw.get("note", "")),
     )
 
 
@@ -199,6 +302,14 @@ class ReproPoint:
     configs: list[str]
 
 
+def _repro_point(defn: Definition, arm: Arm, seed: int, extra: dict[str, Any], index: int):
+    cfgs = defn.base + arm.configs
+    params = {**arm.overrides, **extra, SEED_KEY: seed}
+    salt = f"{defn.paper}:{defn.profile}:{arm.name}:{_file_digest(cfgs)}"
+    pid = f"{arm.name}-s{seed}-{point_id(params, salt)}"
+    return ReproPoint(Point(index, params, pid), arm, seed, cfgs)
+
+
 def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]):
     """The (arm, seed) points of ``tables``, seed-major (every arm's seed 0 first, so a
     sweep stopped early has every arm)."""
@@ -210,12 +321,66 @@ def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[Ta
     out: list[ReproPoint] = []
     for seed in range(seeds):
         for name in names:
-            arm = defn.arms[name]
-            cfgs = defn.base + arm.configs
-            params = {**arm.overrides, **extra, SEED_KEY: seed}
-            salt = f"{defn.paper}:{defn.profile}:{name}:{_file_digest(cfgs)}"
-            pid = f"{name}-s{seed}-{point_id(params, salt)}"
-            out.append(ReproPoint(Point(len(out), params, pid), arm, seed, cfgs))
+            out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out)))
+    return out
+
+
+def tuning_points(defn: Definition, *, extra: dict[str, Any], arms: set[str] | None = None):
+    """The tuning grid's points (seed-major, then arm, then value); ``arms``: only these."""
+    tune = defn.tune
+    if tune is None:
+        return []
+    out: list[ReproPoint] = []
+    for seed in range(tune.seeds):
+        for name, values in tune.values.items():
+            if arms is not None and name not in arms:
+                continue
+            base = defn.arms[name]
+            for v in values:
+                arm = replace(base, overrides={**base.overrides, tune.param: v})
+                out.append(_repro_point(defn, arm, seed, extra, len(out)))
+    return out
+
+
+@dataclass
+class TuneResult:
+    arm: str
+    method: str
+    values: list[Any]
+    scores: dict[str, list[float]]  # repr(value) -> the metric (%) of each finished seed
+    chosen: Any = None
+
+    def mean(self, v: Any) -> float | None:
+        got = self.scores.get(repr(v)) or []
+        return statistics.fmean(got) if got else None
+
+
+def choose(defn: Definition, tpoints: list[ReproPoint], store: ResultStore) -> list[TuneResult]:
+    """Per tuned arm, the grid value with the best mean metric over its finished seeds (the
+    first in grid order on a tie; None where no value finished), applied to the arm and its
+    heirs in ``defn.arms`` (``defn.chosen`` records it)."""
+    tune = defn.tune
+    if tune is None:
+        return []
+    latest = store.latest()
+    out = []
+    for name, values in tune.values.items():
+        res = TuneResult(name, defn.arms[name].method, values, {})
+        for rp in tpoints:
+            if rp.arm.name != name:
+                continue
+            row = latest.get(rp.point.id)
+            v = _pct(((row or {}).get("metrics") or {}).get(tune.metric))
+            if row and row.get("status") == "finished" and v is not None:
+                res.scores.setdefault(repr(rp.arm.overrides[tune.param]), []).append(v)
+        scored = [(res.mean(v), -i, v) for i, v in enumerate(values) if res.mean(v) is not None]
+        if scored:
+            res.chosen = max(scored)[2]
+            for a in [name, *tune.inherit[name]]:
+                arm = defn.arms[a]
+                defn.arms[a] = replace(arm, overrides={**arm.overrides, tune.param: res.chosen})
+                defn.chosen[a] = res.chosen
+        out.append(res)
     return out
 
 
@@ -390,6 +555,41 @@ def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
     return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
 
 
+def difference_ci(a: CellResult, b: CellResult) -> tuple[float, float] | None:
+    """The 95 % Welch confidence interval of mean(a) − mean(b), in points (None: < 2 seeds)."""
+    from scipy.stats import t as student
+
+    if len(a.values) < 2 or len(b.values) < 2:
+        return None
+    diff = statistics.fmean(a.values) - statistics.fmean(b.values)
+    va = statistics.variance(a.values) / len(a.values)
+    vb = statistics.variance(b.values) / len(b.values)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff
+    df = (va + vb) ** 2 / (va**2 / (len(a.values) - 1) + vb**2 / (len(b.values) - 1))
+    q = float(student.ppf(1 - ALPHA / 2, df))
+    return diff - q * se, diff + q * se
+
+
+def with_margin(
+    kind: str, evidence: str, a: CellResult, b: CellResult, margin: float
+) -> tuple[str, str]:
+    """A pairwise verdict that also tests the paper's advantage ``margin`` (points): when the
+    95 % Welch CI of our difference lies wholly below it, the published advantage is rejected
+    and the pair counts as contradicted even if ``a`` is ahead."""
+    ci = difference_ci(a, b)
+    if ci is None:
+        return kind, evidence
+    lo, hi = ci
+    if hi < margin:
+        return "contradicted", (
+            f"{evidence}; 95 % CI of the difference [{lo:+.2f}, {hi:+.2f}] pt excludes the "
+            f"paper's {margin:+.2f} pt"
+        )
+    return kind, f"{evidence}; 95 % CI [{lo:+.2f}, {hi:+.2f}] pt includes the paper's {margin:+.2f}"
+
+
 def _ms(c: CellResult) -> str:
     if c.mean is None:
         return "—"
@@ -398,7 +598,37 @@ def _ms(c: CellResult) -> str:
     )
 
 
-def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellResult | None]]):
+def peak_verdict(
+    res: TuneResult, value: Any, noise: float | None, among: list[Any] | None = None
+) -> tuple[str, str]:
+    """Whether ``value`` is the best of the arm's tuning grid (or of its values ``among``,
+    e.g. the paper's own grid inside a wider one). With single-seed tuning the
+    scale of a meaningful difference is ``noise``, the arm's seed std at its chosen value in
+    the table: the claim is confirmed (contradicted) when the claimed value beats every other
+    value (is beaten by the best) by more than 2 std; otherwise inconclusive."""
+    means = {repr(v): res.mean(v) for v in res.values if among is None or v in among}
+    if means.get(repr(value)) is None:
+        return "inconclusive", f"{res.method}: no finished run at {value}"
+    done = {k: m for k, m in means.items() if m is not None}
+    text = f"{res.method}: " + ", ".join(f"{k}: {m:.2f}" for k, m in done.items())
+    if noise is None:
+        return "inconclusive", text + " (no seed std to judge the differences)"
+    text += f" (seeds: {len(res.scores.get(repr(value), []))} per value; seed std {noise:.2f})"
+    mine = done[repr(value)]
+    best_k, best = max(done.items(), key=lambda kv: kv[1])
+    others = [m for k, m in done.items() if k != repr(value)]
+    if others and all(mine - m > 2 * noise for m in others):
+        return "confirmed", text
+    if best_k != repr(value) and best - mine > 2 * noise:
+        return "contradicted", text + f"; best at {best_k}"
+    return "inconclusive", text + f"; best at {best_k}, within 2 std of {value}"
+
+
+def verdicts(
+    defn: Definition,
+    results: dict[str, tuple[list[CellResult], CellResult | None]],
+    tuning: list[TuneResult] | None = None,
+):
     out = []
     for i, claim in enumerate(defn.claims):
         text = str(claim.get("claim", f"claim {i}"))
@@ -406,14 +636,40 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
         if t not in results:
             continue
         cells = {c.arm.name: c for c in results[t][0]}
+        peak = claim.get("peak")
+        if isinstance(peak, dict):
+            res = next((r for r in tuning or [] if r.arm == peak["arm"]), None)
+            if res is None:
+                raise ReproError(f"claims[{i}].peak: arm {peak['arm']!r} is not tuned")
+            cell = cells.get(peak["arm"])
+            verdict, evidence = peak_verdict(
+                res, peak["value"], cell.std if cell else None, peak.get("among")
+            )
+            if claim.get("paper"):
+                evidence += f". Paper: {claim['paper']}"
+            if claim.get("reading"):
+                evidence += f". Reading: {claim['reading']}"
+            out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
+            continue
         rule = claim.get("better")
         if not isinstance(rule, dict):
-            raise ReproError(f"claims[{i}]: only 'better: {{arm, than}}' claims are supported")
+            raise ReproError(
+                f"claims[{i}]: only 'better: {{arm, than}}' and 'peak: {{arm, value}}' "
+                "claims are supported"
+            )
         a = cells.get(rule["arm"])
         others = [cells.get(b) for b in rule["than"]]
         if a is None or any(o is None for o in others):
             raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
         parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+        margins = rule.get("margin")
+        if margins is not None:
+            if not isinstance(margins, list) or len(margins) != len(others):
+                raise ReproError(f"claims[{i}].better.margin: one paper margin per 'than' arm")
+            parts = [
+                with_margin(kind, ev, a, o, float(m))  # type: ignore[arg-type]
+                for (kind, ev), o, m in zip(parts, others, margins)
+            ]
         kinds = {k for k, _ in parts}
         if kinds == {"confirmed"}:
             verdict = "confirmed"
@@ -474,6 +730,20 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
     ]
     if sound:
         out["epsilon_sound_mean"] = statistics.fmean(sound)
+    for col, key in (
+        ("strategy/abs_cos_mean", "abs_cos_mean"),
+        ("strategy/mean_cosine", "cos_mean"),
+        ("strategy/cos_negative_fraction", "cos_negative_fraction"),
+        ("strategy/abs_cos_noise_only", "abs_cos_noise_only"),
+        ("strategy/projected", "projected_per_round"),
+    ):
+        per_run = []
+        for cv in c.curves:
+            xs = [x for x in (cv or {}).get(col, []) if x is not None and math.isfinite(x)]
+            if xs:
+                per_run.append(statistics.fmean(xs))
+        if per_run:
+            out[key] = statistics.fmean(per_run)  # mean over rounds, then over seeds
     return out
 
 
@@ -505,16 +775,19 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
     }
 
 
-def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[str, Any]:
+def build_json(
+    defn: Definition, results, verdict_rows, command: str, tuning: list[TuneResult] | None = None
+) -> dict[str, Any]:
     tables = []
     for t in defn.tables:
-        if t.table not in results:
+        if t.label not in results:
             continue
-        cells, ref = results[t.table]
+        cells, ref = results[t.label]
         tau, p, n = kendall(cells)
         tables.append(
             {
-                "table": t.table,
+                "table": t.label,
+                **({"paper_table": t.table} if t.label != t.table else {}),
                 "where": t.where,
                 "cells": [cell_json(defn, c) for c in cells],
                 "kendall_tau": None if tau is None else round(tau, 4),
@@ -523,13 +796,43 @@ def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[st
                 "nonprivate_reference": None if ref is None else cell_json(defn, ref),
             }
         )
-    return {
+    doc = {
         "paper": defn.paper,
         "profile": defn.profile,
         "command": command,
         "tables": tables,
         "verdicts": verdict_rows,
         "deviations": defn.deviations,
+    }
+    if defn.tune is not None:
+        doc["tuning"] = tuning_json(defn, tuning or [])
+    return doc
+
+
+def tuning_json(defn: Definition, tuning: list[TuneResult]) -> dict[str, Any]:
+    tune = defn.tune
+    assert tune is not None
+    return {
+        "param": tune.param,
+        "metric": tune.metric,
+        "seeds": tune.seeds,
+        "arms": [
+            {
+                "arm": r.arm,
+                "method": r.method,
+                "grid": [
+                    {
+                        "value": v,
+                        "ours_mean": None if r.mean(v) is None else round(r.mean(v) or 0.0, 3),
+                        "seeds": len(r.scores.get(repr(v), [])),
+                    }
+                    for v in r.values
+                ],
+                "chosen": r.chosen,
+                "applied_to": [r.arm, *tune.inherit[r.arm]],
+            }
+            for r in tuning
+        ],
     }
 
 
@@ -621,9 +924,9 @@ def render_markdown(
     for v in doc["verdicts"]:
         lines.append(f"| {v['claim']} | **{v['verdict']}** | {v['evidence']} |")
     for t, tdef in zip(
-        doc["tables"], [d for d in defn.tables if d.table in {x["table"] for x in doc["tables"]}]
+        doc["tables"], [d for d in defn.tables if d.label in {x["table"] for x in doc["tables"]}]
     ):
-        ptab = paper.table(t["table"])
+        ptab = paper.table(t.get("paper_table", t["table"]))
         lines += ["", f"## Table {t['table']}", "", f"**Paper:** {ptab.caption}", ""]
         if tdef.note:
             lines += [tdef.note.strip(), ""]
@@ -635,8 +938,8 @@ def render_markdown(
         r_ours, r_paper = _ranks(ours), _ranks(papers)
         lines += [
             "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
-            "ε reported | Guarantee | Rounds | ANR firings | Final σ |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "ε reported | Guarantee | " + " | ".join(col["header"] for col in defn.columns) + " |",
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(defn.columns),
         ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
@@ -654,8 +957,10 @@ def render_markdown(
             lines.append(
                 f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'])} | {rp} | {ours_s} | {ro} | "
                 f"{c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
-                f"{_f(d.get('rounds_mean'), 1)} | {_f(d.get('anr_fired_mean'), 1)} | "
-                f"{_f(d.get('final_noise_multiplier_mean'), 3)} |"
+                + " | ".join(
+                    _f(d.get(col["key"]), int(col.get("digits", 2))) for col in defn.columns
+                )
+                + " |"
             )
         ref = t["nonprivate_reference"]
         lines.append("")
@@ -684,6 +989,8 @@ def render_markdown(
         for fig in figures.get(t["table"], []):
             rel = fig.relative_to(out_dir) if fig.is_relative_to(out_dir) else fig
             lines += ["", f"![{fig.stem}]({rel.as_posix()})"]
+    if "tuning" in doc:
+        lines += tuning_markdown(defn, doc["tuning"], figures.get(TUNING_FIGURES, []), out_dir)
     lines += [
         "",
         "## Deviations from the paper",
@@ -699,7 +1006,62 @@ def render_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
+TUNING_FIGURES = "__tuning__"
+
+
+def tuning_markdown(
+    defn: Definition, tuning: dict[str, Any], figs: list[Path], out_dir: Path
+) -> list[str]:
+    tune = defn.tune
+    assert tune is not None
+    values: list[Any] = []
+    for a in tuning["arms"]:
+        values += [g["value"] for g in a["grid"] if g["value"] not in values]
+    values.sort()
+    lines = [
+        "",
+        f"## Tuning of `{tuning['param']}`",
+        "",
+        f"Each arm ran {tuning['seeds']} seed(s) at every value of its grid; the value with the "
+        f"best mean `{tuning['metric']}` (%) is the arm's setting in every table (bold), and "
+        "that of the arms listed after it. The tables' seed-0 runs at the chosen value are "
+        "these runs (same point).",
+        "",
+    ]
+    if tune.note:
+        lines += [tune.note.strip(), ""]
+    lines += [
+        "| Method (arm) | " + " | ".join(str(v) for v in values) + " | Chosen | Applied to |",
+        "|---|" + "---|" * (len(values) + 2),
+    ]
+    for a in tuning["arms"]:
+        by = {repr(g["value"]): g for g in a["grid"]}
+        cells = []
+        for v in values:
+            g = by.get(repr(v))
+            if g is None:
+                cells.append("")
+            elif g["ours_mean"] is None:
+                cells.append("—")
+            else:
+                txt = f"{g['ours_mean']:.2f}"
+                cells.append(f"**{txt}**" if v == a["chosen"] else txt)
+        lines.append(
+            f"| {a['method']} (`{a['arm']}`) | "
+            + " | ".join(cells)
+            + f" | {a['chosen']} | "
+            + ", ".join(f"`{x}`" for x in a["applied_to"])
+            + " |"
+        )
+    for fig in figs:
+        rel = fig.relative_to(out_dir) if fig.is_relative_to(out_dir) else fig
+        lines += ["", f"![{fig.stem}]({rel.as_posix()})"]
+    return lines
+
+
+def plots(
+    defn: Definition, results, out_dir: Path, tuning: list[TuneResult] | None = None
+) -> dict[str, list[Path]]:
     """Accuracy vs round and ε vs round per method (mean over seeds); accuracy vs ε where the
     table has more than one ε."""
     import matplotlib
@@ -774,8 +1136,102 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
             fig.savefig(path)
             plt.close(fig)
             made.append(path)
+        for pl in defn.plots:
+            drawn_at = _curve_plot(defn, pl, tname, slug, cells + ([ref] if ref else []), out_dir)
+            if drawn_at is not None:
+                made.append(drawn_at)
         figs[tname] = made
+    if tuning and defn.tune is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+        drawn = False
+        for k, r in enumerate(tuning):
+            pts = [(float(v), float(m)) for v in r.values if (m := r.mean(v)) is not None]
+            if pts:
+                ax.plot(
+                    [x for x, _ in pts],
+                    [y for _, y in pts],
+                    marker="osv^Dxp*"[k % 8],
+                    ls=["-", "--", ":", "-."][k % 4],
+                    label=f"{r.method} (chosen {r.chosen})",
+                )
+                drawn = True
+        if drawn:
+            ax.set_xscale("log")
+            ax.set_xlabel(defn.tune.param)
+            ax.set_ylabel(f"{defn.tune.metric} (%)")
+            ax.set_title(
+                f"Paper {defn.paper}: tuning of {defn.tune.param} "
+                f"({defn.tune.seeds} seed(s) per value)"
+            )
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            fig.tight_layout()
+            path = out_dir / f"{defn.paper}_tuning_{defn.tune.param.replace('.', '_')}.png"
+            fig.savefig(path)
+            figs[TUNING_FIGURES] = [path]
+        plt.close(fig)
     return figs
+
+
+def _curve_plot(
+    defn: Definition, pl: PlotDef, tname: str, slug: str, cells: list[CellResult], out_dir: Path
+) -> Path | None:
+    """``pl.column`` vs round per arm (mean over the seeds, over the rounds every seed ran)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+    drawn = False
+    ref_values: list[float] = []
+    for k, c in enumerate(cells):
+        series = [cv for cv in c.curves if cv.get(pl.column)]
+        if not series:
+            continue
+        per: dict[int, list[float]] = {}
+        for cv in series:
+            for r, v in zip(cv["round"], cv[pl.column]):
+                if v is not None and math.isfinite(v):
+                    per.setdefault(r, []).append(v)
+            if pl.reference_column:
+                ref_values += [
+                    v for v in cv.get(pl.reference_column, []) if v is not None and math.isfinite(v)
+                ]
+        xs = sorted(r for r in per if len(per[r]) == len(series))
+        if not xs:
+            continue
+        last = max(max(cv["round"]) for cv in series)
+        ax.plot(
+            [x / last for x in xs] if pl.fraction else xs,
+            [statistics.fmean(per[x]) for x in xs],
+            marker="osv^Dxp*"[k % 8],
+            markersize=3,
+            ls=["-", "--", ":", "-."][k % 4],
+            lw=1.2,
+            label=f"{c.arm.method} ({len(series)} seeds)",
+        )
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    if ref_values:
+        ax.axhline(
+            statistics.fmean(ref_values),
+            color="grey",
+            ls=":",
+            lw=1.5,
+            label=pl.reference_label or pl.reference_column,
+        )
+    if pl.log:
+        ax.set_yscale("log")
+    ax.set_xlabel(pl.xlabel or ("fraction of the run's rounds" if pl.fraction else "round"))
+    ax.set_ylabel(pl.ylabel)
+    ax.set_title(f"Paper {defn.paper}, table {tname}: {pl.ylabel}\n(mean over seeds, per round)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_{pl.stem}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -847,18 +1303,24 @@ def main(argv: list[str] | None = None) -> int:
         tables = defn.tables
         if args.table:
             want = {t.lower() for t in args.table}
-            tables = [t for t in defn.tables if t.table.lower() in want]
-            if len(tables) != len(want):
-                have = ", ".join(t.table for t in defn.tables)
+            tables = [t for t in defn.tables if {t.table.lower(), t.label.lower()} & want]
+            if not tables or not want <= {x.lower() for t in tables for x in (t.table, t.label)}:
+                have = ", ".join(t.label for t in defn.tables)
                 raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
         defn.tables = tables
         seeds = args.seeds or defn.seeds
         points = plan(defn, seeds=seeds, extra=extra, tables=tables)
+        in_tables = {rp.arm.name for rp in points}
         if args.arm:
-            unknown = sorted(set(args.arm) - {rp.arm.name for rp in points})
+            unknown = sorted(set(args.arm) - in_tables)
             if unknown:
                 raise ReproError(f"--arm: {unknown} not in the chosen tables")
-            points = [rp for rp in points if rp.arm.name in args.arm]
+        tuned_for = set(args.arm or in_tables)
+        if defn.tune is not None:  # tune the arms whose value a chosen arm takes
+            tuned_for = {
+                name for name, heirs in defn.tune.inherit.items() if {name, *heirs} & tuned_for
+            }
+        tpoints = tuning_points(defn, extra=extra, arms=tuned_for)
         root = args.data_root or defn.data_root
         if root == "shared":
             found = find_shared_data()
@@ -875,51 +1337,83 @@ def main(argv: list[str] | None = None) -> int:
     store = ResultStore(Path(args.store or f"docs/reproductions/store/{defn.paper}-{defn.profile}"))
     out_dir = Path(args.out or "docs/reproductions")
     name = f"repro-{defn.paper}-{defn.profile}"
+    rc = 0
+    if tpoints:  # phase 1: the tuning grid, whose best values set the tables' arms
+        trunner = ReproRunner(tpoints, store, name=name, data_root=root, parallel=args.jobs)
+        ttodo, tdone, _ = trunner.pending([rp.point for rp in tpoints])
+        if args.dry_run:
+            print(f"tuning: {len(tpoints)} points, {tdone} finished, {len(ttodo)} to run")
+            for p in ttodo:
+                print(" ".join(trunner.command_for(p, store.root / "runs" / p.id / "a?")))
+        elif ttodo and not args.report_only:
+            rc = _run(trunner, tpoints)
+    tuning = choose(defn, tpoints, store)
+    points = plan(defn, seeds=seeds, extra=extra, tables=defn.tables)  # at the chosen values
+    if args.arm:
+        points = [rp for rp in points if rp.arm.name in args.arm]
     runner = ReproRunner(points, store, name=name, data_root=root, parallel=args.jobs)
     todo, done, _ = runner.pending([rp.point for rp in points])
     if args.dry_run:
-        print(f"{len(points)} points, {done} finished, {len(todo)} to run")
+        untuned = [r.arm for r in tuning if r.chosen is None]
+        print(
+            f"{len(points)} points, {done} finished, {len(todo)} to run"
+            + (f" (untuned, at their configured value: {untuned})" if untuned else "")
+        )
         for p in todo:
             print(" ".join(runner.command_for(p, store.root / "runs" / p.id / "a?")))
         return 0
-    rc = 0
-    if todo and not args.report_only:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-        try:
-            rc = runner.run([rp.point for rp in points])
-        except KeyboardInterrupt:
-            print("interrupted; the documents are written from what finished")
-            rc = 130
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+    if todo and not args.report_only and rc != 130:
+        rc = _run(runner, points) or rc
     command = "fl-lightning repro " + " ".join(
         [defn.paper]
-        + [f"--table {t.table}" for t in tables if args.table]
+        + [
+            f"--table {t.label!r}" if " " in t.label else f"--table {t.label}"
+            for t in tables
+            if args.table
+        ]
         + [f"--profile {defn.profile}", f"--seeds {seeds}"]
         + [f"--arm {a}" for a in args.arm]
         + [f"--set {k}={v}" for k, v in extra.items()]
     )
-    write_documents(defn, points, store, out_dir, command)
+    write_documents(defn, points, store, out_dir, command, tuning=tuning)
     return rc
+
+
+def _run(runner: ReproRunner, points: list[ReproPoint]) -> int:
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return runner.run([rp.point for rp in points])
+    except KeyboardInterrupt:
+        print("interrupted; the documents are written from what finished")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path, command: str):
+def write_documents(
+    defn: Definition,
+    points,
+    store: ResultStore,
+    out_dir: Path,
+    command: str,
+    tuning: list[TuneResult] | None = None,
+):
     paper = load_paper(defn.paper)
     results = {}
     for t in defn.tables:
         ptab = paper.table(t.table)
-        results[t.table] = collect(defn, points, store, t, ptab, ptab.metric)
-    verdict_rows = verdicts(defn, results)
-    doc = build_json(defn, results, verdict_rows, command)
+        results[t.label] = collect(defn, points, store, t, ptab, ptab.metric)
+    verdict_rows = verdicts(defn, results, tuning or [])
+    doc = build_json(defn, results, verdict_rows, command, tuning)
     problems = validate_document(doc)
     if problems:  # a defect of this module, not of the user's input
         raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    figs = plots(defn, results, out_dir)
+    figs = plots(defn, results, out_dir, tuning)
     (out_dir / f"{defn.paper}.json").write_text(
         json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     )

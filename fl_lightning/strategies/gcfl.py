@@ -24,12 +24,27 @@ Corrected gradients are averaged with weights n_i (``weighting: num_examples``, 
 uniformly (``weighting: uniform``, Algorithm 1 line 32) and returned as a model delta, so the
 server's SGD step gives W ← W − η·Σ p_i ĝ_i^cor with η = ``model.server_lr`` · η_l.
 
+What the correction sees: Eq. 11 compares the uploads themselves ("ĝ_t^i represents the model
+gradient uploaded by the i-th client in iteration t"); nothing less noisy is available to the
+server or named by the paper. The unit of an upload is the open point, and both readings are
+configurations of this class: one DP-SGD step per round (``client.local_steps: 1``, Algorithm 1
+line 19 sits inside the k-loop), where the noise of a single Poisson batch dominates and the
+cosine of two uploads is near its pure-noise value √(2/(π d)); or the pseudo-gradient of a local
+epoch (``client.local_epochs: 1``, the paper's "epochs" and Fig. 2), the mean of K noisy
+gradients whose noise variance is K times smaller. Either way the server only post-processes
+DP-SGD releases.
+
+Per round, ``round_metrics`` (logged as ``strategy/<key>``) holds the number of clients
+projected and of projections, and the statistics of the Eq. 11 cosines checked
+(``cosine_statistics``: mean cos, mean |cos|, the share below 0, and the pure-noise |cos|).
+
 Privacy: the correction only reads the clients' DP-SGD outputs, so it is post-processing; ε is
 the clients' record-level DP-SGD ε that the core accounts from ``ClientUpdate.dp_steps``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -98,6 +113,26 @@ def project_published(
             out = g - (float(torch.dot(g, r)) / float(r.norm())) * r
             projections += 1
     return out, projections, cosines
+
+
+def cosine_statistics(cosines: Sequence[float], *, dims: Sequence[int]) -> dict[str, float]:
+    """The round's Eq. 11 cosines, as logged per round (``strategy/<key>``).
+
+    ``mean_cosine`` and ``abs_cos_mean`` are the mean of cos φ and of |cos φ| over the pairs
+    checked, ``cos_negative_fraction`` the share below 0 (the paper's trigger), and
+    ``abs_cos_noise_only`` = √(2/(π d)) the mean |cos| of two independent isotropic Gaussian
+    vectors in d dimensions (averaged over the segments' d): the value the uploads' cosines take
+    when the DP noise swamps the gradient signal. NaN where no pair was checked.
+    """
+    n = len(cosines)
+    nan = float("nan")
+    floor = [math.sqrt(2.0 / (math.pi * d)) for d in dims if d > 0]
+    return {
+        "mean_cosine": sum(cosines) / n if n else nan,
+        "abs_cos_mean": sum(abs(c) for c in cosines) / n if n else nan,
+        "cos_negative_fraction": sum(c < 0 for c in cosines) / n if n else nan,
+        "abs_cos_noise_only": sum(floor) / len(floor) if floor else nan,
+    }
 
 
 class GCFL(ModelBinding, Strategy):
@@ -199,7 +234,7 @@ class GCFL(ModelBinding, Strategy):
         stats = {
             "projected": float(projected_clients),
             "projections": float(projections),
-            "mean_cosine": sum(cosines) / len(cosines) if cosines else float("nan"),
+            **cosine_statistics(cosines, dims=[s.stop - s.start for s in segments]),
         }
         return out, stats
 
@@ -224,4 +259,4 @@ class GCFL(ModelBinding, Strategy):
         return {}
 
 
-__all__ = ["GCFL", "project_published", "project_sequential"]
+__all__ = ["GCFL", "cosine_statistics", "project_published", "project_sequential"]

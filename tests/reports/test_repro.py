@@ -185,7 +185,7 @@ def test_verdicts_compare_seeds_with_welch():
         (["002", "--table", "IX"], "--table"),
         (["002", "--arm", "nope"], "--arm"),
         (["002", "--set", "novalue"], "--set"),
-        (["001"], "PAPER"),
+        (["001", "--definition", "/nonexistent/001.yaml"], "PAPER"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(argv, field, capsys):

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.fedavg import FedAvg
-from fl_lightning.strategies.gcfl import GCFL, project_published, project_sequential
+from fl_lightning.strategies.gcfl import (
+    GCFL,
+    cosine_statistics,
+    project_published,
+    project_sequential,
+)
 
 
 def _ctx(dim: int, cohort: list[int], **client_config) -> RoundContext:
@@ -209,3 +214,47 @@ def test_deltas_are_read_as_gradients_through_local_lr_and_steps() -> None:
 def test_bad_settings_name_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         GCFL(**kwargs)
+
+
+def test_cosine_statistics_of_a_round() -> None:
+    stats = cosine_statistics([0.5, -0.25, -0.25, 0.0], dims=[100, 400])
+    assert stats["mean_cosine"] == pytest.approx(0.0)
+    assert stats["abs_cos_mean"] == pytest.approx(0.25)
+    assert stats["cos_negative_fraction"] == pytest.approx(0.5)
+    want = (math.sqrt(2 / (math.pi * 100)) + math.sqrt(2 / (math.pi * 400))) / 2
+    assert stats["abs_cos_noise_only"] == pytest.approx(want)
+    empty = cosine_statistics([], dims=[10])
+    assert math.isnan(empty["abs_cos_mean"]) and math.isnan(empty["cos_negative_fraction"])
+
+
+def test_pure_noise_uploads_sit_at_the_noise_only_cosine() -> None:
+    """Two independent Gaussian uploads in d dimensions: the logged mean |cos| matches
+    sqrt(2/(pi d)) (what the server sees when DP noise swamps the gradients), and about half
+    of the pairs fall below 0, so the cos < 0 trigger fires by chance."""
+    d, rounds = 4000, 400
+    gen = torch.Generator().manual_seed(0)
+    gcfl = GCFL(reference_clients=1)
+    abs_cos, neg = [], []
+    for _ in range(rounds):
+        grads = [torch.randn(d, generator=gen) for _ in range(2)]
+        _, stats = gcfl.correct(grads, generator=gen)
+        abs_cos.append(stats["abs_cos_mean"])
+        neg.append(stats["cos_negative_fraction"])
+    floor = stats["abs_cos_noise_only"]
+    assert floor == pytest.approx(math.sqrt(2 / (math.pi * d)))
+    assert sum(abs_cos) / rounds == pytest.approx(floor, rel=0.15)
+    assert 0.4 < sum(neg) / rounds < 0.6
+
+
+def test_aligned_uploads_are_never_projected() -> None:
+    """A shared signal much larger than the noise: cos > 0 every round, nothing projected, and
+    the aggregate is FedAvg's."""
+    gen = torch.Generator().manual_seed(1)
+    signal = torch.randn(500, generator=gen)
+    gcfl = GCFL(reference_clients=1)
+    grads = [signal + 0.1 * torch.randn(500, generator=gen) for _ in range(2)]
+    out, stats = gcfl.correct(grads, generator=gen)
+    assert stats["projected"] == 0 and stats["cos_negative_fraction"] == 0
+    assert stats["abs_cos_mean"] > 0.9
+    for a, b in zip(out, grads):
+        torch.testing.assert_close(a, b)
