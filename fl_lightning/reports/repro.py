@@ -77,14 +77,46 @@ class Arm:
     note: str = ""
 
 
+DEFAULT_COLUMNS = {
+    "rounds_mean": "Rounds",
+    "anr_fired_mean": "ANR firings",
+    "final_noise_multiplier_mean": "Final σ",
+}
+
+
 @dataclass
 class TableDef:
+    """One table of the report. ``table`` is the paper's table id; ``label`` names this view of
+    it (several views of one paper table, e.g. one per client count, each with its own
+    ``overrides`` applied to every arm of the view). ``metric`` / ``percent`` / ``unit`` replace
+    the paper table's metric (e.g. an attack's SSIM, not a percentage); ``paper_cells`` selects
+    an arm's paper cell by dimensions instead of by method; ``extra_metrics`` maps a diagnostic
+    name to a run metric (mean over seeds); ``columns`` the diagnostics shown (key: header)."""
+
     table: str
     where: dict[str, Any]
     arms: list[str]
     reference: str | None
     paper_method: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    label: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    metric: str | None = None
+    percent: bool = True
+    unit: str = "test accuracy (%)"
+    paper_cells: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extra_metrics: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_COLUMNS))
+    images: list[str] = field(default_factory=list)
+    kind: str = "accuracy"
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.table
+
+    @property
+    def variant(self) -> str:
+        """The identity of this view's overrides (points of equal variant are shared)."""
+        return json.dumps(self.overrides, sort_keys=True, default=str)
 
 
 @dataclass
@@ -149,7 +181,24 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             reference=t.get("reference"),
             paper_method=dict(t.get("paper_method") or {}),
             note=str(t.get("note", "")),
+            label=str(t.get("label", "")),
+            overrides=dict(t.get("overrides") or {}),
+            metric=t.get("metric"),
+            percent=bool(t.get("percent", True)),
+            unit=str(t.get("unit", "test accuracy (%)")),
+            paper_cells={str(k): dict(v) for k, v in (t.get("paper_cells") or {}).items()},
+            extra_metrics=dict(t.get("extra_metrics") or {}),
+            columns=dict(t.get("columns") or DEFAULT_COLUMNS),
+            images=[str(x) for x in t.get("images") or []],
+            kind=str(t.get("kind", "accuracy")),
         )
+        if tdef.kind not in ("accuracy", "attack"):
+            raise ReproError(f"{tw}.kind: expected 'accuracy' or 'attack', got {tdef.kind!r}")
+        if tdef.label in {x.label for x in tables}:
+            raise ReproError(f"{tw}.label: {tdef.label!r} used twice (give each view a label)")
+        for a in tdef.paper_cells:
+            if a not in tdef.arms:
+                raise ReproError(f"{tw}.paper_cells: {a!r} is not an arm of the table")
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
@@ -197,25 +246,29 @@ class ReproPoint:
     arm: Arm
     seed: int
     configs: list[str]
+    variant: str = "{}"
 
 
 def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]):
     """The (arm, seed) points of ``tables``, seed-major (every arm's seed 0 first, so a
     sweep stopped early has every arm)."""
-    names: list[str] = []
+    names: list[tuple[str, TableDef]] = []
+    seen: set[tuple[str, str]] = set()
     for t in tables:
         for a in t.arms + ([t.reference] if t.reference else []):
-            if a not in names:
-                names.append(a)
+            if (a, t.variant) not in seen:
+                seen.add((a, t.variant))
+                names.append((a, t))
     out: list[ReproPoint] = []
     for seed in range(seeds):
-        for name in names:
+        for name, t in names:
             arm = defn.arms[name]
             cfgs = defn.base + arm.configs
-            params = {**arm.overrides, **extra, SEED_KEY: seed}
+            # the view's overrides first: an arm's own settings are the more specific ones
+            params = {**t.overrides, **arm.overrides, **extra, SEED_KEY: seed}
             salt = f"{defn.paper}:{defn.profile}:{name}:{_file_digest(cfgs)}"
             pid = f"{name}-s{seed}-{point_id(params, salt)}"
-            out.append(ReproPoint(Point(len(out), params, pid), arm, seed, cfgs))
+            out.append(ReproPoint(Point(len(out), params, pid), arm, seed, cfgs, t.variant))
     return out
 
 
@@ -247,6 +300,9 @@ class ReproRunner(SweepRunner):
         row = super().run_point(point, claimed)
         if row.get("status") == "finished":
             curve = read_curve(Path(row["run_dir"]))
+            audit = read_audit(Path(row["run_dir"]), self.curves.parent / "images", point.id)
+            if audit:  # metrics of an attack run at the end of fit (after summary.json)
+                curve["audit"] = audit  # type: ignore[assignment]
             line = json.dumps({"id": point.id, "curve": curve}, sort_keys=True)
             with self._lock, self.curves.open("a") as f:
                 f.write(line + "\n")
@@ -276,6 +332,28 @@ def read_curve(run_dir: Path) -> dict[str, list]:
     return {k: v for k, v in out.items() if any(x is not None for x in v) or k == "round"}
 
 
+def read_audit(run_dir: Path, images: Path, point_id: str) -> dict[str, float]:
+    """The numeric results of ``audit.json`` (written by the attacks' callback at the end of
+    fit, after ``summary.json``) as ``audit/<attack>/<key>``; the attacks' PNG grids are copied
+    into ``images/<point id>_<file>`` beside the store (the run folders are not kept)."""
+    path = run_dir / "audit.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    out: dict[str, float] = {}
+    for attack, entry in (data.get("attacks") or {}).items():
+        for k, v in (entry or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out[f"audit/{attack}/{k}"] = float(v)
+    for png in sorted(run_dir.glob("audit_*.png")):
+        images.mkdir(parents=True, exist_ok=True)
+        (images / f"{point_id}_{png.name}").write_bytes(png.read_bytes())
+    return out
+
+
 def load_curves(store: ResultStore) -> dict[str, dict[str, list]]:
     path = store.root / "curves.jsonl"
     out: dict[str, dict[str, list]] = {}
@@ -300,6 +378,7 @@ class CellResult:
     curves: list[dict[str, list]]
     metrics: list[dict[str, Any]]
     planned: int
+    extra_metrics: dict[str, str] = field(default_factory=dict)
 
     @property
     def mean(self) -> float | None:
@@ -312,6 +391,11 @@ class CellResult:
 
 def _pct(x: Any) -> float | None:
     return None if not isinstance(x, (int, float)) or math.isnan(x) else 100.0 * float(x)
+
+
+def _num(x: Any) -> float | None:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
 
 
 def collect(
@@ -327,14 +411,17 @@ def collect(
 
     def cell(arm_name: str, paper: float | None) -> CellResult:
         arm = defn.arms[arm_name]
-        mine = [rp for rp in points if rp.arm.name == arm_name]
-        res = CellResult(arm, paper, [], [], [], [], [], len(mine))
+        mine = [rp for rp in points if rp.arm.name == arm_name and rp.variant == table.variant]
+        res = CellResult(arm, paper, [], [], [], [], [], len(mine), dict(table.extra_metrics))
         for rp in mine:
             row = latest.get(rp.point.id)
             if not row or row.get("status") != "finished":
                 continue
-            m = row.get("metrics") or {}
-            v = _pct(m.get(metric))
+            audit = (curves.get(rp.point.id) or {}).get("audit") or {}
+            m = {**(row.get("metrics") or {}), **audit}  # type: ignore[dict-item]
+            m["_point_id"] = rp.point.id
+            raw = m.get(table.metric or metric)
+            v = _pct(raw) if table.percent else _num(raw)
             if v is None:
                 continue
             res.values.append(v)
@@ -350,7 +437,10 @@ def collect(
     out = []
     for a in table.arms:
         name = table.paper_method.get(a, defn.arms[a].method)
-        hits = paper_table.select(method=name, **table.where)
+        if a in table.paper_cells:
+            hits = paper_table.select(**{**table.where, **table.paper_cells[a]})
+        else:
+            hits = paper_table.select(method=name, **table.where)
         paper = hits[0]["value"] if len(hits) == 1 else None
         res = cell(a, paper)
         if name not in ("-", res.arm.method) and paper is not None:
@@ -390,6 +480,40 @@ def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
     return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
 
 
+def compare_close(a: CellResult, b: CellResult, within: float) -> tuple[str, str]:
+    """Whether ``a`` is within ``within`` points of ``b`` (a claim such as "SPM ≈ NoDP"):
+    two one-sided Welch tests (TOST, α = 0.05). Confirmed when both reject a gap of more than
+    ``within``; contradicted when the gap is significantly larger than ``within``; otherwise
+    inconclusive."""
+    from scipy.stats import ttest_ind
+
+    if len(a.values) < 2 or len(b.values) < 2:
+        return "inconclusive", f"{a.arm.method} or {b.arm.method}: fewer than 2 seeds finished"
+    diff = a.mean - b.mean  # type: ignore[operator]
+    text = (
+        f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f} pt "
+        f"(margin ±{within:g} pt)"
+    )
+    if statistics.pstdev(a.values) == 0 and statistics.pstdev(b.values) == 0:
+        inside = abs(diff) <= within
+        return ("confirmed" if inside else "contradicted"), text + " (no seed variance)"
+
+    def p(shift: float, alternative: str) -> float:
+        return float(
+            ttest_ind(
+                [v + shift for v in a.values], b.values, equal_var=False, alternative=alternative
+            ).pvalue
+        )
+
+    above, below = p(within, "greater"), p(-within, "less")  # diff > -within, diff < within
+    if max(above, below) < ALPHA:
+        return "confirmed", text + f", TOST p = {max(above, below):.3g}"
+    outside = min(p(within, "less"), p(-within, "greater"))  # diff < -within or > within
+    if outside < ALPHA:
+        return "contradicted", text + f", gap beyond the margin: one-sided Welch p = {outside:.3g}"
+    return "inconclusive", text + f", TOST p = {max(above, below):.3g} (not within at 0.05)"
+
+
 def _ms(c: CellResult) -> str:
     if c.mean is None:
         return "—"
@@ -406,14 +530,22 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
         if t not in results:
             continue
         cells = {c.arm.name: c for c in results[t][0]}
+        close = claim.get("close")
         rule = claim.get("better")
+        if isinstance(close, dict):
+            rule = {"arm": close["arm"], "than": [close["to"]]}
         if not isinstance(rule, dict):
-            raise ReproError(f"claims[{i}]: only 'better: {{arm, than}}' claims are supported")
+            raise ReproError(
+                f"claims[{i}]: expected 'better: {{arm, than}}' or 'close: {{arm, to, within}}'"
+            )
         a = cells.get(rule["arm"])
         others = [cells.get(b) for b in rule["than"]]
         if a is None or any(o is None for o in others):
             raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
-        parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+        if isinstance(close, dict):
+            parts = [compare_close(a, others[0], float(close["within"]))]  # type: ignore[arg-type]
+        else:
+            parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
         kinds = {k for k, _ in parts}
         if kinds == {"confirmed"}:
             verdict = "confirmed"
@@ -474,6 +606,18 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
     ]
     if sound:
         out["epsilon_sound_mean"] = statistics.fmean(sound)
+    local = {  # local DP: the paper's per-coordinate ε beside the whole participation's
+        "epsilon_local_per_coordinate_mean": "privacy/epsilon_local_per_coordinate",
+        "epsilon_local_per_client_mean": "privacy/epsilon_local_per_client",
+    }
+    for key, metric in {**local, **c.extra_metrics}.items():
+        vals = [
+            float(m[metric])
+            for m in c.metrics
+            if isinstance(m.get(metric), (int, float)) and math.isfinite(m[metric])
+        ]
+        if vals:
+            out[key] = statistics.fmean(vals)
     return out
 
 
@@ -506,15 +650,23 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
 
 
 def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[str, Any]:
-    tables = []
+    tables, attack_tables = [], []
     for t in defn.tables:
-        if t.table not in results:
+        if t.label not in results:
             continue
-        cells, ref = results[t.table]
+        cells, ref = results[t.label]
         tau, p, n = kendall(cells)
-        tables.append(
+        extra: dict[str, Any] = {}
+        if t.label != t.table:
+            extra = {"paper_table": t.table, "overrides": t.overrides}
+        if t.metric:
+            extra["metric"] = t.metric
+        # attack tables (e.g. DLG's SSIM) are kept apart from the accuracy tables, whose
+        # standard (a non-private accuracy reference, cells above chance) they do not share
+        (attack_tables if t.kind == "attack" else tables).append(
             {
-                "table": t.table,
+                "table": t.label,
+                **extra,
                 "where": t.where,
                 "cells": [cell_json(defn, c) for c in cells],
                 "kendall_tau": None if tau is None else round(tau, 4),
@@ -523,14 +675,15 @@ def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[st
                 "nonprivate_reference": None if ref is None else cell_json(defn, ref),
             }
         )
-    return {
+    doc: dict[str, Any] = {
         "paper": defn.paper,
         "profile": defn.profile,
         "command": command,
         "tables": tables,
-        "verdicts": verdict_rows,
-        "deviations": defn.deviations,
     }
+    if attack_tables:
+        doc["attack_tables"] = attack_tables
+    return {**doc, "verdicts": verdict_rows, "deviations": defn.deviations}
 
 
 DOC_KEYS = {"paper": str, "profile": str, "command": str, "tables": list, "verdicts": list}
@@ -569,7 +722,8 @@ def validate_document(doc: dict[str, Any]) -> list[str]:
                 problems.append(f"{where}.{k}: {type(obj[k]).__name__} is not {kind}")
 
     check(doc, DOC_KEYS, "document")
-    for i, t in enumerate(doc.get("tables") or []):
+    all_tables = list(doc.get("tables") or []) + list(doc.get("attack_tables") or [])
+    for i, t in enumerate(all_tables):
         check(t, TABLE_KEYS, f"tables[{i}]")
         for j, c in enumerate(t.get("cells") or []):
             check(c, CELL_KEYS, f"tables[{i}].cells[{j}]")
@@ -580,6 +734,9 @@ def validate_document(doc: dict[str, Any]) -> list[str]:
         if isinstance(v, dict) and v.get("verdict") not in VERDICTS:
             problems.append(f"verdicts[{i}].verdict: {v.get('verdict')!r} not in {VERDICTS}")
     return problems
+
+
+_DIGITS = {"rounds_mean": 1, "anr_fired_mean": 1}
 
 
 def _f(x: Any, d: int = 2) -> str:
@@ -620,23 +777,25 @@ def render_markdown(
     lines += ["", "## Verdicts", "", "| Claim | Verdict | Evidence |", "|---|---|---|"]
     for v in doc["verdicts"]:
         lines.append(f"| {v['claim']} | **{v['verdict']}** | {v['evidence']} |")
-    for t, tdef in zip(
-        doc["tables"], [d for d in defn.tables if d.table in {x["table"] for x in doc["tables"]}]
-    ):
-        ptab = paper.table(t["table"])
+    by_label = {d.label: d for d in defn.tables}
+    for t in doc["tables"] + doc.get("attack_tables", []):
+        tdef = by_label[t["table"]]
+        ptab = paper.table(tdef.table)
         lines += ["", f"## Table {t['table']}", "", f"**Paper:** {ptab.caption}", ""]
         if tdef.note:
             lines += [tdef.note.strip(), ""]
         where = ", ".join(f"{k} = {v}" for k, v in t["where"].items())
         if where:
-            lines += [f"Paper cells at {where}. Values: test accuracy (%).", ""]
+            lines += [f"Paper cells at {where}. Values: {tdef.unit}.", ""]
         ours = [c["ours_mean"] for c in t["cells"]]
         papers = [c["paper"] for c in t["cells"]]
         r_ours, r_paper = _ranks(ours), _ranks(papers)
+        digits = 2 if tdef.percent else 3
+        cols = tdef.columns
         lines += [
             "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
-            "ε reported | Guarantee | Rounds | ANR firings | Final σ |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "ε reported | Guarantee | " + " | ".join(cols.values()) + " |",
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(cols),
         ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
@@ -644,27 +803,33 @@ def render_markdown(
                 "—"
                 if c["ours_mean"] is None
                 else (
-                    f"{c['ours_mean']:.2f}"
-                    + (f" ± {c['ours_std']:.2f}" if c["ours_std"] is not None else "")
+                    f"{c['ours_mean']:.{digits}f}"
+                    + (f" ± {c['ours_std']:.{digits}f}" if c["ours_std"] is not None else "")
                 )
             )
             eps = _f(c["epsilon_reported"], 3)
             if "epsilon_sound_mean" in d:
                 eps += f" (sound: {d['epsilon_sound_mean']:.3g})"
+            if "epsilon_local_per_coordinate_mean" in d:
+                eps += f" (per coordinate: {d['epsilon_local_per_coordinate_mean']:.3g}"
+                if "epsilon_local_per_client_mean" in d:
+                    eps += f"; per client: {d['epsilon_local_per_client_mean']:.3g}"
+                eps += ")"
+            shown = " | ".join(_f(d.get(k), _DIGITS.get(k, 3)) for k in cols)
             lines.append(
-                f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'])} | {rp} | {ours_s} | {ro} | "
-                f"{c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
-                f"{_f(d.get('rounds_mean'), 1)} | {_f(d.get('anr_fired_mean'), 1)} | "
-                f"{_f(d.get('final_noise_multiplier_mean'), 3)} |"
+                f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'], digits)} | {rp} | {ours_s} | "
+                f"{ro} | {c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
+                f"{shown} |"
             )
         ref = t["nonprivate_reference"]
         lines.append("")
         if ref is not None:
             lines.append(
                 f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`): "
-                f"**{_f(ref['ours_mean'])}**"
-                + (f" ± {_f(ref['ours_std'])}" if ref["ours_std"] is not None else "")
-                + f" % over {ref['seeds']} seeds."
+                f"**{_f(ref['ours_mean'], digits)}**"
+                + (f" ± {_f(ref['ours_std'], digits)}" if ref["ours_std"] is not None else "")
+                + (" %" if tdef.percent else "")
+                + f" over {ref['seeds']} seeds."
             )
         if t["kendall_tau"] is None:
             lines.append(f"\nKendall τ: n/a ({t['kendall_n']} methods with both values).")
@@ -697,6 +862,26 @@ def render_markdown(
             f"{d.get('why', '')} |"
         )
     return "\n".join(lines).rstrip() + "\n"
+
+
+def copy_images(
+    defn: Definition, table: TableDef, cells: list[CellResult], store: ResultStore, out_dir: Path
+) -> list[Path]:
+    """The ``table.images`` of each cell's first finished seed (kept beside the store by
+    :func:`read_audit`), copied next to the report; a copy already there is kept when the
+    store's image is gone."""
+    slug = "".join(ch if ch.isalnum() else "_" for ch in table.label)
+    out = []
+    for c in cells:
+        pids = [m["_point_id"] for m in c.metrics if "_point_id" in m]
+        for name in table.images:
+            dest = out_dir / f"{defn.paper}_{slug}_{c.arm.name}_{name}"
+            src = store.root / "images" / f"{pids[0]}_{name}" if pids else None
+            if src is not None and src.exists():
+                dest.write_bytes(src.read_bytes())
+            if dest.exists():
+                out.append(dest)
+    return out
 
 
 def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
@@ -847,9 +1032,11 @@ def main(argv: list[str] | None = None) -> int:
         tables = defn.tables
         if args.table:
             want = {t.lower() for t in args.table}
-            tables = [t for t in defn.tables if t.table.lower() in want]
-            if len(tables) != len(want):
-                have = ", ".join(t.table for t in defn.tables)
+            tables = [t for t in defn.tables if {t.table.lower(), t.label.lower()} & want]
+            if not tables or not want <= {
+                x for t in tables for x in (t.table.lower(), t.label.lower())
+            }:
+                have = ", ".join(t.label for t in defn.tables)
                 raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
         defn.tables = tables
         seeds = args.seeds or defn.seeds
@@ -894,7 +1081,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
     command = "fl-lightning repro " + " ".join(
         [defn.paper]
-        + [f"--table {t.table}" for t in tables if args.table]
+        + [f"--table {t}" for t in args.table]
         + [f"--profile {defn.profile}", f"--seeds {seeds}"]
         + [f"--arm {a}" for a in args.arm]
         + [f"--set {k}={v}" for k, v in extra.items()]
@@ -912,7 +1099,7 @@ def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path,
     results = {}
     for t in defn.tables:
         ptab = paper.table(t.table)
-        results[t.table] = collect(defn, points, store, t, ptab, ptab.metric)
+        results[t.label] = collect(defn, points, store, t, ptab, ptab.metric)
     verdict_rows = verdicts(defn, results)
     doc = build_json(defn, results, verdict_rows, command)
     problems = validate_document(doc)
@@ -920,6 +1107,10 @@ def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path,
         raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
     out_dir.mkdir(parents=True, exist_ok=True)
     figs = plots(defn, results, out_dir)
+    for t in defn.tables:
+        figs.setdefault(t.label, []).extend(
+            copy_images(defn, t, results[t.label][0], store, out_dir)
+        )
     (out_dir / f"{defn.paper}.json").write_text(
         json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     )
