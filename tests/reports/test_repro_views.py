@@ -194,7 +194,8 @@ def test_shipped_003_definition_loads_every_view():
     for profile in repro.PROFILES:
         defn = repro.load_definition("003", profile)
         labels = [t.label for t in defn.tables]
-        assert {f"2 (C={c})" for c in (5, 10, 20, 30, 40, 50)} <= set(labels)
+        assert {f"2 (C={c}, update)" for c in (5, 10, 20, 30, 40, 50)} <= set(labels)
+        assert "2 (C=30)" in labels
         assert {"10", "12 (DLG)", "12 (iDLG)"} <= set(labels)
         points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
         assert len({rp.point.id for rp in points}) == len(points)
