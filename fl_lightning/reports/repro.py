@@ -171,7 +171,7 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         overrides = {**(prof.get("overrides") or {}), **(a.get("overrides") or {})}
         overrides.update(per.get("overrides") or {})
         arms[name] = Arm(name, str(a.get("method", name)), cfgs, overrides, str(a.get("note", "")))
-    tables = []
+    tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
         tdef = TableDef(
@@ -417,8 +417,8 @@ def collect(
             row = latest.get(rp.point.id)
             if not row or row.get("status") != "finished":
                 continue
-            audit = (curves.get(rp.point.id) or {}).get("audit") or {}
-            m = {**(row.get("metrics") or {}), **audit}  # type: ignore[dict-item]
+            curve: dict[str, Any] = curves.get(rp.point.id) or {}
+            m = {**(row.get("metrics") or {}), **(curve.get("audit") or {})}
             m["_point_id"] = rp.point.id
             raw = m.get(table.metric or metric)
             v = _pct(raw) if table.percent else _num(raw)
@@ -650,7 +650,8 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
 
 
 def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[str, Any]:
-    tables, attack_tables = [], []
+    tables: list[dict[str, Any]] = []
+    attack_tables: list[dict[str, Any]] = []
     for t in defn.tables:
         if t.label not in results:
             continue
