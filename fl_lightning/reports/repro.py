@@ -741,7 +741,11 @@ _DIGITS = {"rounds_mean": 1, "anr_fired_mean": 1}
 
 
 def _f(x: Any, d: int = 2) -> str:
-    return "—" if x is None else f"{x:.{d}f}"
+    """Fixed decimals; magnitudes of 10^4 and more (a diverged loss, a per-client local ε)
+    with three significant digits."""
+    if x is None:
+        return "—"
+    return f"{x:.3g}" if abs(x) >= 1e4 else f"{x:.{d}f}"
 
 
 def _ranks(values: list[float | None], higher: bool = True) -> list[str]:
