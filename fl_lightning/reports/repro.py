@@ -463,7 +463,7 @@ def kendall(cells: list[CellResult]) -> tuple[float | None, float | None, int]:
     return (tau if math.isfinite(tau) else None), (p if math.isfinite(p) else None), len(both)
 
 
-def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
+def compare_methods(a: CellResult, b: CellResult, unit: str = " pt") -> tuple[str, str]:
     """Whether ``a`` beats ``b``: Welch's t-test over seeds (two-sided, α = 0.05)."""
     from scipy.stats import ttest_ind
 
@@ -474,13 +474,17 @@ def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
         p = 0.0 if diff != 0 else 1.0
     else:
         p = float(ttest_ind(a.values, b.values, equal_var=False).pvalue)
-    text = f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f} pt, Welch p = {p:.3g}"
+    d = 2 if unit else 3
+    text = f"{a.arm.method} {_ms(a, d)} vs {b.arm.method} {_ms(b, d)}: {diff:+.{d}f}{unit}"
+    text += f", Welch p = {p:.3g}"
     if p < ALPHA:
         return ("confirmed" if diff > 0 else "contradicted"), text
     return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
 
 
-def compare_close(a: CellResult, b: CellResult, within: float) -> tuple[str, str]:
+def compare_close(
+    a: CellResult, b: CellResult, within: float, unit: str = " pt"
+) -> tuple[str, str]:
     """Whether ``a`` is within ``within`` points of ``b`` (a claim such as "SPM ≈ NoDP"):
     two one-sided Welch tests (TOST, α = 0.05). Confirmed when both reject a gap of more than
     ``within``; contradicted when the gap is significantly larger than ``within``; otherwise
@@ -491,8 +495,8 @@ def compare_close(a: CellResult, b: CellResult, within: float) -> tuple[str, str
         return "inconclusive", f"{a.arm.method} or {b.arm.method}: fewer than 2 seeds finished"
     diff = a.mean - b.mean  # type: ignore[operator]
     text = (
-        f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f} pt "
-        f"(margin ±{within:g} pt)"
+        f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f}{unit} "
+        f"(margin ±{within:g}{unit})"
     )
     if statistics.pstdev(a.values) == 0 and statistics.pstdev(b.values) == 0:
         inside = abs(diff) <= within
@@ -514,12 +518,11 @@ def compare_close(a: CellResult, b: CellResult, within: float) -> tuple[str, str
     return "inconclusive", text + f", TOST p = {max(above, below):.3g} (not within at 0.05)"
 
 
-def _ms(c: CellResult) -> str:
+def _ms(c: CellResult, d: int = 2) -> str:
     if c.mean is None:
         return "—"
-    return (
-        f"{c.mean:.2f}" + (f" ± {c.std:.2f}" if c.std is not None else "") + f" (n={len(c.values)})"
-    )
+    std = f" ± {c.std:.{d}f}" if c.std is not None else ""
+    return f"{c.mean:.{d}f}{std} (n={len(c.values)})"
 
 
 def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellResult | None]]):
@@ -530,6 +533,8 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
         if t not in results:
             continue
         cells = {c.arm.name: c for c in results[t][0]}
+        percent = next((d.percent for d in defn.tables if d.label == t), True)
+        unit = " pt" if percent else ""  # e.g. an SSIM difference is no percentage point
         close = claim.get("close")
         rule = claim.get("better")
         if isinstance(close, dict):
@@ -543,9 +548,9 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
         if a is None or any(o is None for o in others):
             raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
         if isinstance(close, dict):
-            parts = [compare_close(a, others[0], float(close["within"]))]  # type: ignore[arg-type]
+            parts = [compare_close(a, others[0], float(close["within"]), unit)]  # type: ignore[arg-type]
         else:
-            parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+            parts = [compare_methods(a, o, unit) for o in others]  # type: ignore[arg-type]
         kinds = {k for k, _ in parts}
         if kinds == {"confirmed"}:
             verdict = "confirmed"
