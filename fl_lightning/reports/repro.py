@@ -1116,7 +1116,8 @@ def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path,
     if problems:  # a defect of this module, not of the user's input
         raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    figs = plots(defn, results, out_dir)
+    attack = {t.label for t in defn.tables if t.kind == "attack"}  # a few rounds: no curves
+    figs = plots(defn, {k: v for k, v in results.items() if k not in attack}, out_dir)
     for t in defn.tables:
         figs.setdefault(t.label, []).extend(
             copy_images(defn, t, results[t.label][0], store, out_dir)
