@@ -70,6 +70,7 @@ DEFAULT_COLUMNS = [
     {"key": "anr_fired_mean", "header": "ANR firings", "digits": 1},
     {"key": "final_noise_multiplier_mean", "header": "Final σ", "digits": 3},
 ]
+_DIGITS = {"rounds_mean": 1, "anr_fired_mean": 1}  # decimals of a column given as key: header
 SEED_KEY = "seed_everything"
 ALPHA = 0.05
 
@@ -90,17 +91,39 @@ class Arm:
 
 @dataclass
 class TableDef:
+    """One table of the report. ``table`` is the paper's table id; ``label`` names this view of
+    it (several views of one paper table, e.g. one per client count, each with its own
+    ``overrides`` applied to every arm of the view). ``metric`` / ``percent`` / ``unit`` replace
+    the paper table's metric (e.g. an attack's SSIM, not a percentage); ``paper_cells`` selects
+    an arm's paper cell by dimensions instead of by method; ``extra_metrics`` maps a diagnostic
+    name to a run metric (mean over seeds); ``columns`` the diagnostics shown (key: header)."""
+
     table: str
     where: dict[str, Any]
     arms: list[str]
     reference: str | None
     paper_method: dict[str, str] = field(default_factory=dict)
     note: str = ""
-    label: str = ""  # our name of the table (default: the paper's); one paper table may be
-    # reproduced at several settings (e.g. one per epsilon column), each under its own label
+    # our name of the table (default: the paper's); one paper table may be reproduced at
+    # several settings (e.g. one per epsilon column or per reading), each under its own label
+    label: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    metric: str | None = None
+    percent: bool = True
+    unit: str = "test accuracy (%)"
+    paper_cells: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extra_metrics: dict[str, str] = field(default_factory=dict)
+    columns: list[dict[str, Any]] | None = None  # None: the definition's columns
+    images: list[str] = field(default_factory=list)
+    kind: str = "accuracy"
 
     def __post_init__(self) -> None:
         self.label = self.label or self.table
+
+    @property
+    def variant(self) -> str:
+        """The identity of this view's overrides (points of equal variant are shared)."""
+        return json.dumps(self.overrides, sort_keys=True, default=str)
 
 
 @dataclass
@@ -151,6 +174,19 @@ class Definition:
     chosen: dict[str, Any] = field(default_factory=dict)  # arm -> tuned value (filled by main)
 
 
+def _columns(raw: Any, where: str) -> list[dict[str, Any]]:
+    """Diagnostic columns, written as a list of ``{key, header, digits}`` or as a mapping
+    ``key: header`` (digits: 1 for counts of rounds and firings, else 3)."""
+    if isinstance(raw, dict):
+        return [
+            {"key": str(k), "header": str(h), "digits": _DIGITS.get(str(k), 3)}
+            for k, h in raw.items()
+        ]
+    if isinstance(raw, list) and all(isinstance(c, dict) and "key" in c for c in raw):
+        return [{"header": c["key"], **c} for c in raw]
+    raise ReproError(f"{where}: expected a list of {{key, header, digits}} or a key: header map")
+
+
 def definition_path(paper: str) -> Path:
     return Path(str(resources.files("fl_lightning.reports") / "repro_specs" / f"{paper}.yaml"))
 
@@ -199,7 +235,23 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             paper_method=dict(t.get("paper_method") or {}),
             note=str(t.get("note", "")),
             label=str(t.get("label", "")),
+            overrides=dict(t.get("overrides") or {}),
+            metric=t.get("metric"),
+            percent=bool(t.get("percent", True)),
+            unit=str(t.get("unit", "test accuracy (%)")),
+            paper_cells={str(k): dict(v) for k, v in (t.get("paper_cells") or {}).items()},
+            extra_metrics=dict(t.get("extra_metrics") or {}),
+            columns=_columns(t["columns"], f"{tw}.columns") if t.get("columns") else None,
+            images=[str(x) for x in t.get("images") or []],
+            kind=str(t.get("kind", "accuracy")),
         )
+        if tdef.kind not in ("accuracy", "attack"):
+            raise ReproError(f"{tw}.kind: expected 'accuracy' or 'attack', got {tdef.kind!r}")
+        if tdef.label in {x.label for x in tables}:
+            raise ReproError(f"{tw}.label: {tdef.label!r} used twice (give each view a label)")
+        for a in tdef.paper_cells:
+            if a not in tdef.arms:
+                raise ReproError(f"{tw}.paper_cells: {a!r} is not an arm of the table")
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
@@ -237,7 +289,9 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         seeds=int(prof.get("seeds", 3)),
         tune=tune,
         plots=plot_defs,
-        columns=list(raw.get("columns") or DEFAULT_COLUMNS),
+        columns=_columns(raw["columns"], f"{where}.columns")
+        if raw.get("columns")
+        else list(DEFAULT_COLUMNS),
     )
 
 
@@ -300,28 +354,41 @@ class ReproPoint:
     arm: Arm
     seed: int
     configs: list[str]
+    variant: str = "{}"
 
 
-def _repro_point(defn: Definition, arm: Arm, seed: int, extra: dict[str, Any], index: int):
+def _repro_point(
+    defn: Definition,
+    arm: Arm,
+    seed: int,
+    extra: dict[str, Any],
+    index: int,
+    view: TableDef | None = None,
+) -> ReproPoint:
+    """One run: the arm's configs and overrides over the view's (a table's own setting, e.g.
+    one epsilon column); an arm's own settings are the more specific ones."""
     cfgs = defn.base + arm.configs
-    params = {**arm.overrides, **extra, SEED_KEY: seed}
+    params = {**(view.overrides if view else {}), **arm.overrides, **extra, SEED_KEY: seed}
     salt = f"{defn.paper}:{defn.profile}:{arm.name}:{_file_digest(cfgs)}"
     pid = f"{arm.name}-s{seed}-{point_id(params, salt)}"
-    return ReproPoint(Point(index, params, pid), arm, seed, cfgs)
+    variant = view.variant if view else "{}"
+    return ReproPoint(Point(index, params, pid), arm, seed, cfgs, variant)
 
 
 def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]):
     """The (arm, seed) points of ``tables``, seed-major (every arm's seed 0 first, so a
     sweep stopped early has every arm)."""
-    names: list[str] = []
+    names: list[tuple[str, TableDef]] = []
+    seen: set[tuple[str, str]] = set()
     for t in tables:
         for a in t.arms + ([t.reference] if t.reference else []):
-            if a not in names:
-                names.append(a)
+            if (a, t.variant) not in seen:
+                seen.add((a, t.variant))
+                names.append((a, t))
     out: list[ReproPoint] = []
     for seed in range(seeds):
-        for name in names:
-            out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out)))
+        for name, view in names:
+            out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out), view))
     return out
 
 
@@ -412,6 +479,9 @@ class ReproRunner(SweepRunner):
         row = super().run_point(point, claimed)
         if row.get("status") == "finished":
             curve = read_curve(Path(row["run_dir"]))
+            audit = read_audit(Path(row["run_dir"]), self.curves.parent / "images", point.id)
+            if audit:  # metrics of an attack run at the end of fit (after summary.json)
+                curve["audit"] = audit  # type: ignore[assignment]
             line = json.dumps({"id": point.id, "curve": curve}, sort_keys=True)
             with self._lock, self.curves.open("a") as f:
                 f.write(line + "\n")
@@ -441,6 +511,28 @@ def read_curve(run_dir: Path) -> dict[str, list]:
     return {k: v for k, v in out.items() if any(x is not None for x in v) or k == "round"}
 
 
+def read_audit(run_dir: Path, images: Path, point_id: str) -> dict[str, float]:
+    """The numeric results of ``audit.json`` (written by the attacks' callback at the end of
+    fit, after ``summary.json``) as ``audit/<attack>/<key>``; the attacks' PNG grids are copied
+    into ``images/<point id>_<file>`` beside the store (the run folders are not kept)."""
+    path = run_dir / "audit.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    out: dict[str, float] = {}
+    for attack, entry in (data.get("attacks") or {}).items():
+        for k, v in (entry or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out[f"audit/{attack}/{k}"] = float(v)
+    for png in sorted(run_dir.glob("audit_*.png")):
+        images.mkdir(parents=True, exist_ok=True)
+        (images / f"{point_id}_{png.name}").write_bytes(png.read_bytes())
+    return out
+
+
 def load_curves(store: ResultStore) -> dict[str, dict[str, list]]:
     path = store.root / "curves.jsonl"
     out: dict[str, dict[str, list]] = {}
@@ -465,6 +557,7 @@ class CellResult:
     curves: list[dict[str, list]]
     metrics: list[dict[str, Any]]
     planned: int
+    extra_metrics: dict[str, str] = field(default_factory=dict)
 
     @property
     def mean(self) -> float | None:
@@ -477,6 +570,11 @@ class CellResult:
 
 def _pct(x: Any) -> float | None:
     return None if not isinstance(x, (int, float)) or math.isnan(x) else 100.0 * float(x)
+
+
+def _num(x: Any) -> float | None:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
 
 
 def collect(
@@ -492,14 +590,17 @@ def collect(
 
     def cell(arm_name: str, paper: float | None) -> CellResult:
         arm = defn.arms[arm_name]
-        mine = [rp for rp in points if rp.arm.name == arm_name]
-        res = CellResult(arm, paper, [], [], [], [], [], len(mine))
+        mine = [rp for rp in points if rp.arm.name == arm_name and rp.variant == table.variant]
+        res = CellResult(arm, paper, [], [], [], [], [], len(mine), dict(table.extra_metrics))
         for rp in mine:
             row = latest.get(rp.point.id)
             if not row or row.get("status") != "finished":
                 continue
-            m = row.get("metrics") or {}
-            v = _pct(m.get(metric))
+            curve: dict[str, Any] = curves.get(rp.point.id) or {}
+            m = {**(row.get("metrics") or {}), **(curve.get("audit") or {})}
+            m["_point_id"] = rp.point.id
+            raw = m.get(table.metric or metric)
+            v = _pct(raw) if table.percent else _num(raw)
             if v is None:
                 continue
             res.values.append(v)
@@ -515,7 +616,10 @@ def collect(
     out = []
     for a in table.arms:
         name = table.paper_method.get(a, defn.arms[a].method)
-        hits = paper_table.select(method=name, **table.where)
+        if a in table.paper_cells:
+            hits = paper_table.select(**{**table.where, **table.paper_cells[a]})
+        else:
+            hits = paper_table.select(method=name, **table.where)
         paper = hits[0]["value"] if len(hits) == 1 else None
         res = cell(a, paper)
         if name not in ("-", res.arm.method) and paper is not None:
@@ -538,7 +642,7 @@ def kendall(cells: list[CellResult]) -> tuple[float | None, float | None, int]:
     return (tau if math.isfinite(tau) else None), (p if math.isfinite(p) else None), len(both)
 
 
-def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
+def compare_methods(a: CellResult, b: CellResult, unit: str = " pt") -> tuple[str, str]:
     """Whether ``a`` beats ``b``: Welch's t-test over seeds (two-sided, α = 0.05)."""
     from scipy.stats import ttest_ind
 
@@ -549,7 +653,9 @@ def compare_methods(a: CellResult, b: CellResult) -> tuple[str, str]:
         p = 0.0 if diff != 0 else 1.0
     else:
         p = float(ttest_ind(a.values, b.values, equal_var=False).pvalue)
-    text = f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f} pt, Welch p = {p:.3g}"
+    d = 2 if unit else 3
+    text = f"{a.arm.method} {_ms(a, d)} vs {b.arm.method} {_ms(b, d)}: {diff:+.{d}f}{unit}"
+    text += f", Welch p = {p:.3g}"
     if p < ALPHA:
         return ("confirmed" if diff > 0 else "contradicted"), text
     return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
@@ -590,12 +696,47 @@ def with_margin(
     return kind, f"{evidence}; 95 % CI [{lo:+.2f}, {hi:+.2f}] pt includes the paper's {margin:+.2f}"
 
 
-def _ms(c: CellResult) -> str:
+def compare_close(
+    a: CellResult, b: CellResult, within: float, unit: str = " pt"
+) -> tuple[str, str]:
+    """Whether ``a`` is within ``within`` points of ``b`` (a claim such as "SPM ≈ NoDP"):
+    two one-sided Welch tests (TOST, α = 0.05). Confirmed when both reject a gap of more than
+    ``within``; contradicted when the gap is significantly larger than ``within``; otherwise
+    inconclusive."""
+    from scipy.stats import ttest_ind
+
+    if len(a.values) < 2 or len(b.values) < 2:
+        return "inconclusive", f"{a.arm.method} or {b.arm.method}: fewer than 2 seeds finished"
+    diff = a.mean - b.mean  # type: ignore[operator]
+    text = (
+        f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f}{unit} "
+        f"(margin ±{within:g}{unit})"
+    )
+    if statistics.pstdev(a.values) == 0 and statistics.pstdev(b.values) == 0:
+        inside = abs(diff) <= within
+        return ("confirmed" if inside else "contradicted"), text + " (no seed variance)"
+
+    def p(shift: float, alternative: str) -> float:
+        return float(
+            ttest_ind(
+                [v + shift for v in a.values], b.values, equal_var=False, alternative=alternative
+            ).pvalue
+        )
+
+    above, below = p(within, "greater"), p(-within, "less")  # diff > -within, diff < within
+    if max(above, below) < ALPHA:
+        return "confirmed", text + f", TOST p = {max(above, below):.3g}"
+    outside = min(p(within, "less"), p(-within, "greater"))  # diff < -within or > within
+    if outside < ALPHA:
+        return "contradicted", text + f", gap beyond the margin: one-sided Welch p = {outside:.3g}"
+    return "inconclusive", text + f", TOST p = {max(above, below):.3g} (not within at 0.05)"
+
+
+def _ms(c: CellResult, d: int = 2) -> str:
     if c.mean is None:
         return "—"
-    return (
-        f"{c.mean:.2f}" + (f" ± {c.std:.2f}" if c.std is not None else "") + f" (n={len(c.values)})"
-    )
+    std = f" ± {c.std:.{d}f}" if c.std is not None else ""
+    return f"{c.mean:.{d}f}{std} (n={len(c.values)})"
 
 
 def peak_verdict(
@@ -651,17 +792,25 @@ def verdicts(
                 evidence += f". Reading: {claim['reading']}"
             out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
             continue
+        percent = next((d.percent for d in defn.tables if d.label == t), True)
+        unit = " pt" if percent else ""  # e.g. an SSIM difference is no percentage point
+        close = claim.get("close")
         rule = claim.get("better")
+        if isinstance(close, dict):
+            rule = {"arm": close["arm"], "than": [close["to"]]}
         if not isinstance(rule, dict):
             raise ReproError(
-                f"claims[{i}]: only 'better: {{arm, than}}' and 'peak: {{arm, value}}' "
-                "claims are supported"
+                f"claims[{i}]: expected 'better: {{arm, than}}', 'close: {{arm, to, within}}' "
+                "or 'peak: {{arm, value}}'"
             )
         a = cells.get(rule["arm"])
         others = [cells.get(b) for b in rule["than"]]
         if a is None or any(o is None for o in others):
             raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
-        parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+        if isinstance(close, dict):
+            parts = [compare_close(a, others[0], float(close["within"]), unit)]  # type: ignore[arg-type]
+        else:
+            parts = [compare_methods(a, o, unit) for o in others]  # type: ignore[arg-type]
         margins = rule.get("margin")
         if margins is not None:
             if not isinstance(margins, list) or len(margins) != len(others):
@@ -744,6 +893,18 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
                 per_run.append(statistics.fmean(xs))
         if per_run:
             out[key] = statistics.fmean(per_run)  # mean over rounds, then over seeds
+    local = {  # local DP: the paper's per-coordinate ε beside the whole participation's
+        "epsilon_local_per_coordinate_mean": "privacy/epsilon_local_per_coordinate",
+        "epsilon_local_per_client_mean": "privacy/epsilon_local_per_client",
+    }
+    for key, metric in {**local, **c.extra_metrics}.items():
+        vals = [
+            float(m[metric])
+            for m in c.metrics
+            if isinstance(m.get(metric), (int, float)) and math.isfinite(m[metric])
+        ]
+        if vals:
+            out[key] = statistics.fmean(vals)
     return out
 
 
@@ -778,16 +939,24 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
 def build_json(
     defn: Definition, results, verdict_rows, command: str, tuning: list[TuneResult] | None = None
 ) -> dict[str, Any]:
-    tables = []
+    tables: list[dict[str, Any]] = []
+    attack_tables: list[dict[str, Any]] = []
     for t in defn.tables:
         if t.label not in results:
             continue
         cells, ref = results[t.label]
         tau, p, n = kendall(cells)
-        tables.append(
+        extra: dict[str, Any] = {}
+        if t.label != t.table:
+            extra = {"paper_table": t.table, "overrides": t.overrides}
+        if t.metric:
+            extra["metric"] = t.metric
+        # attack tables (e.g. DLG's SSIM) are kept apart from the accuracy tables, whose
+        # standard (a non-private accuracy reference, cells above chance) they do not share
+        (attack_tables if t.kind == "attack" else tables).append(
             {
                 "table": t.label,
-                **({"paper_table": t.table} if t.label != t.table else {}),
+                **extra,
                 "where": t.where,
                 "cells": [cell_json(defn, c) for c in cells],
                 "kendall_tau": None if tau is None else round(tau, 4),
@@ -796,14 +965,15 @@ def build_json(
                 "nonprivate_reference": None if ref is None else cell_json(defn, ref),
             }
         )
-    doc = {
+    doc: dict[str, Any] = {
         "paper": defn.paper,
         "profile": defn.profile,
         "command": command,
         "tables": tables,
-        "verdicts": verdict_rows,
-        "deviations": defn.deviations,
     }
+    if attack_tables:
+        doc["attack_tables"] = attack_tables
+    doc.update({"verdicts": verdict_rows, "deviations": defn.deviations})
     if defn.tune is not None:
         doc["tuning"] = tuning_json(defn, tuning or [])
     return doc
@@ -872,7 +1042,8 @@ def validate_document(doc: dict[str, Any]) -> list[str]:
                 problems.append(f"{where}.{k}: {type(obj[k]).__name__} is not {kind}")
 
     check(doc, DOC_KEYS, "document")
-    for i, t in enumerate(doc.get("tables") or []):
+    all_tables = list(doc.get("tables") or []) + list(doc.get("attack_tables") or [])
+    for i, t in enumerate(all_tables):
         check(t, TABLE_KEYS, f"tables[{i}]")
         for j, c in enumerate(t.get("cells") or []):
             check(c, CELL_KEYS, f"tables[{i}].cells[{j}]")
@@ -886,7 +1057,11 @@ def validate_document(doc: dict[str, Any]) -> list[str]:
 
 
 def _f(x: Any, d: int = 2) -> str:
-    return "—" if x is None else f"{x:.{d}f}"
+    """Fixed decimals; magnitudes of 10^4 and more (a diverged loss, a per-client local ε)
+    with three significant digits."""
+    if x is None:
+        return "—"
+    return f"{x:.3g}" if abs(x) >= 1e4 else f"{x:.{d}f}"
 
 
 def _ranks(values: list[float | None], higher: bool = True) -> list[str]:
@@ -923,23 +1098,25 @@ def render_markdown(
     lines += ["", "## Verdicts", "", "| Claim | Verdict | Evidence |", "|---|---|---|"]
     for v in doc["verdicts"]:
         lines.append(f"| {v['claim']} | **{v['verdict']}** | {v['evidence']} |")
-    for t, tdef in zip(
-        doc["tables"], [d for d in defn.tables if d.label in {x["table"] for x in doc["tables"]}]
-    ):
-        ptab = paper.table(t.get("paper_table", t["table"]))
+    by_label = {d.label: d for d in defn.tables}
+    for t in doc["tables"] + doc.get("attack_tables", []):
+        tdef = by_label[t["table"]]
+        ptab = paper.table(tdef.table)
         lines += ["", f"## Table {t['table']}", "", f"**Paper:** {ptab.caption}", ""]
         if tdef.note:
             lines += [tdef.note.strip(), ""]
         where = ", ".join(f"{k} = {v}" for k, v in t["where"].items())
         if where:
-            lines += [f"Paper cells at {where}. Values: test accuracy (%).", ""]
+            lines += [f"Paper cells at {where}. Values: {tdef.unit}.", ""]
         ours = [c["ours_mean"] for c in t["cells"]]
         papers = [c["paper"] for c in t["cells"]]
         r_ours, r_paper = _ranks(ours), _ranks(papers)
+        digits = 2 if tdef.percent else 3
+        cols = tdef.columns if tdef.columns is not None else defn.columns
         lines += [
             "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
-            "ε reported | Guarantee | " + " | ".join(col["header"] for col in defn.columns) + " |",
-            "|---|---|---|---|---|---|---|---|" + "---|" * len(defn.columns),
+            "ε reported | Guarantee | " + " | ".join(col["header"] for col in cols) + " |",
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(cols),
         ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
@@ -947,29 +1124,33 @@ def render_markdown(
                 "—"
                 if c["ours_mean"] is None
                 else (
-                    f"{c['ours_mean']:.2f}"
-                    + (f" ± {c['ours_std']:.2f}" if c["ours_std"] is not None else "")
+                    f"{c['ours_mean']:.{digits}f}"
+                    + (f" ± {c['ours_std']:.{digits}f}" if c["ours_std"] is not None else "")
                 )
             )
             eps = _f(c["epsilon_reported"], 3)
             if "epsilon_sound_mean" in d:
                 eps += f" (sound: {d['epsilon_sound_mean']:.3g})"
+            if "epsilon_local_per_coordinate_mean" in d:
+                eps += f" (per coordinate: {d['epsilon_local_per_coordinate_mean']:.3g}"
+                if "epsilon_local_per_client_mean" in d:
+                    eps += f"; per client: {d['epsilon_local_per_client_mean']:.3g}"
+                eps += ")"
+            shown = " | ".join(_f(d.get(col["key"]), int(col.get("digits", 2))) for col in cols)
             lines.append(
-                f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'])} | {rp} | {ours_s} | {ro} | "
-                f"{c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
-                + " | ".join(
-                    _f(d.get(col["key"]), int(col.get("digits", 2))) for col in defn.columns
-                )
-                + " |"
+                f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'], digits)} | {rp} | {ours_s} | "
+                f"{ro} | {c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
+                f"{shown} |"
             )
         ref = t["nonprivate_reference"]
         lines.append("")
         if ref is not None:
             lines.append(
                 f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`): "
-                f"**{_f(ref['ours_mean'])}**"
-                + (f" ± {_f(ref['ours_std'])}" if ref["ours_std"] is not None else "")
-                + f" % over {ref['seeds']} seeds."
+                f"**{_f(ref['ours_mean'], digits)}**"
+                + (f" ± {_f(ref['ours_std'], digits)}" if ref["ours_std"] is not None else "")
+                + (" %" if tdef.percent else "")
+                + f" over {ref['seeds']} seeds."
             )
         if t["kendall_tau"] is None:
             lines.append(f"\nKendall τ: n/a ({t['kendall_n']} methods with both values).")
@@ -1057,6 +1238,26 @@ def tuning_markdown(
         rel = fig.relative_to(out_dir) if fig.is_relative_to(out_dir) else fig
         lines += ["", f"![{fig.stem}]({rel.as_posix()})"]
     return lines
+
+
+def copy_images(
+    defn: Definition, table: TableDef, cells: list[CellResult], store: ResultStore, out_dir: Path
+) -> list[Path]:
+    """The ``table.images`` of each cell's first finished seed (kept beside the store by
+    :func:`read_audit`), copied next to the report; a copy already there is kept when the
+    store's image is gone."""
+    slug = "".join(ch if ch.isalnum() else "_" for ch in table.label)
+    out = []
+    for c in cells:
+        pids = [m["_point_id"] for m in c.metrics if "_point_id" in m]
+        for name in table.images:
+            dest = out_dir / f"{defn.paper}_{slug}_{c.arm.name}_{name}"
+            src = store.root / "images" / f"{pids[0]}_{name}" if pids else None
+            if src is not None and src.exists():
+                dest.write_bytes(src.read_bytes())
+            if dest.exists():
+                out.append(dest)
+    return out
 
 
 def plots(
@@ -1304,7 +1505,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.table:
             want = {t.lower() for t in args.table}
             tables = [t for t in defn.tables if {t.table.lower(), t.label.lower()} & want]
-            if not tables or not want <= {x.lower() for t in tables for x in (t.table, t.label)}:
+            if not tables or not want <= {
+                x for t in tables for x in (t.table.lower(), t.label.lower())
+            }:
                 have = ", ".join(t.label for t in defn.tables)
                 raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
         defn.tables = tables
@@ -1413,7 +1616,12 @@ def write_documents(
     if problems:  # a defect of this module, not of the user's input
         raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    figs = plots(defn, results, out_dir, tuning)
+    attack = {t.label for t in defn.tables if t.kind == "attack"}  # a few rounds: no curves
+    figs = plots(defn, {k: v for k, v in results.items() if k not in attack}, out_dir, tuning)
+    for t in defn.tables:
+        figs.setdefault(t.label, []).extend(
+            copy_images(defn, t, results[t.label][0], store, out_dir)
+        )
     (out_dir / f"{defn.paper}.json").write_text(
         json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     )
