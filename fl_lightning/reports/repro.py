@@ -57,6 +57,13 @@ CURVE_COLUMNS = (
     "strategy/noise_multiplier",
     "strategy/anr_fired",
     "strategy/anr_loss",
+    # asynchronous local-DP strategies (paper 004): the simulated clock, exits, dispatches,
+    # the paper's per-client ε and the sound one of a run that claims no guarantee
+    "strategy/async/sim_time",
+    "strategy/clients_exited",
+    "strategy/dispatched",
+    "strategy/eps_paper_max",
+    "strategy/epsilon_sound",
 )
 VERDICTS = ("confirmed", "contradicted", "inconclusive")
 SEED_KEY = "seed_everything"
@@ -85,6 +92,9 @@ class TableDef:
     reference: str | None
     paper_method: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    paper_where: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per arm, more ``dim: value`` of the paper's cell (e.g. the arm's ε in a table with an
+    ε axis), over the table's ``where``."""
 
 
 @dataclass
@@ -149,10 +159,14 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             reference=t.get("reference"),
             paper_method=dict(t.get("paper_method") or {}),
             note=str(t.get("note", "")),
+            paper_where={str(k): dict(v or {}) for k, v in (t.get("paper_where") or {}).items()},
         )
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
+        for a in tdef.paper_where:
+            if a not in tdef.arms:
+                raise ReproError(f"{tw}.paper_where: {a!r} is not an arm of the table")
         load_paper(pid).table(tdef.table)  # KeyError if the paper has no such table
         tables.append(tdef)
     return Definition(
@@ -350,10 +364,10 @@ def collect(
     out = []
     for a in table.arms:
         name = table.paper_method.get(a, defn.arms[a].method)
-        hits = paper_table.select(method=name, **table.where)
+        hits = paper_table.select(method=name, **{**table.where, **table.paper_where.get(a, {})})
         paper = hits[0]["value"] if len(hits) == 1 else None
         res = cell(a, paper)
-        if name not in ("-", res.arm.method) and paper is not None:
+        if name not in ("-", res.arm.method) and paper is not None and a not in table.paper_where:
             res.arm = replace(res.arm, method=name)  # the paper's name in this table
         out.append(res)
     ref = cell(table.reference, None) if table.reference else None
@@ -472,9 +486,25 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
         for m in c.metrics
         if isinstance(m.get("strategy/epsilon_sound"), (int, float))
     ]
+    if not sound:  # strategies that log it per round (async local DP, paper 004)
+        sound = [v for v in (_last(cv, "strategy/epsilon_sound") for cv in c.curves) if v]
     if sound:
         out["epsilon_sound_mean"] = statistics.fmean(sound)
+    for col, key in (
+        ("strategy/clients_exited", "clients_exited_mean"),
+        ("strategy/dispatched", "last_round_dispatched_mean"),
+        ("strategy/eps_paper_max", "epsilon_paper_max_mean"),
+    ):
+        vals = [v for v in (_last(cv, col) for cv in c.curves) if v is not None]
+        if vals:
+            out[key] = statistics.fmean(vals)
     return out
+
+
+def _last(curve: dict[str, list], col: str) -> float | None:
+    """The last logged value of ``col`` in a run's curve (None when never logged)."""
+    vals = [x for x in (curve or {}).get(col, []) if x is not None]
+    return vals[-1] if vals else None
 
 
 def _guarantee(c: CellResult) -> str:
@@ -633,10 +663,17 @@ def render_markdown(
         ours = [c["ours_mean"] for c in t["cells"]]
         papers = [c["paper"] for c in t["cells"]]
         r_ours, r_paper = _ranks(ours), _ranks(papers)
+        # Budget columns only for tables whose runs log them (async local DP, paper 004).
+        budget = any("clients_exited_mean" in c["diagnostics"] for c in t["cells"])
         lines += [
             "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
-            "ε reported | Guarantee | Rounds | ANR firings | Final σ |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "ε reported | Guarantee | Rounds | ANR firings | Final σ |"
+            + (
+                " Clients exited | Uploads in the last round | Paper ε spent (max) |"
+                if budget
+                else ""
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if budget else ""),
         ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
@@ -656,6 +693,13 @@ def render_markdown(
                 f"{c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
                 f"{_f(d.get('rounds_mean'), 1)} | {_f(d.get('anr_fired_mean'), 1)} | "
                 f"{_f(d.get('final_noise_multiplier_mean'), 3)} |"
+                + (
+                    f" {_f(d.get('clients_exited_mean'), 1)} | "
+                    f"{_f(d.get('last_round_dispatched_mean'), 1)} | "
+                    f"{_f(d.get('epsilon_paper_max_mean'), 3)} |"
+                    if budget
+                    else ""
+                )
             )
         ref = t["nonprivate_reference"]
         lines.append("")
@@ -752,6 +796,9 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
                 fig.savefig(path)
                 made.append(path)
             plt.close(fig)
+        sim = _sim_time_plot(defn, tname, slug, cells + ([ref] if ref else []), out_dir, plt)
+        if sim is not None:
+            made.append(sim)
         eps_levels = {round(e, 1) for c in cells for e in c.eps}
         if len(eps_levels) > 1:
             fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
@@ -776,6 +823,44 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
             made.append(path)
         figs[tname] = made
     return figs
+
+
+def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path, plt):
+    """Accuracy vs the simulated wall clock of an asynchronous run (``async/sim_time``, the
+    server's clock at each aggregation), mean over seeds; None when no run logs it."""
+    col = "strategy/async/sim_time"
+    if not any(cv.get(col) for c in cells for cv in c.curves):
+        return None
+    fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+    for k, c in enumerate(cells):
+        series = [cv for cv in c.curves if cv.get(col) and cv.get("test/accuracy")]
+        if not series:
+            continue
+        per: dict[int, list[tuple[float, float]]] = {}
+        for cv in series:
+            for r, tm, acc in zip(cv["round"], cv[col], cv["test/accuracy"]):
+                if tm is not None and acc is not None:
+                    per.setdefault(r, []).append((tm, 100.0 * acc))
+        xs = sorted(r for r in per if len(per[r]) == len(series))
+        ax.plot(
+            [statistics.fmean(p[0] for p in per[r]) for r in xs],
+            [statistics.fmean(p[1] for p in per[r]) for r in xs],
+            marker="osv^Dxp*"[k % 8],
+            markersize=3,
+            ls=["-", "--", ":", "-.", (0, (5, 1))][k % 5],
+            lw=1.1,
+            label=f"{c.arm.method} ({len(series)} seeds)",
+        )
+    ax.set_xlabel("simulated wall clock (s; aggregation points of the simulated clients' uploads)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs simulated time (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_sim_time.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 # -- the command ------------------------------------------------------------------------------
