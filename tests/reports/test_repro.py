@@ -310,3 +310,23 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(repro.ReproError, match="paper_where: 'nope'"):
         repro.load_definition("004", "scaled", path)
+
+
+@pytest.mark.slow
+def test_004_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
+    """Paper 004's paper profile (full MNIST, the LSTM, 100 rounds) builds and runs one round of
+    ADP-FL on synthetic 28x28 images (budget horizon kept at the profile's 100 rounds)."""
+    store, out = tmp_path / "store", tmp_path / "out"
+    argv = [
+        "004", "--profile", "paper", "--table", "2", "--arm", "adp_rising_e10", "--seeds", "1",
+        "--store", str(store), "--out", str(out),
+        "--set", "data.dataset=synthetic", "--set", "data.download=false",
+        "--set", 'data.dataset_options={"shape": [1, 28, 28], "num_examples": 1200}',
+        "--set", "trainer.max_steps=1", "--set", "strategy.init_args.rounds=100",
+        "--set", "client.local_epochs=1",
+    ]  # fmt: skip
+    assert repro.main(argv) == 0, capsys.readouterr()
+    (row,) = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
+    assert row["metrics"]["rounds"] == 1 and "paper.yaml" in json.dumps(row["command"])
+    doc = json.loads((out / "004.json").read_text())
+    assert doc["profile"] == "paper" and repro.validate_document(doc) == []
