@@ -64,6 +64,8 @@ CURVE_COLUMNS = (
     "strategy/dispatched",
     "strategy/eps_paper_max",
     "strategy/epsilon_sound",
+    "strategy/weight_max",
+    "strategy/frozen_total",
 )
 VERDICTS = ("confirmed", "contradicted", "inconclusive")
 SEED_KEY = "seed_everything"
@@ -498,6 +500,14 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
         vals = [v for v in (_last(cv, col) for cv in c.curves) if v is not None]
         if vals:
             out[key] = statistics.fmean(vals)
+    # ADP-FL: the largest share one upload has in an aggregation (mean over rounds and seeds)
+    # and how many uploads the accuracy-drop callback froze at the previous ε (per run)
+    shares = [x for cv in c.curves for x in (cv or {}).get("strategy/weight_max", []) if x]
+    if shares:
+        out["weight_max_mean"] = statistics.fmean(shares)
+    frozen = [v for v in (_last(cv, "strategy/frozen_total") for cv in c.curves) if v is not None]
+    if frozen:
+        out["epsilon_frozen_mean"] = statistics.fmean(frozen)
     return out
 
 
@@ -669,11 +679,13 @@ def render_markdown(
             "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
             "ε reported | Guarantee | Rounds | ANR firings | Final σ |"
             + (
-                " Clients exited | Uploads in the last round | Paper ε spent (max) |"
+                " Clients exited | Uploads in the last round | Paper ε spent (max) | "
+                "Largest weight of one upload | Uploads with ε frozen |"
                 if budget
                 else ""
             ),
-            "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if budget else ""),
+            "|---|---|---|---|---|---|---|---|---|---|---|"
+            + ("---|---|---|---|---|" if budget else ""),
         ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
@@ -696,7 +708,9 @@ def render_markdown(
                 + (
                     f" {_f(d.get('clients_exited_mean'), 1)} | "
                     f"{_f(d.get('last_round_dispatched_mean'), 1)} | "
-                    f"{_f(d.get('epsilon_paper_max_mean'), 3)} |"
+                    f"{_f(d.get('epsilon_paper_max_mean'), 3)} | "
+                    f"{_f(d.get('weight_max_mean'), 3)} | "
+                    f"{_f(d.get('epsilon_frozen_mean'), 1)} |"
                     if budget
                     else ""
                 )

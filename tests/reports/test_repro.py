@@ -279,6 +279,8 @@ def test_per_arm_paper_cells_and_the_simulated_time_axis(tmp_path: Path):
                 "strategy/clients_exited": [0.0, 0.0],
                 "strategy/dispatched": [20.0, 20.0],
                 "strategy/eps_paper_max": [0.5, 1.0],
+                "strategy/weight_max": [0.2, 0.4],
+                "strategy/frozen_total": [0.0, 3.0],
             }
             f.write(json.dumps({"id": rp.point.id, "curve": curve}) + "\n")
     out = tmp_path / "out"
@@ -290,10 +292,12 @@ def test_per_arm_paper_cells_and_the_simulated_time_axis(tmp_path: Path):
         86.25,
     )
     assert cells["adp10"]["method"] == "ADP-FL rising (ε = 10)"  # the arm's label is kept
-    assert cells["adp10"]["diagnostics"]["last_round_dispatched_mean"] == 20.0
+    diag = cells["adp10"]["diagnostics"]
+    assert diag["last_round_dispatched_mean"] == 20.0 and diag["epsilon_frozen_mean"] == 3.0
+    assert diag["weight_max_mean"] == pytest.approx(0.3)
     assert doc["verdicts"][0]["verdict"] == "confirmed"
     md = (out / "004.md").read_text()
-    assert "Clients exited | Uploads in the last round" in md
+    assert "Clients exited | Uploads in the last round" in md and "Largest weight" in md
     png = out / "004_2_accuracy_vs_sim_time.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png.name})" in md
 
