@@ -62,6 +62,15 @@ CURVE_COLUMNS = (
     "strategy/cos_negative_fraction",
     "strategy/abs_cos_noise_only",
     "strategy/projected",
+    # asynchronous local-DP strategies (paper 004): the simulated clock, exits, dispatches,
+    # the paper's per-client ε and the sound one of a run that claims no guarantee
+    "strategy/async/sim_time",
+    "strategy/clients_exited",
+    "strategy/dispatched",
+    "strategy/eps_paper_max",
+    "strategy/epsilon_sound",
+    "strategy/weight_max",
+    "strategy/frozen_total",
 )
 VERDICTS = ("confirmed", "contradicted", "inconclusive")
 # the diagnostic columns of a table in the Markdown (key of ``_diagnostics``, header, decimals)
@@ -69,6 +78,14 @@ DEFAULT_COLUMNS = [
     {"key": "rounds_mean", "header": "Rounds", "digits": 1},
     {"key": "anr_fired_mean", "header": "ANR firings", "digits": 1},
     {"key": "final_noise_multiplier_mean", "header": "Final σ", "digits": 3},
+]
+# asynchronous local DP (paper 004): shown when a table's runs log them
+BUDGET_COLUMNS = [
+    {"key": "clients_exited_mean", "header": "Clients exited", "digits": 1},
+    {"key": "last_round_dispatched_mean", "header": "Uploads in the last round", "digits": 1},
+    {"key": "epsilon_paper_max_mean", "header": "Paper ε spent (max)", "digits": 3},
+    {"key": "weight_max_mean", "header": "Largest weight of one upload", "digits": 3},
+    {"key": "epsilon_frozen_mean", "header": "Uploads with ε frozen", "digits": 1},
 ]
 _DIGITS = {"rounds_mean": 1, "anr_fired_mean": 1}  # decimals of a column given as key: header
 SEED_KEY = "seed_everything"
@@ -116,6 +133,9 @@ class TableDef:
     columns: list[dict[str, Any]] | None = None  # None: the definition's columns
     images: list[str] = field(default_factory=list)
     kind: str = "accuracy"
+    paper_where: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per arm, more ``dim: value`` of the paper's cell (e.g. the arm's ε in a table with an
+    ε axis), over the table's ``where``."""
 
     def __post_init__(self) -> None:
         self.label = self.label or self.table
@@ -244,6 +264,7 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             columns=_columns(t["columns"], f"{tw}.columns") if t.get("columns") else None,
             images=[str(x) for x in t.get("images") or []],
             kind=str(t.get("kind", "accuracy")),
+            paper_where={str(k): dict(v or {}) for k, v in (t.get("paper_where") or {}).items()},
         )
         if tdef.kind not in ("accuracy", "attack"):
             raise ReproError(f"{tw}.kind: expected 'accuracy' or 'attack', got {tdef.kind!r}")
@@ -255,6 +276,9 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
+        for a in tdef.paper_where:
+            if a not in tdef.arms:
+                raise ReproError(f"{tw}.paper_where: {a!r} is not an arm of the table")
         load_paper(pid).table(tdef.table)  # KeyError if the paper has no such table
         if tdef.label in {x.label for x in tables}:
             raise ReproError(f"{tw}.label: table {tdef.label!r} defined twice")
@@ -619,10 +643,12 @@ def collect(
         if a in table.paper_cells:
             hits = paper_table.select(**{**table.where, **table.paper_cells[a]})
         else:
-            hits = paper_table.select(method=name, **table.where)
+            hits = paper_table.select(
+                method=name, **{**table.where, **table.paper_where.get(a, {})}
+            )
         paper = hits[0]["value"] if len(hits) == 1 else None
         res = cell(a, paper)
-        if name not in ("-", res.arm.method) and paper is not None:
+        if name not in ("-", res.arm.method) and paper is not None and a not in table.paper_where:
             res.arm = replace(res.arm, method=name)  # the paper's name in this table
         out.append(res)
     ref = cell(table.reference, None) if table.reference else None
@@ -877,6 +903,8 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
         for m in c.metrics
         if isinstance(m.get("strategy/epsilon_sound"), (int, float))
     ]
+    if not sound:  # strategies that log it per round (async local DP, paper 004)
+        sound = [v for v in (_last(cv, "strategy/epsilon_sound") for cv in c.curves) if v]
     if sound:
         out["epsilon_sound_mean"] = statistics.fmean(sound)
     for col, key in (
@@ -905,7 +933,29 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
         ]
         if vals:
             out[key] = statistics.fmean(vals)
+    for col, key in (
+        ("strategy/clients_exited", "clients_exited_mean"),
+        ("strategy/dispatched", "last_round_dispatched_mean"),
+        ("strategy/eps_paper_max", "epsilon_paper_max_mean"),
+    ):
+        vals = [v for v in (_last(cv, col) for cv in c.curves) if v is not None]
+        if vals:
+            out[key] = statistics.fmean(vals)
+    # ADP-FL: the largest share one upload has in an aggregation (mean over rounds and seeds)
+    # and how many uploads the accuracy-drop callback froze at the previous ε (per run)
+    shares = [x for cv in c.curves for x in (cv or {}).get("strategy/weight_max", []) if x]
+    if shares:
+        out["weight_max_mean"] = statistics.fmean(shares)
+    frozen = [v for v in (_last(cv, "strategy/frozen_total") for cv in c.curves) if v is not None]
+    if frozen:
+        out["epsilon_frozen_mean"] = statistics.fmean(frozen)
     return out
+
+
+def _last(curve: dict[str, list], col: str) -> float | None:
+    """The last logged value of ``col`` in a run's curve (None when never logged)."""
+    vals = [x for x in (curve or {}).get(col, []) if x is not None]
+    return vals[-1] if vals else None
 
 
 def _guarantee(c: CellResult) -> str:
@@ -1113,6 +1163,9 @@ def render_markdown(
         r_ours, r_paper = _ranks(ours), _ranks(papers)
         digits = 2 if tdef.percent else 3
         cols = tdef.columns if tdef.columns is not None else defn.columns
+        # Budget columns only for tables whose runs log them (async local DP, paper 004).
+        if any("clients_exited_mean" in c["diagnostics"] for c in t["cells"]):
+            cols = [*cols, *BUDGET_COLUMNS]
         lines += [
             "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
             "ε reported | Guarantee | " + " | ".join(col["header"] for col in cols) + " |",
@@ -1315,6 +1368,9 @@ def plots(
                 fig.savefig(path)
                 made.append(path)
             plt.close(fig)
+        sim = _sim_time_plot(defn, tname, slug, cells + ([ref] if ref else []), out_dir, plt)
+        if sim is not None:
+            made.append(sim)
         eps_levels = {round(e, 1) for c in cells for e in c.eps}
         if len(eps_levels) > 1:
             fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
@@ -1430,6 +1486,44 @@ def _curve_plot(
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path = out_dir / f"{defn.paper}_{slug}_{pl.stem}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path, plt):
+    """Accuracy vs the simulated wall clock of an asynchronous run (``async/sim_time``, the
+    server's clock at each aggregation), mean over seeds; None when no run logs it."""
+    col = "strategy/async/sim_time"
+    if not any(cv.get(col) for c in cells for cv in c.curves):
+        return None
+    fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+    for k, c in enumerate(cells):
+        series = [cv for cv in c.curves if cv.get(col) and cv.get("test/accuracy")]
+        if not series:
+            continue
+        per: dict[int, list[tuple[float, float]]] = {}
+        for cv in series:
+            for r, tm, acc in zip(cv["round"], cv[col], cv["test/accuracy"]):
+                if tm is not None and acc is not None:
+                    per.setdefault(r, []).append((tm, 100.0 * acc))
+        xs = sorted(r for r in per if len(per[r]) == len(series))
+        ax.plot(
+            [statistics.fmean(p[0] for p in per[r]) for r in xs],
+            [statistics.fmean(p[1] for p in per[r]) for r in xs],
+            marker="osv^Dxp*"[k % 8],
+            markersize=3,
+            ls=["-", "--", ":", "-.", (0, (5, 1))][k % 5],
+            lw=1.1,
+            label=f"{c.arm.method} ({len(series)} seeds)",
+        )
+    ax.set_xlabel("simulated wall clock (s; aggregation points of the simulated clients' uploads)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs simulated time (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_sim_time.png"
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -5,7 +5,20 @@ Method Based on Adaptive Differential Privacy", preprints.org 202506.2188).
   ``published`` ε_base·(1 + e^{−α(E−t)}) (rising, the literal Eq. 6), ``cooling``
   ε_base·(1 + e^{−α(t−1)}) (falling, what the prose describes) or ``even`` (ε_base), with
   t = 1..E the round, α = 0.1, ε_base = N·ε/(n·E) (the baseline's Eq. 10) unless given.
-  ``rescale`` multiplies the schedule so the expected spend (n/N)·Σ_t ε^t equals ε.
+  The paper never fixes the base ε_i of Eq. 6 (D1) nor enforces its claim that "the overall
+  privacy budget remains unchanged"; ``rescale`` picks the normalisation:
+
+  - ``false`` (``none``): ε_base as above. The schedule's factor lies in [1, 2], so a client
+    spends up to twice its share and leaves the federation early (Alg. 1 line 2): with the
+    rising Eq. 6, E = 20 and n/N = 0.2 every client is gone by about round 15.
+  - ``true`` / ``expected``: ε^t = ε·f(t) / ((n/N)·Σ_{s=1..E} f(s)), the expected spend over the
+    client's n·E/N expected uploads equals ε (the even split of Eq. 10 when f ≡ 1). Clients
+    that happen to be drawn more often than expected still exit near the end.
+  - ``rounds``: ε^t = ε·f(t) / Σ_{s=1..E} f(s). This is Alg. 1 read literally: its loop runs
+    over the rounds t ≤ E and adds ε_t to ε_acc in every round (line 8), so Σ_{t=1..E} ε_t = ε
+    is the total; a client that uploads in a subset of the rounds spends at most ε and no
+    client ever exits: every client trains to the end of the run. With ``schedule: even`` this
+    is the even budget ε/E per upload.
 * Accuracy-drop callback (Alg. 1 lines 3–6, D7): before training, the client evaluates the
   received global model on a fixed seeded subset of its own data; if the accuracy fell by more
   than λ (``accuracy_drop``) since its previous upload, it keeps its previous ε.
@@ -34,10 +47,18 @@ from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.utils.rng import generator_for
 
 Schedule = Literal["published", "cooling", "even"]
+Rescale = Literal["none", "expected", "rounds"]
 
 
 def schedule_factor(schedule: Schedule, t: int, total_rounds: int, alpha: float) -> float:
-    """ε_i^t / ε_base at round t ∈ 1..E (Eq. 6 literal, its decreasing reading, or flat)."""
+    """ε_i^t / ε_base at round t ∈ 1..E.
+
+    ``published``: Eq. 6 as printed, ε_i^t = ε_i·e^{−α(E−t)} + ε_i, a factor rising from
+    1 + e^{−α(E−1)} to 2 (the budget grows, the noise falls, as training goes on).
+    ``cooling``: the decreasing reading that Sec. 4.1's prose ("our overall method gradually
+    reduces the privacy budget ε_i^t as training progresses", Newton's cooling law) and Alg. 1's
+    freeze-on-accuracy-drop assume, ε_i·e^{−α(t−1)} + ε_i, falling from 2 towards 1.
+    ``even``: 1 (the baseline, Eq. 10)."""
     if schedule == "published":
         return 1.0 + math.exp(-alpha * (total_rounds - t))
     if schedule == "cooling":
@@ -50,7 +71,9 @@ class ADPFL(AsyncLocalDP):
 
     Args:
         schedule: ``published`` (Eq. 6, rising), ``cooling`` (falling) or ``even``.
-        rescale: scale the schedule so the expected spend equals ``epsilon``.
+        rescale: the schedule's normalisation (module docstring): ``false``/``none`` (base
+            N·ε/(n·E)), ``true``/``expected`` (expected spend = ε) or ``rounds`` (Σ over the E
+            rounds = ε, Alg. 1; no client ever exits).
         base_epsilon: ε_base; ``None``: N·ε/(n·E).
         cooling_alpha: α of Eq. 6 (0.1 in the paper).
         accuracy_drop: λ threshold of the accuracy-drop callback; ``None`` disables it.
@@ -58,7 +81,8 @@ class ADPFL(AsyncLocalDP):
         staleness_alpha: α_s ∈ (0, 1], the staleness decay base.
         aggregation: ``eq8`` (ε·λ·|D| weights) or ``num_examples`` (FedAvg weights).
         baseline: run the paper's even-budget baseline instead (schedule ``even``, FedAvg
-            weights, no accuracy callback: the same as ``EvenBudget``), one switch for sweeps.
+            weights, no accuracy callback: the same as ``EvenBudget``), one switch for sweeps;
+            ``rescale: rounds`` then gives the even budget ε/E of the same horizon.
         **kwargs: :class:`~fl_lightning.strategies.async_local_dp.AsyncLocalDP` arguments
             (``epsilon``, ``mechanism``, ``clip_norm``, ``delta``, the clock, the delays).
     """
@@ -67,7 +91,7 @@ class ADPFL(AsyncLocalDP):
         self,
         *,
         schedule: Schedule = "published",
-        rescale: bool = False,
+        rescale: bool | Rescale = False,
         base_epsilon: float | None = None,
         cooling_alpha: float = 0.1,
         accuracy_drop: float | None = 0.05,
@@ -79,8 +103,16 @@ class ADPFL(AsyncLocalDP):
     ) -> None:
         kwargs.setdefault("mechanism", "gaussian")
         if baseline:
-            schedule, aggregation, accuracy_drop, rescale = "even", "num_examples", None, False
+            schedule, aggregation, accuracy_drop = "even", "num_examples", None
         super().__init__(**kwargs)
+        if rescale is True:
+            rescale = "expected"
+        elif rescale is False:
+            rescale = "none"
+        if rescale not in ("none", "expected", "rounds"):
+            raise ValueError(
+                f"strategy.rescale: expected false, true, none, expected or rounds, got {rescale!r}"
+            )
         if schedule not in ("published", "cooling", "even"):
             raise ValueError(
                 f"strategy.schedule: expected published, cooling or even, got {schedule!r}"
@@ -99,10 +131,10 @@ class ADPFL(AsyncLocalDP):
             raise ValueError(
                 f"strategy.aggregation: expected eq8 or num_examples, got {aggregation!r}"
             )
-        if rescale and self.epsilon is None:
+        if rescale != "none" and self.epsilon is None:
             raise ValueError("strategy.rescale: needs the total budget strategy.epsilon")
         self.schedule = schedule
-        self.rescale = rescale
+        self.rescale: Rescale = rescale
         self.base_epsilon = base_epsilon
         self.cooling_alpha = cooling_alpha
         self.accuracy_drop = accuracy_drop
@@ -143,13 +175,17 @@ class ADPFL(AsyncLocalDP):
         """ε^t of the schedule for 0-based ``round_idx`` (t = round_idx + 1)."""
         E = self.rounds
         factor = schedule_factor(self.schedule, round_idx + 1, E, self.cooling_alpha)
-        if self.rescale:
+        if self.rescale != "none":
             assert self.epsilon is not None
             total = sum(
                 schedule_factor(self.schedule, t, E, self.cooling_alpha) for t in range(1, E + 1)
             )
-            return self.epsilon * factor / (self.rate * total)
+            share = self.rate if self.rescale == "expected" else 1.0
+            return self.epsilon * factor / (share * total)
         return self.base() * factor
+
+    def planned_budgets(self) -> list[float]:
+        return [self.scheduled_epsilon(r) for r in range(self.rounds)]
 
     def upload_budget(self, client_id: int, ctx: RoundContext) -> float:
         eps = self.scheduled_epsilon(ctx.round_idx)
@@ -232,4 +268,4 @@ class ADPFL(AsyncLocalDP):
         self.frozen_total = int(state_dict["frozen_total"])
 
 
-__all__ = ["ADPFL", "schedule_factor"]
+__all__ = ["ADPFL", "Rescale", "schedule_factor"]

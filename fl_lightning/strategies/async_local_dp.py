@@ -12,6 +12,17 @@ Accounting: the accountant receives, per upload, the ε basic composition can de
 (``RoundPrivacy.local_epsilon`` / ``local_delta``, the paper's Thm. 2); ``round_metrics`` also
 logs the tighter RDP/PLD composition of the same events per participating client and the max
 over clients of both (``strategy/eps_basic_max``, ``strategy/eps_tight_max``).
+
+``sensitivity="record"`` calibrates the noise to Δ = 2C/|D_i| (the paper's record adjacency,
+Def. 2, applied to the averaged update; see ``fl_lightning.privacy.local_budget``): the run then
+claims no guarantee (``privacy/epsilon`` = ∞ with the reason) and logs the sound client-level ε
+of the noise it added, basic composition per client, max over clients
+(``strategy/epsilon_sound``).
+
+A configuration whose per-upload budget exceeds the total ε for every round (e.g. Eq. 10 with
+n·E < N: each client expects fewer than one upload, so N·ε/(n·E) > ε) is refused before
+training: Alg. 1 line 2 and Alg. 2 line 10 never let a client spend more than ε, so no client
+could ever upload, and the paper defines no other split.
 """
 
 from __future__ import annotations
@@ -25,12 +36,20 @@ from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.local_budget import (
     BudgetLedger,
     MechanismName,
+    Sensitivity,
     TightAccountant,
     UploadMechanism,
 )
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.asynchronous.buffer import Arrival
+
+RECORD_READING = (
+    "noise calibrated to the record-level sensitivity 2C/|D_i| (the paper's Def. 2 adjacency "
+    "applied to the averaged update), which multi-step local SGD does not enforce (only the "
+    "clip 2C is); the paper's per-client eps is strategy/eps_paper_max and the sound "
+    "client-level eps of the same noise strategy/epsilon_sound"
+)
 
 
 class AsyncLocalDP(AsyncStrategy):
@@ -45,6 +64,8 @@ class AsyncLocalDP(AsyncStrategy):
         delta: δ of each Gaussian upload.
         accountant: ``rdp`` or ``pld`` for the tight per-client composition.
         rounds: E of Eq. 6 / Eq. 10 (the budget horizon); ``None``: ``trainer.max_steps``.
+        sensitivity: ``client`` (Δ = 2C) or ``record`` (Δ = 2C/|D_i|, no guarantee claimed;
+            module docstring).
         log_clients: also log each participating client's ε (``strategy/eps_basic/<id>``).
         **kwargs: the clock and delay model of :class:`AsyncStrategy` (and ``weighting``).
     """
@@ -59,11 +80,14 @@ class AsyncLocalDP(AsyncStrategy):
         delta: float = 1e-5,
         accountant: TightAccountant = "rdp",
         rounds: int | None = None,
+        sensitivity: Sensitivity = "client",
         log_clients: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.upload = UploadMechanism(mechanism=mechanism, clip_norm=clip_norm, delta=delta)
+        self.upload = UploadMechanism(
+            mechanism=mechanism, clip_norm=clip_norm, delta=delta, sensitivity=sensitivity
+        )
         if epsilon is not None and epsilon <= 0:
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
         if upload_epsilon is not None and upload_epsilon <= 0:
@@ -85,6 +109,7 @@ class AsyncLocalDP(AsyncStrategy):
         self._planned: dict[int, float] = {}
         self._round_eps: dict[int, float] = {}
         self._tight: dict[int, float] = {}
+        self._sound: dict[int, float] = {}
         self._mark = 0.0
         self.client_time_total = 0.0
 
@@ -99,6 +124,38 @@ class AsyncLocalDP(AsyncStrategy):
         sampling: CohortSampling,
     ) -> None:
         self.rounds, self.rate = int(self.horizon or rounds), float(sampling.rate)
+        self.check_affordable()
+
+    def planned_budgets(self) -> list[float]:
+        """The per-upload budget of a client dispatched in each round 0..E−1 (before the
+        accuracy callback); the even split is the same every round."""
+        return [self.even_budget()] * self.rounds
+
+    def check_affordable(self) -> None:
+        """Refuses (before training) a budget no client can ever spend: every round's
+        per-upload ε (as charged) above the total ε."""
+        if self.epsilon is None or not self.upload.private or not self.rounds:
+            return
+        if self.upload_epsilon is None and self.rate <= 0:
+            return
+        charged = min(self.upload.charged_epsilon(epsilon=e) for e in self.planned_budgets())
+        if charged <= self.epsilon * (1 + 1e-9):
+            return
+        if self.upload_epsilon is not None:
+            raise ValueError(
+                f"strategy.upload_epsilon: one upload at {self.upload_epsilon:g} (charged "
+                f"{charged:.4g}) exceeds the total budget strategy.epsilon = {self.epsilon:g}, "
+                "so no client could ever upload"
+            )
+        expected = self.rate * self.rounds
+        raise ValueError(
+            f"model.clients_per_round: the smallest per-upload budget (charged {charged:.4g}; "
+            f"Eq. 10 N·ε/(n·E) = {self.even_budget():.4g} with n·E/N = {expected:.3g} expected "
+            f"uploads a client in {self.rounds} rounds, times the schedule) exceeds the total "
+            f"ε = {self.epsilon:g}, so no client could ever upload (Alg. 1 line 2); raise "
+            "clients_per_round or trainer.max_steps (n·E ≥ N at the least), or set "
+            "strategy.upload_epsilon"
+        )
 
     def _ensure_horizon(self, ctx: RoundContext) -> None:
         if not self.rounds:
@@ -150,7 +207,9 @@ class AsyncLocalDP(AsyncStrategy):
     ) -> ClientUpdate:
         update = super().process_update(update, ctx, generator=generator)
         eps = self._round_eps.get(update.client_id)
-        update.delta, norm = self.upload.privatize(update.delta, epsilon=eps, generator=generator)
+        update.delta, norm = self.upload.privatize(
+            update.delta, epsilon=eps, generator=generator, num_examples=update.num_examples
+        )
         update.extras["epsilon"] = eps if eps is not None else 1.0
         update.metrics["delta_norm"] = norm
         update.metrics["clipped"] = float(norm > self.upload.clip_norm)
@@ -164,12 +223,20 @@ class AsyncLocalDP(AsyncStrategy):
         # Summed over the round's uploads on the server (under DDP: every rank's clients).
         updates = list(updates)
         self.client_time_total += sum(u.metrics.get("client_time_s", 0.0) for u in updates)
+        if self.upload.private and self.upload.sensitivity_kind == "record":
+            for u in updates:
+                cost = self.upload.sound_epsilon(
+                    epsilon=float(u.extras["epsilon"]), num_examples=u.num_examples
+                )
+                self._sound[u.client_id] = self._sound.get(u.client_id, 0.0) + cost
         return super().aggregate(updates, ctx, generator=generator)
 
     # -- accounting --------------------------------------------------------------------------
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         if not self.upload.private:
             return RoundPrivacy()
+        if self.upload.sensitivity_kind == "record":
+            return RoundPrivacy(no_guarantee=RECORD_READING)
         return RoundPrivacy(
             local={
                 cid: [self.upload.release(epsilon=self._round_eps[cid])]
@@ -204,6 +271,8 @@ class AsyncLocalDP(AsyncStrategy):
         m["delta_basic_max"] = max((b[1] for b in basics), default=0.0)
         m["eps_tight_max"] = max(self._tight.values(), default=0.0)
         m["eps_tight_delta"] = delta
+        if self.upload.sensitivity_kind == "record":
+            m["epsilon_sound"] = max(self._sound.values(), default=0.0)
 
     # -- aggregation -------------------------------------------------------------------------
     def aggregate_arrivals(
@@ -219,6 +288,7 @@ class AsyncLocalDP(AsyncStrategy):
                 "ledger": self.ledger.state_dict(),
                 "exited": sorted(self.exited),
                 "tight": dict(self._tight),
+                "sound": dict(self._sound),
                 "rounds": self.rounds,
                 "rate": self.rate,
                 "client_time_total": self.client_time_total,
@@ -231,6 +301,7 @@ class AsyncLocalDP(AsyncStrategy):
         self.ledger.load_state_dict(state_dict["ledger"])
         self.exited = {int(c) for c in state_dict["exited"]}
         self._tight = {int(c): float(v) for c, v in state_dict["tight"].items()}
+        self._sound = {int(c): float(v) for c, v in state_dict.get("sound", {}).items()}
         self.rounds = int(state_dict["rounds"])
         self.rate = float(state_dict["rate"])
         self.client_time_total = float(state_dict["client_time_total"])

@@ -22,7 +22,9 @@ for what this file changes, and only that:
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,30 @@ def _cohort_overrides(config: Path) -> list[str]:
     return []
 
 
+def _horizon_overrides(config: Path) -> list[str]:
+    """Async local-DP strategies (ADP-FL and its baselines) split each client's ε over its
+    n·E/N expected uploads (Eq. 10): with the cohort shrunk to two clients the budget horizon E
+    (``strategy.init_args.rounds``) grows so that n·E, hence every per-upload budget, stays the
+    config's own. Without it n·E < N and the run is refused (no client could ever upload)."""
+    from fl_lightning.strategies.async_local_dp import AsyncLocalDP
+
+    strategy = group(config, "strategy")
+    init_args = strategy.get("init_args") or {}
+    shrunk = _cohort_overrides(config)
+    if "rounds" in init_args or "--model.clients_per_round" not in shrunk:
+        return []
+    module, _, name = str(strategy.get("class_path", "")).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return []
+    if not (isinstance(cls, type) and issubclass(cls, AsyncLocalDP)):
+        return []
+    rounds = int(group(config, "trainer").get("max_steps", ROUNDS))
+    cohort = int(group(config, "model").get("clients_per_round", 10))
+    return ["--strategy.init_args.rounds", str(math.ceil(rounds * cohort / 2))]
+
+
 def _model_overrides(config: Path) -> list[str]:
     shrink = MODEL_SHRINK.get(net_class(config) or "", {})
     return [
@@ -156,6 +182,7 @@ def offline_overrides(config: Path, tmp_path: Path, *, shrink: bool = True) -> l
     return [
         *_dataset_overrides(config, tmp_path),
         *_cohort_overrides(config),
+        *_horizon_overrides(config),
         *_budget_overrides(config),
         *(_model_overrides(config) if shrink else []),
         *RUN_OVERRIDES,

@@ -64,3 +64,48 @@ def test_bad_mechanism_settings_name_the_field():
         UploadMechanism(mechanism="gaussian", clip_norm=-1.0, delta=1e-5)
     with pytest.raises(ValueError, match="strategy.delta"):
         UploadMechanism(mechanism="gaussian", clip_norm=1.0, delta=0.0)
+
+
+# (ε_t, the classic σ/Δ of Thm. 1 at δ = 1e-5, ε of that noise by the previous implementation: a
+# discretised dp-accounting PLD accountant, value_discretization_interval = 1e-3)
+PLD_VALUES = [
+    (0.5, 9.689610525210778, 0.35257689956006855),
+    (2.0, 2.4224026313026945, 1.610317200732255),
+    (10.0, 0.4844805262605389, 10.393882537628832),
+    (40.0, 0.12112013156513472, 68.4904097411936),
+]
+
+
+@pytest.mark.parametrize(("eps_t", "z", "old"), PLD_VALUES)
+def test_single_event_epsilon_keeps_the_pld_values(eps_t, z, old):
+    """The closed form gives the values of the discretised PLD (which rounds pessimistically,
+    so it may only be a hair above), and the charge of an upload is unchanged."""
+    from fl_lightning.privacy.local_budget import _single_event_epsilon
+
+    _single_event_epsilon.cache_clear()
+    new = _single_event_epsilon("gaussian", z, 1e-5)
+    assert new <= old and old - new < 1e-5 * max(1.0, old)
+    up = UploadMechanism(mechanism="gaussian", clip_norm=1.0, delta=1e-5)
+    assert up.noise_multiplier(epsilon=eps_t) == pytest.approx(z)
+    assert up.charged_epsilon(epsilon=eps_t) == pytest.approx(max(eps_t, old), rel=1e-5)
+
+
+def test_single_event_epsilon_of_laplace_is_one_over_the_scale_at_delta_zero_ish():
+    from fl_lightning.privacy.local_budget import _single_event_epsilon
+
+    # Laplace of scale b at sensitivity 1 is exactly (1/b)-DP; at δ > 0 the ε is a bit smaller
+    assert _single_event_epsilon("laplace", 0.5, 1e-12) == pytest.approx(2.0, abs=1e-6)
+    assert _single_event_epsilon("laplace", 0.5, 1e-3) < 2.0
+
+
+def test_record_sensitivity_divides_the_noise_by_the_client_size():
+    up = UploadMechanism(mechanism="gaussian", clip_norm=2.0, delta=1e-5, sensitivity="record")
+    assert up.noise_sensitivity(800) == pytest.approx(4.0 / 800)
+    with pytest.raises(ValueError, match="^strategy.sensitivity"):
+        up.noise_sensitivity(None)
+    # the sound ε of the 800 x smaller noise at the enforced Δ = 2C is enormous
+    assert up.sound_epsilon(epsilon=1.0, num_examples=800) > 1e4
+    client = UploadMechanism(mechanism="gaussian", clip_norm=2.0, delta=1e-5)
+    assert client.sound_epsilon(epsilon=1.0, num_examples=800) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="^strategy.sensitivity"):
+        UploadMechanism(mechanism="gaussian", clip_norm=1.0, delta=1e-5, sensitivity="sample")

@@ -229,3 +229,108 @@ def test_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, cap
     assert "AbadiCNN" in json.dumps(row["command"]) or "paper.yaml" in json.dumps(row["command"])
     doc = json.loads((out / "002.json").read_text())
     assert doc["profile"] == "paper" and repro.validate_document(doc) == []
+
+
+def test_per_arm_paper_cells_and_the_simulated_time_axis(tmp_path: Path):
+    """A table with an ε axis (paper 004, Table 2) picks each arm's paper cell by
+    ``paper_where``, keeps the arm's own label, shows the async budget columns, and plots
+    accuracy against the simulated clock when the runs log it."""
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(BASE))
+    d = {
+        "profiles": {"scaled": {"base": [str(base)], "seeds": 2}},
+        "arms": {
+            "adp1": {"method": "ADP-FL rising (ε = 1)", "overrides": {"x": 1}},
+            "adp10": {"method": "ADP-FL rising (ε = 10)", "overrides": {"x": 10}},
+            "even10": {"method": "Baseline (ε = 10)", "overrides": {"x": 11}},
+            "ref": {"method": "FedAvg (no DP)", "overrides": {"x": 0}},
+        },
+        "tables": [
+            {
+                "table": "2",
+                "where": {"dataset": "MNIST"},
+                "arms": ["adp1", "adp10", "even10"],
+                "reference": "ref",
+                "paper_method": {"adp1": "ADP-FL", "adp10": "ADP-FL", "even10": "Baseline"},
+                "paper_where": {
+                    "adp1": {"epsilon": 1},
+                    "adp10": {"epsilon": 10},
+                    "even10": {"epsilon": 10},
+                },
+            }
+        ],
+        "claims": [{"claim": "c", "table": "2", "better": {"arm": "adp10", "than": ["even10"]}}],
+    }
+    path = tmp_path / "004.yaml"
+    path.write_text(yaml.safe_dump(d))
+    defn = repro.load_definition("004", "scaled", path)
+    points = repro.plan(defn, seeds=2, extra={}, tables=defn.tables)
+    store = ResultStore(tmp_path / "store")
+    store.root.mkdir(parents=True, exist_ok=True)
+    acc = {"adp1": 0.3, "adp10": 0.8, "even10": 0.7, "ref": 0.9}
+    with (store.root / "curves.jsonl").open("a") as f:
+        for rp in points:
+            a = acc[rp.arm.name] + 0.01 * rp.seed
+            store.append({"id": rp.point.id, "status": "finished", "metrics": {"test/accuracy": a}})
+            curve = {
+                "round": [1, 2],
+                "test/accuracy": [a / 2, a],
+                "strategy/async/sim_time": [1.0, 2.2],
+                "strategy/clients_exited": [0.0, 0.0],
+                "strategy/dispatched": [20.0, 20.0],
+                "strategy/eps_paper_max": [0.5, 1.0],
+                "strategy/weight_max": [0.2, 0.4],
+                "strategy/frozen_total": [0.0, 3.0],
+            }
+            f.write(json.dumps({"id": rp.point.id, "curve": curve}) + "\n")
+    out = tmp_path / "out"
+    doc = repro.write_documents(defn, points, store, out, "fl-lightning repro 004")
+    cells = {c["arm"]: c for c in doc["tables"][0]["cells"]}
+    assert (cells["adp1"]["paper"], cells["adp10"]["paper"], cells["even10"]["paper"]) == (
+        66.73,
+        92.36,
+        86.25,
+    )
+    assert cells["adp10"]["method"] == "ADP-FL rising (ε = 10)"  # the arm's label is kept
+    diag = cells["adp10"]["diagnostics"]
+    assert diag["last_round_dispatched_mean"] == 20.0 and diag["epsilon_frozen_mean"] == 3.0
+    assert diag["weight_max_mean"] == pytest.approx(0.3)
+    assert doc["verdicts"][0]["verdict"] == "confirmed"
+    md = (out / "004.md").read_text()
+    assert "Clients exited | Uploads in the last round" in md and "Largest weight" in md
+    png = out / "004_2_accuracy_vs_sim_time.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({png.name})" in md
+
+
+def test_shipped_004_definition_plans_every_table(tmp_path: Path):
+    defn = repro.load_definition("004", "scaled")
+    assert [t.table for t in defn.tables] == ["2", "3", "4"]
+    points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
+    assert len(points) == 3 * len({rp.arm.name for rp in points})
+    assert defn.tables[0].paper_where["adp_rising_e1"] == {"epsilon": 1}
+    bad = yaml.safe_load(repro.definition_path("004").read_text())
+    bad["tables"][0]["paper_where"]["nope"] = {"epsilon": 1}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(repro.ReproError, match="paper_where: 'nope'"):
+        repro.load_definition("004", "scaled", path)
+
+
+@pytest.mark.slow
+def test_004_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
+    """Paper 004's paper profile (full MNIST, the LSTM, 100 rounds) builds and runs one round of
+    ADP-FL on synthetic 28x28 images (budget horizon kept at the profile's 100 rounds)."""
+    store, out = tmp_path / "store", tmp_path / "out"
+    argv = [
+        "004", "--profile", "paper", "--table", "2", "--arm", "adp_rising_e10", "--seeds", "1",
+        "--store", str(store), "--out", str(out),
+        "--set", "data.dataset=synthetic", "--set", "data.download=false",
+        "--set", 'data.dataset_options={"shape": [1, 28, 28], "num_examples": 1200}',
+        "--set", "trainer.max_steps=1", "--set", "strategy.init_args.rounds=100",
+        "--set", "client.local_epochs=1",
+    ]  # fmt: skip
+    assert repro.main(argv) == 0, capsys.readouterr()
+    (row,) = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
+    assert row["metrics"]["rounds"] == 1 and "paper.yaml" in json.dumps(row["command"])
+    doc = json.loads((out / "004.json").read_text())
+    assert doc["profile"] == "paper" and repro.validate_document(doc) == []

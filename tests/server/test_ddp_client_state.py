@@ -154,8 +154,11 @@ def test_async_adp_fl_two_processes_match_one(tmp_path):
     from fl_lightning.strategies.adp_fl import ADPFL
 
     assert ADPFL.reduction == "gather" and not ADPFL(epsilon=1.0).has_client_state
+    # A budget horizon of 30 rounds keeps every upload affordable in this 3-round run (with
+    # E = 3, N·ε/(n·E) times Eq. 6's factor exceeds ε: no client could upload, now refused).
     adp = ["--strategy", str(REPO / "configs" / "strategy" / "adp_fl.yaml"),
-           "--strategy.init_args.epsilon", "50.0", "--client.local_steps", "3"]  # fmt: skip
+           "--strategy.init_args.epsilon", "50.0", "--strategy.init_args.rounds", "30",
+           "--client.local_steps", "3"]  # fmt: skip
     one = fit(tmp_path / "one", *adp, rounds=ROUNDS)
     two = fit(tmp_path / "two", *adp, rounds=ROUNDS, ddp=True)
     assert_same_run(one, two)

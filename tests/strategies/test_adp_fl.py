@@ -194,13 +194,20 @@ def test_no_client_ever_exceeds_its_total_budget(
         aggregation_window=0.3,
     )
     s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
-    s.calibrate_noise(
+    calibrate = dict(
         target_epsilon=None,
         delta=1e-5,
         accountant="rdp",
         rounds=rounds,
         sampling=CohortSampling("fixed", 0.5, 100),
     )
+    s.rounds, s.rate = rounds, 0.5
+    if min(s.upload.charged_epsilon(epsilon=e) for e in s.planned_budgets()) > total:
+        # refused (before training) exactly when no round's upload is affordable
+        with pytest.raises(ValueError, match="model.clients_per_round"):
+            s.calibrate_noise(**calibrate)
+        return
+    s.calibrate_noise(**calibrate)
     accs = data.draw(st.lists(st.floats(0, 1), min_size=rounds * n, max_size=rounds * n))
     it = iter(accs)
     s.accuracy_fn = lambda cid: next(it)
@@ -236,5 +243,119 @@ def test_baseline_switch_is_the_even_budget_strategy():
         "even",
         "num_examples",
         None,
-        False,
+        "expected",
     )
+    s.calibrate_noise(
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=30,
+        sampling=CohortSampling("fixed", 0.2, 100),
+    )
+    # the even schedule normalised to the expected spend is Eq. 10 exactly
+    assert s.scheduled_epsilon(7) == pytest.approx(s.even_budget()) == pytest.approx(5.0 / 6)
+
+
+@pytest.mark.parametrize("schedule", ["published", "cooling", "even"])
+def test_rounds_normalisation_spends_eps_over_the_rounds_and_no_client_exits(schedule):
+    """rescale: rounds (Alg. 1 lines 2 and 8: eps_acc adds eps_t in every round t <= E): the
+    schedule sums to eps over the E rounds, so a client drawn in every round spends exactly eps
+    and trains to the end."""
+    E, n = 12, 4
+    s = ADPFL(
+        epsilon=3.0, schedule=schedule, rescale="rounds", accuracy_drop=None, mechanism="laplace"
+    )
+    s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
+    s.calibrate_noise(
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=E,
+        sampling=CohortSampling("fixed", 0.25, n),
+    )
+    assert sum(s.planned_budgets()) == pytest.approx(3.0)
+    for r in range(E):
+        ctx, _ = play_round(s, r, list(range(n)), n=n, rounds=E, rate=1.0)
+        assert ctx.cohort == list(range(n))  # every client still eligible, also in round E
+    assert not s.exited and s.round_metrics["clients_exited"] == 0.0
+    for c in range(n):
+        assert s.ledger.paper_spent(c) == pytest.approx(3.0)
+
+
+def test_unnormalised_published_schedule_exits_clients_before_the_end():
+    """The reviewer's finding: Eq. 6 on Eq. 10's base spends up to twice a client's share."""
+    E, n = 20, 10
+    s = ADPFL(epsilon=5.0, schedule="published", rescale=False, accuracy_drop=None)
+    s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
+    s.calibrate_noise(
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=E,
+        sampling=CohortSampling("fixed", 0.5, n),
+    )
+    sizes = [
+        len(play_round(s, r, list(range(n)), n=n, rounds=E, rate=0.5)[0].cohort) for r in range(E)
+    ]
+    assert sizes[0] == n and sizes[-1] == 0 and s.exited == set(range(n))
+
+
+@pytest.mark.parametrize("cls", [ADPFL, EvenBudget])
+def test_cohort_too_small_for_the_even_budget_is_refused_before_training(cls):
+    """n·E < N: each client expects fewer than one upload, so N·eps/(n·E) > eps: no client could
+    ever upload (Alg. 1 line 2); refused with the field to change, not run to 'no release'."""
+    kwargs = {"accuracy_drop": None} if cls is ADPFL else {}
+    s = cls(epsilon=1.0, mechanism="gaussian", **kwargs)
+    with pytest.raises(
+        ValueError,
+        match=r"^model\.clients_per_round: .*n·E/N = 0\.8 expected.*exceeds the total ε = 1,",
+    ):
+        s.calibrate_noise(
+            target_epsilon=None,
+            delta=1e-5,
+            accountant="rdp",
+            rounds=20,
+            sampling=CohortSampling("fixed", 2 / 50, 50),
+        )
+    ok = cls(epsilon=1.0, mechanism="laplace", **kwargs)
+    ok.calibrate_noise(  # n·E = 2N: uploads at eps/2 (up to eps with Eq. 6's factor), allowed
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=50,
+        sampling=CohortSampling("fixed", 2 / 50, 50),
+    )
+    too_big = EvenBudget(epsilon=1.0, upload_epsilon=2.0, mechanism="laplace")
+    with pytest.raises(ValueError, match="^strategy.upload_epsilon: "):
+        too_big.calibrate_noise(
+            target_epsilon=None,
+            delta=1e-5,
+            accountant="rdp",
+            rounds=25,
+            sampling=CohortSampling("fixed", 0.5, 50),
+        )
+
+
+def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee():
+    """sensitivity: record adds noise at Δ = 2C/|D_i| and reports the sound client-level ε of
+    that noise instead of a guarantee."""
+    kw = dict(epsilon=4.0, mechanism="laplace", clip_norm=1.0, accuracy_drop=None, rescale="rounds")
+    rec, cli = ADPFL(sensitivity="record", **kw), ADPFL(**kw)
+    for s in (rec, cli):
+        s.setup_strategy(num_clients=4, num_parameters=D, seed=0)
+        s.calibrate_noise(
+            target_epsilon=None,
+            delta=1e-5,
+            accountant="rdp",
+            rounds=4,
+            sampling=CohortSampling("fixed", 0.5, 4),
+        )
+    _, agg_r = play_round(rec, 0, [0], n=4, rounds=4, rate=0.5)
+    _, agg_c = play_round(cli, 0, [0], n=4, rounds=4, rate=0.5)
+    # same draws, noise 50 = |D_0| times smaller (the clipped delta is 0.1·1 in L1 = 0.6 < C)
+    assert torch.allclose((agg_r - 0.1) * 50, agg_c - 0.1, atol=1e-4)
+    ctx = ctx_for(0, [0], n=4, rounds=4, rate=0.5)
+    assert rec.round_privacy(ctx).no_guarantee and not cli.round_privacy(ctx).no_guarantee
+    eps_t = rec.scheduled_epsilon(0)
+    assert rec.round_metrics["epsilon_sound"] == pytest.approx(50 * eps_t)  # Laplace: 2C/b
+    assert "epsilon_sound" not in cli.round_metrics

@@ -165,6 +165,9 @@ class AsyncStrategy(Strategy):
                 "async/staleness_mean": sum(stale) / len(stale) if stale else 0.0,
                 "async/staleness_max": float(max(stale, default=0)),
                 "async/model_version": float(self.model_version),
+                # The simulated wall clock at this round's aggregation point (end of its
+                # receive window): the time axis of the clients' simulated compute.
+                "async/sim_time": self.clock.dispatch_time(t) + self.clock.receive_window,
             }
         )
         return aggregate
