@@ -74,6 +74,9 @@ def test_second_moment_growth_on_the_model():
         mean, var = _moments(name, variant)
         growth[key] = mean**2 + var / n
     assert round(growth["published"], 2) == 1.29
+    mean, var = _moments("spm")
+    assert [round(mean**2 + var / n, 3) for n in (3, 24, 30)] == [6.09, 1.05, 0.906]
+    assert "6.09" in _notes() and "(1.05)" in _notes() and "(0.906)" in _notes()
     assert round(growth["debiased"], 2) == 3.91 and round(growth["pnpm"], 2) == 4.06
     assert f"{growth['debiased'] ** 20:.0e}" == "7e+11"
 

@@ -201,3 +201,27 @@ def test_shipped_003_definition_loads_every_view():
         assert len({rp.point.id for rp in points}) == len(points)
         for claim in defn.claims:
             assert claim["table"] in labels
+
+
+@pytest.mark.slow
+def test_003_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
+    """The 003 paper profile (full MNIST by download, MLP 784-256-10, 50 rounds of 3 epochs)
+    builds and runs one round of SPM on the update when its data is replaced by synthetic
+    28x28 images."""
+    store, out = tmp_path / "store", tmp_path / "out"
+    argv = ["003", "--profile", "paper", "--table", "2 (C=5, update)", "--arm", "spm_update"]
+    argv += ["--seeds", "1", "--store", str(store), "--out", str(out)]
+    for s in (
+        "data.dataset=synthetic",
+        "data.download=false",
+        'data.dataset_options={"shape": [1, 28, 28], "num_examples": 600}',
+        "trainer.max_steps=1",
+        "client.local_epochs=1",
+    ):
+        argv += ["--set", s]
+    assert repro.main(argv) == 0, capsys.readouterr()
+    (row,) = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
+    assert row["metrics"]["rounds"] == 1
+    assert row["metrics"]["privacy/epsilon_local_per_coordinate"] == 0.3
+    doc = json.loads((out / "003.json").read_text())
+    assert doc["profile"] == "paper" and repro.validate_document(doc) == []
