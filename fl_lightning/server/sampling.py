@@ -37,9 +37,7 @@ class CohortSampler:
         rate: float | None = None,
     ) -> None:
         if mode not in ("auto", "fixed", "poisson"):
-            raise ValueError(
-                f"model.sampling: expected 'auto', 'fixed' or 'poisson', got {mode!r}"
-            )
+            raise ValueError(f"model.sampling: expected 'auto', 'fixed' or 'poisson', got {mode!r}")
         if clients_per_round < 1:
             raise ValueError(f"model.clients_per_round: must be >= 1, got {clients_per_round}")
         if rate is not None and not 0.0 < rate <= 1.0:

@@ -68,7 +68,7 @@ def _both(net: nn.Module, strategy_factory, data, cohort, **client_kw):
 
 
 class _Residual(nn.Module):
-    """Not a chain (a skip connection): trained on the vmap path."""
+    """Not a chain (a skip connection), functional activations."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -131,9 +131,7 @@ def test_same_updates_as_sequential(case: str) -> None:
         data = _data(sizes, shape=(3, 16, 16))
     cohort = [3, 0, 4, 1]
     seq, vec, path = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, **kw)
-    # no DP and a chain of standard layers: the hand-written stacked path; otherwise vmap
-    chain = "dp_sgd" not in case and "residual" not in case
-    assert path == ("chain" if chain else "vmap")
+    assert path == "stacked"
     assert [u.client_id for u in vec] == cohort
     for s, v in zip(seq, vec):
         assert s.num_examples == v.num_examples
@@ -167,11 +165,11 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
     list(executor.run([0], _ctx(client, [0]), data, Scaffoldish()))
     assert "adjust_local_gradients" in executor.last_fallback_reason
 
-    dropout_net = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(64, 10))
-    client = ClientModule(dropout_net, num_classes=10)
+    bn_net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10))
+    client = ClientModule(bn_net, num_classes=10)
     executor = VectorizedExecutor(LocalTrainer(client))
     list(executor.run([0], _ctx(client, [0]), data, FedAvg()))
-    assert "Dropout" in executor.last_fallback_reason
+    assert "BatchNorm1d" in executor.last_fallback_reason
 
 
 def test_reused_buffers_across_rounds() -> None:
@@ -200,15 +198,60 @@ def test_reused_buffers_across_rounds() -> None:
     ("net", "dp_sgd", "expected"),
     [
         (MLP(input_dim=64, hidden=(8,), num_classes=10), None, True),
-        (MLP(input_dim=64, hidden=(8,), num_classes=10), DPSGDConfig(), False),
+        (MLP(input_dim=64, hidden=(8,), num_classes=10), DPSGDConfig(), True),
         (nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)), None, False),
     ],
-    ids=["plain-clients", "dp-sgd-clients", "model-with-buffers"],
+    ids=["plain-clients", "dp-sgd-clients", "model-with-batch-norm"],
 )
-def test_auto_executor_vectorizes_only_non_private_stackable_clients(net, dp_sgd, expected):
+def test_auto_executor_measures_stackable_models(net, dp_sgd, expected, caplog):
+    from fl_lightning.server.executor import AutoExecutor
     from fl_lightning.server.module import _build_executor, auto_vectorizes
 
     trainer = LocalTrainer(ClientModule(net, num_classes=10, dp_sgd=dp_sgd))
     assert auto_vectorizes(trainer) is expected
-    executor = _build_executor("auto", trainer)
-    assert isinstance(executor, VectorizedExecutor) is expected
+    with caplog.at_level(logging.WARNING):
+        executor = _build_executor("auto", trainer)
+    assert isinstance(executor, AutoExecutor) is expected
+    if not expected:
+        assert isinstance(executor, SequentialExecutor)
+        assert "BatchNorm1d" in caplog.text
+
+
+class _Timed:
+    """A fake executor that advances a fake clock by ``cost`` seconds a client."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        self.clock, self.cost, self.hooks = clock, cost, None
+        self.last_path, self.last_fallback_reason, self.calls = "stacked", None, []
+
+    def run(self, clients, ctx, data, strategy):  # noqa: ANN001, ANN201
+        self.calls.append(list(clients))
+        for cid in clients:
+            self.clock[0] += self.cost
+            yield SimpleNamespace(client_id=cid)
+
+
+@pytest.mark.parametrize(
+    ("seq_cost", "vec_cost", "choice"), [(1.0, 0.2, "vectorized"), (1.0, 3.0, "sequential")]
+)
+def test_auto_executor_keeps_the_faster_path(monkeypatch, caplog, seq_cost, vec_cost, choice):
+    from fl_lightning.server import executor as executor_module
+
+    clock = [0.0]
+    monkeypatch.setattr(executor_module.time, "perf_counter", lambda: clock[0])
+    seq, vec = _Timed(clock, seq_cost), _Timed(clock, vec_cost)
+    auto = executor_module.AutoExecutor(seq, vec, probe=2, rounds=2)
+    cohort = list(range(10))
+    with caplog.at_level(logging.WARNING):
+        for r in range(3):
+            out = list(auto.run(cohort, SimpleNamespace(round_idx=r), None, None))
+            assert [u.client_id for u in out] == cohort  # every client once, in order
+    assert auto.choice == choice
+    assert auto.measured == pytest.approx({"sequential": seq_cost, "vectorized": vec_cost})
+    assert seq.calls[:2] == [cohort[:2], cohort[:2]] and vec.calls[:2] == [cohort[2:]] * 2
+    last = vec.calls[-1] if choice == "vectorized" else seq.calls[-1]
+    assert last == cohort  # after calibration the chosen path runs the whole cohort
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == (choice == "sequential")
+    if warnings:
+        assert "slower" in warnings[0].getMessage()
