@@ -8,9 +8,13 @@ keep the model's own shapes, with the clients folded into the batch axis, exampl
 softmax, ...) acts on each example alone, so it runs unchanged on the folded batch; only the
 stacked layers need to know the clients:
 
-- ``nn.Linear``: one batched GEMM over the client axis (``baddbmm``);
+- ``nn.Linear``: one batched GEMM over the client axis (``baddbmm``); with plain SGD (no
+  momentum, no weight decay) its backward applies the update in place (``_FusedSGDLinear``), so
+  the clients × weights gradient is never written (MNIST CNN, 10 clients: 35 ms instead of
+  49 ms a client-step on the CPU);
 - ``nn.Conv1d`` / ``nn.Conv2d``: the folded batch ``(N·K, C, ...)`` *is* ``(N, K·C, ...)`` in
-  memory, so one grouped convolution with ``K·groups`` groups does every client's convolution;
+  memory, so one grouped convolution with ``K·groups`` groups does every client's convolution
+  (measured: ``channels_last`` copies around it were not faster on the CPU);
 - ``nn.GroupNorm`` / ``nn.LayerNorm``: the normalisation is per example; the affine part uses
   each client's (γ, β);
 - ``nn.Embedding`` (without DP-SGD): one lookup in the (K·V, D) stacked table.
@@ -51,6 +55,7 @@ class _Stack:
         self.k = 1
         self.params: dict[str, torch.Tensor] = {}
         self.book: list[_StackedLayer] | None = None
+        self.fused_lr: float | None = None  # plain SGD fused into Linear backward passes
 
 
 class _StackedLayer(nn.Module):
@@ -97,6 +102,30 @@ class _StackedLayer(nn.Module):
         raise NotImplementedError
 
 
+class _FusedSGDLinear(torch.autograd.Function):
+    """y = x Wᵀ + b per client whose backward takes the plain SGD step W ← W − η·Gᵀx in place
+    (one ``baddbmm_``, the clients × weights gradient is never written) after computing the
+    input gradient with the old W. Returns no weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, lr):  # noqa: ANN001, ANN205
+        ctx.save_for_backward(x, w)
+        ctx.lr, ctx.has_bias = lr, b is not None
+        ctx.bias = b
+        if b is not None:
+            return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+        return torch.bmm(x, w.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, gy):  # noqa: ANN001, ANN205
+        x, w = ctx.saved_tensors
+        gx = torch.bmm(gy, w) if ctx.needs_input_grad[0] else None
+        w.detach().baddbmm_(gy.transpose(1, 2), x, alpha=-ctx.lr)
+        if ctx.has_bias:
+            ctx.bias.detach().add_(gy.sum(1), alpha=-ctx.lr)
+        return gx, None, None, None
+
+
 class _Linear(_StackedLayer):
     param_names = ("weight", "bias")
 
@@ -106,8 +135,11 @@ class _Linear(_StackedLayer):
         d, o = x.shape[-1], w.shape[1]
         n = x.shape[0] // k
         xk = x.reshape(n, k, -1, d).transpose(0, 1).reshape(k, -1, d)  # (K, N·R, in)
-        if self.has_bias:
-            y = torch.baddbmm(self._p(1).unsqueeze(1), xk, w.transpose(1, 2))
+        bias = self._p(1) if self.has_bias else None
+        if self.stack.fused_lr is not None:
+            y = _FusedSGDLinear.apply(xk, w, bias, self.stack.fused_lr)
+        elif bias is not None:
+            y = torch.baddbmm(bias.unsqueeze(1), xk, w.transpose(1, 2))
         else:
             y = torch.bmm(xk, w.transpose(1, 2))
         self._book(xk, y)
@@ -169,7 +201,7 @@ class _Conv(_StackedLayer):
             self.groups * k,
         )
         self._book(xg, y)
-        return y.reshape(n * k, w.shape[1], *y.shape[2:])
+        return y.contiguous().view(n * k, w.shape[1], *y.shape[2:])
 
     def _padding_list(self) -> list[int]:
         if isinstance(self.padding, str):
@@ -357,14 +389,21 @@ class StackedNet:
         if keys != sorted(self.names):
             raise ValueError("the stacked layers do not own exactly the trainable parameters")
 
-    def forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """The folded outputs of K = len(params[...]) clients on the folded batch ``x``."""
+    def forward(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, *, fused_lr: float | None = None
+    ) -> torch.Tensor:
+        """The folded outputs of K = len(params[...]) clients on the folded batch ``x``. With
+        ``fused_lr``, the backward pass of every Linear layer takes the plain SGD step
+        W ← W − η·∇W on ``params`` in place and yields no gradient for it (memory traffic:
+        the clients' weight gradients are never stored)."""
         self.stack.params = params
         self.stack.k = next(iter(params.values())).shape[0]
+        self.stack.fused_lr = fused_lr
         try:
             return self.net(x)
         finally:
             self.stack.params = {}
+            self.stack.fused_lr = None
 
     def train(self, mode: bool = True) -> StackedNet:
         self.net.train(mode)

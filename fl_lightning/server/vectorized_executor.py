@@ -202,6 +202,8 @@ class VectorizedExecutor:
             noise_gens = [generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd") for c in bucket]
             std = dp.noise_multiplier * dp.max_grad_norm
         losses = torch.full((max(steps), k), float("nan"), device=device)
+        # plain SGD: the stacked Linear layers fuse the update into their backward pass
+        fused = dp is None and cfg.momentum == 0 and cfg.weight_decay == 0
         stacked.train()
         for t in range(max(steps)):
             j0 = bisect.bisect_right(steps, t)  # clients [j0:] still have step t
@@ -219,9 +221,14 @@ class VectorizedExecutor:
             x, y = x_all[gather], y_all[gather]
             if dp is None:
                 leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
-                per = self._losses(stacked.forward(leaves, x), y) * mask
+                out = stacked.forward(leaves, x, fused_lr=cfg.lr if fused else None)
+                per = self._losses(out, y) * mask
                 client_loss = per.view(-1, active).sum(0) / count.clamp(min=1)
-                grads = list(torch.autograd.grad(client_loss.sum(), list(leaves.values())))
+                grads = list(
+                    torch.autograd.grad(
+                        client_loss.sum(), list(leaves.values()), allow_unused=fused
+                    )
+                )
             else:
                 if width > 0:
                     grads, per = stacked.clipped_sums(
@@ -243,12 +250,21 @@ class VectorizedExecutor:
                         generator=noise_gens[j],
                     )
             losses[t, j0:] = torch.where(count > 0, client_loss.detach(), torch.nan)
-            sgd_step_(
-                list(params.values()),
-                grads,
-                buffers if t == 0 else [b[j0:] if b is not None else None for b in buffers],
-                cfg,
-            )
+            if fused:  # the Linear layers took their step in the backward pass
+                todo = [i for i, g in enumerate(grads) if g is not None]
+                sgd_step_(
+                    [list(params.values())[i] for i in todo],
+                    [grads[i] for i in todo],
+                    [None] * len(todo),
+                    cfg,
+                )
+            else:
+                sgd_step_(
+                    list(params.values()),
+                    grads,
+                    buffers if t == 0 else [b[j0:] if b is not None else None for b in buffers],
+                    cfg,
+                )
         flat = torch.cat([weights[n].reshape(k, -1) for n in self.names], dim=1)
         deltas = flat.sub_(ctx.global_params.to(device))
         loss_cpu = losses.cpu()  # one transfer for the bucket
