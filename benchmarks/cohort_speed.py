@@ -181,15 +181,15 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int, peak: float) -> di
     for v in VARIANTS:
         s.run(v, 0)  # warm-up (and the vectorised path's one-time stacking and check)
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    updates: dict[str, list] = {}
     for r in range(reps):
         for v in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
             t = time.perf_counter()
-            s.run(v, r + 1)
+            updates[v] = s.run(v, r + 1)
             times[v].append(time.perf_counter() - t)
     med = {v: statistics.median(t) for v, t in times.items()}
-    seq = s.run("sequential", 99)
-    vec = s.run("vectorized", 99)
     assert s.executors["vectorized"].last_path == "stacked", "vectorised fell back"
+    seq, vec = updates["sequential"], updates["vectorized"]  # the same round (last rep)
     max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec))
     flops = train_flops(s.make_net) * (EXAMPLES // BATCH) * cohort
     return {
