@@ -411,7 +411,8 @@ class StackedNet:
 
     def check(self, params: dict[str, torch.Tensor], x: torch.Tensor, atol: float = 1e-4) -> None:
         """Raises ValueError unless the stacked forward of two clients (weights ``params[0]`` and
-        a perturbed copy) on two examples equals each client's own ``functional_call``."""
+        a perturbed copy), each on two examples of its own, equals each client's own
+        ``functional_call`` on them."""
         from torch.func import functional_call
 
         one = {n: p[:1] for n, p in params.items()}
@@ -420,8 +421,10 @@ class StackedNet:
             n: torch.cat([p, p + 0.1 * torch.randn(p.shape, generator=g, device=p.device)])
             for n, p in one.items()
         }
-        xs = x[:2] if len(x) >= 2 else torch.cat([x, x])
-        folded = xs.repeat_interleave(2, dim=0)  # rows n·2 + k
+        folded = x[torch.arange(4, device=x.device) % len(x)]  # row n·2 + k
+        if torch.is_floating_point(folded):  # four different examples
+            noise = torch.randn(folded.shape, generator=g, device=x.device, dtype=x.dtype)
+            folded = folded + 0.5 * noise
         self.net.eval()
         self.template.eval()
         try:
@@ -429,7 +432,7 @@ class StackedNet:
                 got = self.forward(two, folded)
                 for k in range(2):
                     mine = {n: p[k] for n, p in two.items()}
-                    want = functional_call(self.template, mine, (xs,))
+                    want = functional_call(self.template, mine, (folded[k::2],))
                     if got[k::2].shape != want.shape or not torch.allclose(
                         got[k::2], want, atol=atol, rtol=1e-3
                     ):
