@@ -255,3 +255,29 @@ def test_auto_executor_keeps_the_faster_path(monkeypatch, caplog, seq_cost, vec_
     assert len(warnings) == (choice == "sequential")
     if warnings:
         assert "slower" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("engine", ["functorch", "bk"])
+def test_dp_sgd_cohort_of_a_user_model_equals_sequential(engine: str) -> None:
+    """DP-SGD clients of a model the core has never seen (functional ops, in-place ReLU,
+    reflect padding, GroupNorm, a branch): the stacked path gives the sequential engines'
+    updates (same Poisson batches, clip, noise from the same keyed generators, same event)."""
+    from tests.client.test_stacked import UserCNN
+
+    torch.manual_seed(3)
+    net = UserCNN()
+    if engine == "bk":  # bk's layers: zero padding only
+        net.conv2 = nn.Conv2d(4, 6, 3, padding=1)
+    data = _data([13, 30, 7, 30, 22], shape=(1, 16, 16))
+    cohort = [3, 0, 4, 1, 2]
+    dp = DPSGDConfig(noise_multiplier=0.7, max_grad_norm=0.3, engine=engine)
+    seq, vec, path = _both(
+        net, FedAvg, data, cohort, lr=0.1, batch_size=6, momentum=0.5, dp_sgd=dp
+    )
+    assert path == "stacked"
+    for s, v in zip(seq, vec):
+        assert s.client_id == v.client_id
+        assert s.dp_steps == v.dp_steps and s.dp_steps
+        assert s.metrics == v.metrics
+        torch.testing.assert_close(v.delta, s.delta, rtol=1e-5, atol=1e-5)
+        assert v.loss == pytest.approx(s.loss, rel=1e-5, nan_ok=True)
