@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,8 @@ from fl_lightning.server.vectorized_executor import VectorizedExecutor
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.utils.flat import flatten, flatten_into, load_flat_, trainable_parameters
 
-EXAMPLES, BATCH, LR = 60, 10, 0.05
+BATCH, LR = 10, 0.05
+EXAMPLES = 60  # per client (``--examples``)
 
 
 class UserCNN(nn.Module):
@@ -207,22 +207,31 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int, peak: float) -> di
     }
 
 
-def _rss_kib() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
 
 
 def memory_child(model: str, dp: bool, cohort: int, variant: str) -> None:
+    """Peak RSS of one round above the RSS after setup (Linux: the peak is reset by writing 5
+    to /proc/self/clear_refs, so the setup's own transient peak does not hide the round's)."""
     s = Setup(model, dp, cohort)
-    base = _rss_kib()
+    base = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
     s.run(variant, 0)
-    print(json.dumps({"peak_mib_above_setup": (_rss_kib() - base) / 1024}))
+    peak = _status_kib("VmHWM")
+    print(json.dumps({"peak_mib_above_setup": (peak - base) / 1024}))
 
 
 def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
     out = {}
     for v in VARIANTS:
         cmd = [sys.executable, __file__, "--memory-child", model, str(int(dp)), str(cohort), v,
-               "--threads", str(threads)]  # fmt: skip
+               "--threads", str(threads), "--examples", str(EXAMPLES)]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[v] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mib_above_setup"]
     return out
@@ -267,12 +276,15 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--dp", choices=["no", "yes", "both"], default="both")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--examples", type=int, default=EXAMPLES, help="per client")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory", action="store_true", help="peak RSS per path (subprocesses)")
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    global EXAMPLES
+    EXAMPLES = args.examples
     if args.memory_child:
         model, dp, cohort, variant = args.memory_child
         memory_child(model, bool(int(dp)), int(cohort), variant)
@@ -300,8 +312,15 @@ def main() -> None:
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "matmul_flops_per_s": peak,
-        "workload": {"examples_per_client": EXAMPLES, "batch": BATCH, "epochs": 1, "lr": LR,
-                     "reps": args.reps, "order": "interleaved, alternating"},  # fmt: skip
+        "workload": {
+            "examples_per_client": EXAMPLES,
+            "steps_per_client": EXAMPLES // BATCH,
+            "batch": BATCH,
+            "epochs": 1,
+            "lr": LR,
+            "reps": args.reps,
+            "order": "interleaved, alternating",
+        },  # fmt: skip
         "rows": rows,
     }
     print(table(rows, args.memory))
