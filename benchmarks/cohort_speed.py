@@ -271,19 +271,19 @@ def table(rows: list[dict], memory: bool) -> str:
 
 
 def main() -> None:
+    global EXAMPLES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cohorts", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--dp", choices=["no", "yes", "both"], default="both")
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--examples", type=int, default=EXAMPLES, help="per client")
+    parser.add_argument("--examples", type=int, default=60, help="per client")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory", action="store_true", help="peak RSS per path (subprocesses)")
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    global EXAMPLES
     EXAMPLES = args.examples
     if args.memory_child:
         model, dp, cohort, variant = args.memory_child
