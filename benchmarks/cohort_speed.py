@@ -19,7 +19,7 @@ Variants, run on the same global weights, interleaved (ABC CBA ...), median of `
 Printed and recorded per (model, DP, cohort): seconds a round, clients/s, each variant ÷ bare
 and vectorised ÷ sequential; achieved FLOP/s (the non-private training FLOPs of the round,
 counted by ``torch.utils.flop_counter``, ÷ seconds) ÷ the FLOP/s of one large matmul measured in
-the same run (the hardware's limit at this thread count); and, with ``--memory``, each path's
+the same run, between the rounds (the hardware's limit at this thread count); and, with ``--memory``, each path's
 peak RSS above the process's baseline, one round in a fresh subprocess per path. The machine's
 core count and load average (``os.getloadavg``, before and after) are measured, never typed in.
 
@@ -176,17 +176,20 @@ class Setup:
 VARIANTS = ("bare", "sequential", "vectorized")
 
 
-def measure_row(model: str, dp: bool, cohort: int, reps: int, peak: float) -> dict:
+def measure_row(model: str, dp: bool, cohort: int, reps: int) -> dict:
     s = Setup(model, dp, cohort)
     for v in VARIANTS:
         s.run(v, 0)  # warm-up (and the vectorised path's one-time stacking and check)
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     updates: dict[str, list] = {}
+    peaks = []  # the matmul limit, measured between the rounds (the load changes)
     for r in range(reps):
         for v in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+            peaks.append(matmul_flops_per_s(reps=2))
             t = time.perf_counter()
             updates[v] = s.run(v, r + 1)
             times[v].append(time.perf_counter() - t)
+    peak = statistics.median(peaks)
     med = {v: statistics.median(t) for v, t in times.items()}
     assert s.executors["vectorized"].last_path == "stacked", "vectorised fell back"
     seq, vec = updates["sequential"], updates["vectorized"]  # the same round (last rep)
@@ -202,6 +205,7 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int, peak: float) -> di
         "ratio_to_bare": {v: med["bare"] / t for v, t in med.items()},
         "vectorized_over_sequential": med["sequential"] / med["vectorized"],
         "flops_per_round": flops,
+        "matmul_flops_per_s": peak,
         "fraction_of_matmul_peak": {v: flops / t / peak for v, t in med.items()},
         "max_abs_delta_difference": max_diff,
     }
@@ -293,13 +297,14 @@ def main() -> None:
     peak = matmul_flops_per_s()
     info = machine(args.threads)
     print(f"machine: {info}; load average before (1/5/15 min): {load_before}")
-    print(f"one 2048² matmul: {peak / 1e9:.1f} GFLOP/s at {args.threads} thread(s)")
+    print(f"one 2048² matmul: {peak / 1e9:.1f} GFLOP/s at {args.threads} thread(s) (now; each "
+          "row uses the median of matmuls timed between its rounds)")  # fmt: skip
     dps = {"no": [False], "yes": [True], "both": [False, True]}[args.dp]
     rows = []
     for model in args.models:
         for dp in dps:
             for cohort in args.cohorts:
-                row = measure_row(model, dp, cohort, args.reps, peak)
+                row = measure_row(model, dp, cohort, args.reps)
                 if args.memory:
                     row["peak_mib"] = measure_memory(model, dp, cohort, args.threads)
                 row["load_average_after"] = os.getloadavg()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -77,19 +78,44 @@ def vectorization_blocker(
     return None
 
 
+def available_memory(device: torch.device) -> int:
+    """Bytes free for new tensors on ``device`` now (Linux ``MemAvailable`` on the CPU)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
 class VectorizedExecutor:
     """Trains a round's clients in stacked buckets; same updates as ``SequentialExecutor``.
 
     Args:
         trainer: the process's LocalTrainer (its net, loss and config; also the fallback).
-        max_clients: most clients per bucket (bounds memory: activations and weights × clients).
+        max_clients: most clients per bucket.
+        memory_budget: bytes a bucket may use (weights, momentum, gradients and the activations
+            autograd saves, per client; ``bucket_size``). None: half of the memory available
+            now (``MemAvailable`` on the CPU, ``torch.cuda.mem_get_info`` on a GPU).
     """
 
-    def __init__(self, trainer: LocalTrainer, *, max_clients: int = 64) -> None:
+    def __init__(
+        self,
+        trainer: LocalTrainer,
+        *,
+        max_clients: int = 64,
+        memory_budget: int | None = None,
+    ) -> None:
         self.local_trainer = trainer
         self.sequential = SequentialExecutor(trainer)
         self.hooks: ClientHooks | None = None
         self.max_clients = max_clients
+        self.memory_budget = memory_budget
+        self.last_bucket_size: int | None = None
         self.last_fallback_reason: str | None = None
         self.last_path: str | None = None  # "stacked" or "sequential" (last round)
         self._logged: set[str] = set()
@@ -132,8 +158,10 @@ class VectorizedExecutor:
         ordered = sorted(clients, key=lambda c: len(plans[c]))
         updates: dict[int, ClientUpdate] = {}
         hooks = self.hooks
-        for lo in range(0, len(ordered), self.max_clients):
-            bucket = ordered[lo : lo + self.max_clients]
+        size = self.bucket_size(cfg, data, ordered[0])
+        self.last_bucket_size = min(size, len(ordered))
+        for lo in range(0, len(ordered), size):
+            bucket = ordered[lo : lo + size]
             if hooks is not None:  # a bucket trains together: every client starts now
                 for cid in bucket:
                     hooks.start(cid, ctx)
@@ -145,6 +173,45 @@ class VectorizedExecutor:
             if hooks is not None:
                 hooks.end(cid, ctx, update)
             yield update
+
+    def client_bytes(self, cfg: LocalTrainingConfig, x: torch.Tensor) -> int:
+        """Memory one client of a bucket needs during a step: its weights, gradients (momentum
+        buffers, per-example gradients of DP-SGD) and the activations autograd saves for a
+        batch of ``B`` examples (measured on one example with ``saved_tensors_hooks``)."""
+        net = self.local_trainer.client.net
+        weights = {p.data_ptr() for p in net.parameters()}
+        saved = 0
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            nonlocal saved
+            if t.data_ptr() not in weights:
+                saved += t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            net(x[:1]).float().sum()
+        param_bytes = sum(p.numel() * p.element_size() for p in self.params)
+        copies = 2 + (cfg.momentum > 0) + (cfg.dp_sgd is not None)
+        # DP-SGD instantiates per-example gradients of convolutions and norms (not Linear)
+        per_example = 0
+        if cfg.dp_sgd is not None:
+            per_example = sum(
+                p.numel() * p.element_size()
+                for m in net.modules()
+                if not isinstance(m, torch.nn.Linear)
+                for p in m.parameters(recurse=False)
+                if p.requires_grad
+            )
+        return copies * param_bytes + cfg.batch_size * (2 * saved + per_example)
+
+    def bucket_size(self, cfg: LocalTrainingConfig, data: FederatedDataModule, cid: int) -> int:
+        """Clients per bucket: ``max_clients``, fewer if ``memory_budget`` says so."""
+        budget = self.memory_budget
+        x = data.train.x
+        if budget is None:
+            budget = available_memory(x.device) // 2
+        per_client = self.client_bytes(cfg, x[data.client_indices[cid][:1]])
+        return max(1, min(self.max_clients, budget // max(per_client, 1)))
 
     # -- internals ---------------------------------------------------------------------------
     def _stacked_net(

@@ -281,3 +281,58 @@ def test_dp_sgd_cohort_of_a_user_model_equals_sequential(engine: str) -> None:
         assert s.metrics == v.metrics
         torch.testing.assert_close(v.delta, s.delta, rtol=1e-5, atol=1e-5)
         assert v.loss == pytest.approx(s.loss, rel=1e-5, nan_ok=True)
+
+
+@pytest.mark.parametrize("dp", [False, True], ids=["sgd", "dp-sgd"])
+def test_no_host_sync_per_local_step(monkeypatch: pytest.MonkeyPatch, dp: bool) -> None:
+    """GPU readiness: the stacked hot loop calls no ``.item()`` / ``.cpu()`` / ``.tolist()`` /
+    ``float(t)`` / ``bool(t)`` per step: the count for a round of 3 local epochs equals the
+    count for 1 epoch (what remains is per bucket and per client, after training)."""
+    import dataclasses
+
+    torch.manual_seed(4)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    dp_sgd = DPSGDConfig(noise_multiplier=1.0, engine="functorch") if dp else None
+    client = ClientModule(net, num_classes=10, lr=0.1, batch_size=6, dp_sgd=dp_sgd)
+    executor = VectorizedExecutor(LocalTrainer(client))
+    data = _data([13, 30, 7, 30, 22])
+    cohort = [3, 0, 4, 1]
+    ctx = _ctx(client, cohort)
+    list(executor.run(cohort, ctx, data, FedAvg()))  # builds and checks the stacked model
+    calls = {"n": 0}
+    for name in ("item", "cpu", "tolist", "__float__", "__bool__", "__int__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):  # noqa: ANN001, ANN202
+            calls["n"] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    counts = []
+    for epochs in (1, 3):
+        calls["n"] = 0
+        epoch_ctx = dataclasses.replace(ctx, client_config={"local_epochs": epochs})
+        list(executor.run(cohort, epoch_ctx, data, FedAvg()))
+        assert executor.last_path == "stacked"
+        counts.append(calls["n"])
+    assert counts[0] == counts[1]
+
+
+def test_memory_budget_chunks_the_cohort() -> None:
+    """A budget of three clients' memory gives buckets of three; updates do not change."""
+    torch.manual_seed(5)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    data = _data([13, 30, 7, 30, 22])
+    cohort = [3, 0, 4, 1, 2]
+    client = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6)
+    whole = VectorizedExecutor(LocalTrainer(client))
+    ctx = _ctx(client, cohort)
+    want = list(whole.run(cohort, ctx, data, FedAvg()))
+    assert whole.last_bucket_size == len(cohort)  # the machine has room for five tiny clients
+    per_client = whole.client_bytes(client.training_config, data.train.x[:1])
+    assert per_client > 2 * sum(p.numel() * 4 for p in net.parameters())
+    chunked = VectorizedExecutor(LocalTrainer(client), memory_budget=3 * per_client + 1)
+    got = list(chunked.run(cohort, ctx, data, FedAvg()))
+    assert chunked.last_bucket_size == 3
+    for a, b in zip(want, got):
+        torch.testing.assert_close(a.delta, b.delta, rtol=1e-5, atol=1e-6)
