@@ -18,9 +18,10 @@ Variants, run on the same global weights, interleaved (ABC CBA ...), median of `
 
 Printed and recorded per (model, DP, cohort): seconds a round, clients/s, each variant ÷ bare
 and vectorised ÷ sequential; achieved FLOP/s (the non-private training FLOPs of the round,
-counted by ``torch.utils.flop_counter``, ÷ seconds) ÷ the FLOP/s of one large matmul measured in
-the same run, between the rounds (the hardware's limit at this thread count); and, with ``--memory``, each path's
-peak RSS above the process's baseline, one round in a fresh subprocess per path. The machine's
+counted by ``torch.utils.flop_counter``, ÷ seconds) ÷ the FLOP/s of one large matmul measured
+in the same run, between the rounds (the hardware's limit at this thread count); and, with
+``--memory``, each path's peak RSS above the RSS after setup, one round in a fresh subprocess
+per path. The machine's
 core count and load average (``os.getloadavg``, before and after) are measured, never typed in.
 
     PYTHONPATH=. python benchmarks/cohort_speed.py --cohorts 10 100 --reps 5 --memory \\

@@ -37,6 +37,7 @@ clip factors c = min(1, C/(‖g‖ + 1e-6)) (``privacy/clipping.py``) and each c
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,13 @@ class _StackedLayer(nn.Module):
     """A layer whose parameters are ``stack.params[prefix + name]`` with a leading client axis."""
 
     param_names: tuple[str, ...] = ()
+    stack: _Stack  # shared, not a submodule
+    x: Any  # booked input (DP-SGD), None outside clipped_sums
+    out: Any  # booked output
+    grad_out: Any  # its gradient
+    weight_grads: Any
+    bias_grads: Any
+    grads: list[torch.Tensor]
 
     def __init__(self, prefix: str, module: nn.Module, stack: _Stack) -> None:
         super().__init__()
@@ -70,10 +78,8 @@ class _StackedLayer(nn.Module):
         )
         self.has_bias = getattr(module, "bias", None) is not None
         self.__dict__["stack"] = stack  # not a submodule
-        self.x: torch.Tensor | None = None
-        self.out: torch.Tensor | None = None
+        self.x = self.out = self.grad_out = None
         self.out_version = 0
-        self.grad_out: torch.Tensor | None = None
 
     def _p(self, i: int) -> torch.Tensor:
         return self.stack.params[self.keys[i]]
@@ -180,8 +186,8 @@ class _Conv(_StackedLayer):
         self.groups = module.groups
         self.pad_mode = module.padding_mode
         self.pad_args = module._reversed_padding_repeated_twice
-        self.padding = module.padding if module.padding_mode == "zeros" else 0
-        self.conv = F.conv1d if self.dim == 1 else F.conv2d
+        self.padding: Any = module.padding if module.padding_mode == "zeros" else 0
+        self.conv: Any = F.conv1d if self.dim == 1 else F.conv2d
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k = self.stack.k
@@ -282,7 +288,10 @@ class _Norm(_StackedLayer):
         self.grads = [(g * xhat).sum(axis)]  # (N, K, C) or (N, K, D)
         if self.has_bias:
             self.grads.append(g.sum(axis))
-        return sum(t.square().sum(-1) for t in self.grads)
+        sq = self.grads[0].square().sum(-1)
+        for t in self.grads[1:]:
+            sq = sq + t.square().sum(-1)
+        return sq
 
     def clipped_sums(self, factors: torch.Tensor) -> list[torch.Tensor]:
         out = [

@@ -49,6 +49,13 @@ class Executor(Protocol):
         ...
 
 
+class FallbackExecutor(Executor, Protocol):
+    """An executor that may hand a round to the sequential one; says which path ran and why."""
+
+    last_path: str | None
+    last_fallback_reason: str | None
+
+
 class SequentialExecutor:
     """Trains the given clients one at a time; yields their processed updates."""
 
@@ -96,7 +103,7 @@ class AutoExecutor:
     def __init__(
         self,
         sequential: SequentialExecutor,
-        vectorized: Executor,
+        vectorized: FallbackExecutor,
         *,
         probe: int = 3,
         rounds: int = 2,

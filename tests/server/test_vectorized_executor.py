@@ -271,9 +271,7 @@ def test_dp_sgd_cohort_of_a_user_model_equals_sequential(engine: str) -> None:
     data = _data([13, 30, 7, 30, 22], shape=(1, 16, 16))
     cohort = [3, 0, 4, 1, 2]
     dp = DPSGDConfig(noise_multiplier=0.7, max_grad_norm=0.3, engine=engine)
-    seq, vec, path = _both(
-        net, FedAvg, data, cohort, lr=0.1, batch_size=6, momentum=0.5, dp_sgd=dp
-    )
+    seq, vec, path = _both(net, FedAvg, data, cohort, lr=0.1, batch_size=6, momentum=0.5, dp_sgd=dp)
     assert path == "stacked"
     for s, v in zip(seq, vec):
         assert s.client_id == v.client_id
