@@ -260,7 +260,13 @@ class VectorizedExecutor:
         batches = [
             [data.client_indices[c][b] for b in plans[c]] for c in bucket
         ]  # dataset indices of every step
-        weights = self._weights(ctx, k, device)
+        # every client's weights in one (K, P) buffer, per-parameter views into it; at the end
+        # it becomes the deltas in place (no second K × P copy)
+        flat = ctx.global_params.to(device).unsqueeze(0).repeat(k, 1)
+        weights, offset = {}, 0
+        for n, p in zip(self.names, self.params):
+            weights[n] = flat[:, offset : offset + p.numel()].view(k, *p.shape)
+            offset += p.numel()
         buffers: list[torch.Tensor | None] = [None] * len(self.names)
         dp = cfg.dp_sgd
         if dp is not None:
@@ -287,7 +293,10 @@ class VectorizedExecutor:
             params = {n: w[j0:] for n, w in weights.items()}
             x, y = x_all[gather], y_all[gather]
             if dp is None:
-                leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+                # ``.data``, not ``.detach()``: every leaf gets its own version counter, so the
+                # fused in-place step of one layer's weights (a view of the shared buffer) does
+                # not invalidate what autograd saved from another layer's weights
+                leaves = {n: p.data.requires_grad_(True) for n, p in params.items()}
                 out = stacked.forward(leaves, x, fused_lr=cfg.lr if fused else None)
                 per = self._losses(out, y) * mask
                 client_loss = per.view(-1, active).sum(0) / count.clamp(min=1)
@@ -332,7 +341,6 @@ class VectorizedExecutor:
                     buffers if t == 0 else [b[j0:] if b is not None else None for b in buffers],
                     cfg,
                 )
-        flat = torch.cat([weights[n].reshape(k, -1) for n in self.names], dim=1)
         deltas = flat.sub_(ctx.global_params.to(device))
         loss_cpu = losses.cpu()  # one transfer for the bucket
         return [

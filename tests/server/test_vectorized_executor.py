@@ -79,6 +79,12 @@ class _Residual(nn.Module):
         return self.head(h + torch.tanh(self.b(h)))
 
 
+def _user_cnn() -> nn.Module:
+    from tests.client.test_stacked import UserCNN
+
+    return UserCNN()
+
+
 CASES = {
     "fedavg_mlp": (lambda: MLP(input_dim=64, hidden=(16,)), FedAvg, {}),
     "fedavg_cnn_plain_sgd": (
@@ -96,7 +102,8 @@ CASES = {
         FedAvg,
         {"weight_decay": 1e-2, "local_epochs": 2},
     ),
-    "fedavg_residual_vmap": (_Residual, FedAvg, {"momentum": 0.5}),
+    "fedavg_residual": (_Residual, FedAvg, {"momentum": 0.5}),
+    "fedavg_user_cnn_fused_sgd": (_user_cnn, FedAvg, {}),
     "fedavg_cnn_momentum_wd": (
         lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
         FedAvg,
@@ -129,6 +136,8 @@ def test_same_updates_as_sequential(case: str) -> None:
     data = _data(sizes)
     if "cifar" in case:
         data = _data(sizes, shape=(3, 16, 16))
+    if "user_cnn" in case:
+        data = _data(sizes, shape=(1, 16, 16))
     cohort = [3, 0, 4, 1]
     seq, vec, path = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, **kw)
     assert path == "stacked"
