@@ -229,7 +229,7 @@ def memory_child(model: str, dp: bool, cohort: int, variant: str) -> None:
         fh.write("5")
     s.run(variant, 0)
     peak = _status_kib("VmHWM")
-    print(json.dumps({"peak_mib_above_setup": (peak - base) / 1024}))
+    print(json.dumps({"peak_mib_above_setup": (peak - base) / 1024, "peak_rss_mib": peak / 1024}))
 
 
 def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
@@ -238,8 +238,11 @@ def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
         cmd = [sys.executable, __file__, "--memory-child", model, str(int(dp)), str(cohort), v,
                "--threads", str(threads), "--examples", str(EXAMPLES)]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        out[v] = json.loads(res.stdout.strip().splitlines()[-1])["peak_mib_above_setup"]
-    return out
+        out[v] = json.loads(res.stdout.strip().splitlines()[-1])
+    return {
+        "above_setup": {v: m["peak_mib_above_setup"] for v, m in out.items()},
+        "peak_rss": {v: m.get("peak_rss_mib") for v, m in out.items()},
+    }
 
 
 def machine(threads: int) -> dict:
@@ -257,7 +260,7 @@ def table(rows: list[dict], memory: bool) -> str:
     head = "| model | DP-SGD | cohort | bare c/s | seq c/s | vec c/s | seq ÷ bare | vec ÷ bare "
     head += "| **vec ÷ seq** | FLOP/s ÷ matmul (bare / seq / vec) |"
     if memory:
-        head += " peak MiB (bare / seq / vec) |"
+        head += " peak MiB above setup (total peak RSS), bare / seq / vec |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         c, q, f = r["clients_per_s"], r["ratio_to_bare"], r["fraction_of_matmul_peak"]
@@ -269,8 +272,9 @@ def table(rows: list[dict], memory: bool) -> str:
             f"| {f['bare']:.2f} / {f['sequential']:.2f} / {f['vectorized']:.2f} |"
         )
         if memory and "peak_mib" in r:
-            m = r["peak_mib"]
-            line += f" {m['bare']:.0f} / {m['sequential']:.0f} / {m['vectorized']:.0f} |"
+            m, t = r["peak_mib"]["above_setup"], r["peak_mib"]["peak_rss"]
+            line += f" {m['bare']:.0f} / {m['sequential']:.0f} / {m['vectorized']:.0f}"
+            line += f" (RSS {t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f}) |"
         lines.append(line)
     return "\n".join(lines)
 
