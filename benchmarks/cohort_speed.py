@@ -272,9 +272,12 @@ def table(rows: list[dict], memory: bool) -> str:
             f"| {f['bare']:.2f} / {f['sequential']:.2f} / {f['vectorized']:.2f} |"
         )
         if memory and "peak_mib" in r:
-            m, t = r["peak_mib"]["above_setup"], r["peak_mib"]["peak_rss"]
+            m = r["peak_mib"].get("above_setup", r["peak_mib"])  # older runs: growth only
             line += f" {m['bare']:.0f} / {m['sequential']:.0f} / {m['vectorized']:.0f}"
-            line += f" (RSS {t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f}) |"
+            t = r["peak_mib"].get("peak_rss")
+            if t:
+                line += f" (RSS {t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f})"
+            line += " |"
         lines.append(line)
     return "\n".join(lines)
 
