@@ -150,7 +150,7 @@ class Setup:
         self.bare_net = self.make_net()
         self.executors = {
             "sequential": SequentialExecutor(LocalTrainer(seq_client)),
-            "vectorized": VectorizedExecutor(LocalTrainer(client()), max_clients=cohort),
+            "vectorized": VectorizedExecutor(LocalTrainer(client())),  # default buckets
         }
         self.strategy = FedAvg()
 

@@ -101,6 +101,10 @@ class VectorizedExecutor:
         memory_budget: bytes a bucket may use (weights, momentum, gradients and the activations
             autograd saves, per client; ``bucket_size``). None: half of the memory available
             now (``MemAvailable`` on the CPU, ``torch.cuda.mem_get_info`` on a GPU).
+        weights_bytes: on the CPU, most bytes of stacked weights per bucket. Each step streams
+            every client's weights several times, so a bucket whose weights stay near the
+            caches is faster (measured: MNIST CNN, cohort 100, buckets of 10 clients 1.7x
+            faster than one bucket of 100; 66 MB of weights vs 660 MB).
     """
 
     def __init__(
@@ -109,12 +113,14 @@ class VectorizedExecutor:
         *,
         max_clients: int = 64,
         memory_budget: int | None = None,
+        weights_bytes: int = 80 * 2**20,
     ) -> None:
         self.local_trainer = trainer
         self.sequential = SequentialExecutor(trainer)
         self.hooks: ClientHooks | None = None
         self.max_clients = max_clients
         self.memory_budget = memory_budget
+        self.weights_bytes = weights_bytes
         self.last_bucket_size: int | None = None
         self.last_fallback_reason: str | None = None
         self.last_path: str | None = None  # "stacked" or "sequential" (last round)
@@ -205,13 +211,18 @@ class VectorizedExecutor:
         return copies * param_bytes + cfg.batch_size * (2 * saved + per_example)
 
     def bucket_size(self, cfg: LocalTrainingConfig, data: FederatedDataModule, cid: int) -> int:
-        """Clients per bucket: ``max_clients``, fewer if ``memory_budget`` says so."""
+        """Clients per bucket: ``max_clients``, fewer if the bucket's weights would exceed
+        ``weights_bytes`` (CPU) or its memory ``memory_budget``."""
         budget = self.memory_budget
         x = data.train.x
         if budget is None:
             budget = available_memory(x.device) // 2
         per_client = self.client_bytes(cfg, x[data.client_indices[cid][:1]])
-        return max(1, min(self.max_clients, budget // max(per_client, 1)))
+        size = min(self.max_clients, budget // max(per_client, 1))
+        if x.device.type == "cpu":
+            param_bytes = sum(p.numel() * p.element_size() for p in self.params)
+            size = min(size, self.weights_bytes // max(param_bytes, 1))
+        return max(1, size)
 
     # -- internals ---------------------------------------------------------------------------
     def _stacked_net(
