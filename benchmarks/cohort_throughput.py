@@ -17,7 +17,8 @@ client), FedAvg. Three variants do the same work from the same global weights:
   honest bound for a CNN is the faster of the two ceilings).
 
 With ``--dp-sgd`` the clients run DP-SGD (C = 1, σ = 1, the default engine ``auto``, i.e.
-``bk`` for both models, in the sequential executor; the vectorised executor's nested ``vmap``):
+``bk`` for both models, in the sequential executor; the vectorised executor's stacked
+book-keeping clipping, ``client/stacked.py``):
 ``bare`` stays the non-private loop (the cost of privacy shows in its ratio) and the ceilings
 are skipped.
 

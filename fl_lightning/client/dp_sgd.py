@@ -114,19 +114,40 @@ class DPSGDEngine(GradientEngine):
         return [s.clone() for s in self._sums]
 
     def compute_gradients(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
-        from opacus.optimizers.optimizer import _generate_noise
-
         for s in self._sums:
             s.zero_()
         loss_total = 0.0
         for lo, hi in self._chunks(len(x)):
             loss_total += self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
-        std = self.noise_multiplier * self.max_grad_norm
+        noisy_mean_(
+            self._sums,
+            std=self.noise_multiplier * self.max_grad_norm,
+            expected_batch_size=self.expected_batch_size,
+            generator=self.generator,
+        )
         for p, s in zip(self.params, self._sums):
-            # An empty Poisson batch still releases noise (Abadi et al.; Opacus does the same).
-            noise = _generate_noise(std=std, reference=s, generator=self.generator)
-            p.grad = s.add_(noise).div_(self.expected_batch_size).clone()
+            p.grad = s.clone()
         return loss_total / len(x) if len(x) else float("nan")
+
+
+def noisy_mean_(
+    sums: list[torch.Tensor],
+    *,
+    std: float,
+    expected_batch_size: float,
+    generator: torch.Generator | None,
+) -> list[torch.Tensor]:
+    """(Σ_i clip_C(g_i) + N(0, σ²C² I)) / (q · n_i) in place (Abadi et al. 2016, Alg. 1, "add
+    noise"): the one DP-SGD release of every engine and of the vectorised executor. Noise is
+    drawn parameter by parameter, in parameter order, by Opacus' ``_generate_noise`` from the
+    client's generator; an empty Poisson batch (all-zero sums) still releases noise, as in
+    Abadi et al. and Opacus."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    for s in sums:
+        s.add_(_generate_noise(std=std, reference=s, generator=generator))
+        s.div_(expected_batch_size)
+    return sums
 
 
 def per_sample_losses(loss_fn: LossFn, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

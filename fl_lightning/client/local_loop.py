@@ -2,8 +2,9 @@
 
 For each client it loads the global weights into the one ClientModule in place, runs E local
 epochs or K local steps on the client's in-memory tensors (batches are slices, not a
-DataLoader), and returns a ``ClientUpdate`` holding the flat delta. Under DP-SGD each step's
-batch is a Poisson sample at rate B/n_i (needed for the accountant's subsampling analysis).
+DataLoader), and returns a ``ClientUpdate`` holding the flat delta. The batches, the DP-SGD
+step and the update's fields follow ``client/semantics.py`` and :func:`client_update`, which
+the vectorised executor uses too.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.client.module import ClientModule
+from fl_lightning.client.semantics import batch_plan
 from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
-from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
@@ -79,7 +80,6 @@ class LocalTrainer:
         self._reset_optimizer(cfg, strategy.client_optimizer_state(client_id))
         batch_gen = generator_for(ctx.seed, ctx.round_idx, client_id, "batches", device=x.device)
         dp = cfg.dp_sgd
-        dp_steps: list[SampledGaussian] = []
         rate = dp_sgd_rate(batch_size=cfg.batch_size, size=n)
         if dp is not None:
             assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
@@ -93,44 +93,60 @@ class LocalTrainer:
         if cfg.prox_mu > 0:
             prox_anchor = [p.detach().clone() for p in self.params]
 
-        steps = cfg.steps_for(n)
+        plan = batch_plan(cfg, n, batch_gen, x.device)
         losses = []
-        order = torch.empty(0, dtype=torch.long, device=x.device)
-        cursor = 0
         self.client.net.train()
-        for _ in range(steps):
-            if dp is not None:
-                mask = torch.rand(n, generator=batch_gen, device=x.device) < rate
-                idx = mask.nonzero().squeeze(1)
-            else:
-                if cursor >= len(order):
-                    order = torch.randperm(n, generator=batch_gen, device=x.device)
-                    cursor = 0
-                idx = order[cursor : cursor + cfg.batch_size]
-                cursor += cfg.batch_size
-            loss = self.engine.compute_gradients(x[idx], y[idx], self.client.loss)
-            if not math.isnan(loss):
-                losses.append(loss)
+        for idx in plan:
+            losses.append(self.engine.compute_gradients(x[idx], y[idx], self.client.loss))
             if prox_anchor is not None:
                 # FedProx (Li et al. 2020, Eq. 2): ∇(μ/2)‖w − w_t‖² = μ(w − w_t).
                 for p, anchor in zip(self.params, prox_anchor):
                     p.grad.add_(p.detach() - anchor, alpha=cfg.prox_mu)
             strategy.adjust_local_gradients(client_id, self.params, ctx)
             self.optimizer.step()
-        if dp is not None:
-            dp_steps.append(
-                dp_sgd_event(dp.noise_multiplier, batch_size=cfg.batch_size, size=n, steps=steps)
-            )
         if strategy.persists_client_optimizer_state:
             strategy.save_client_optimizer_state(client_id, self.optimizer.state_dict())
 
         delta = flatten_into(self.params, self._local).clone().sub_(start)
-        return ClientUpdate(
-            client_id=client_id,
-            delta=delta,
+        return client_update(
+            client_id,
+            delta,
             num_examples=n,
-            loss=sum(losses) / len(losses) if losses else float("nan"),
-            metrics={"local_steps": float(steps)},
-            dp_steps=dp_steps,
-            base_round=ctx.round_idx,
+            step_losses=losses,
+            steps=len(plan),
+            cfg=cfg,
+            round_idx=ctx.round_idx,
         )
+
+
+def client_update(
+    client_id: int,
+    delta: torch.Tensor,
+    *,
+    num_examples: int,
+    step_losses: list[float],
+    steps: int,
+    cfg: LocalTrainingConfig,
+    round_idx: int,
+) -> ClientUpdate:
+    """One client's ``ClientUpdate``: the mean of its non-empty steps' losses, its step count and,
+    under DP-SGD, its ``SampledGaussian`` event (q = B/n_i, ``steps`` compositions)."""
+    dp = cfg.dp_sgd
+    dp_steps = []
+    if dp is not None:
+        assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
+        dp_steps.append(
+            dp_sgd_event(
+                dp.noise_multiplier, batch_size=cfg.batch_size, size=num_examples, steps=steps
+            )
+        )
+    losses = [v for v in step_losses if not math.isnan(v)]
+    return ClientUpdate(
+        client_id=client_id,
+        delta=delta,
+        num_examples=num_examples,
+        loss=sum(losses) / len(losses) if losses else float("nan"),
+        metrics={"local_steps": float(steps)},
+        dp_steps=dp_steps,
+        base_round=round_idx,
+    )

@@ -1,14 +1,23 @@
 """Cohort execution: runs local training for the clients of a round.
 
-``SequentialExecutor`` trains this process's clients one after another on the one reused
-LocalTrainer and applies the strategy's client-side processing, with a generator keyed by
-(seed, round, client) so results do not depend on the order or the process.
+``Executor`` is the protocol the ``FederatedModule`` calls (and the only thing it calls):
+``run(clients, ctx, data, strategy)`` yields each client's processed ``ClientUpdate``. Every
+implementation follows the one statement of local training in ``client/semantics.py``:
+
+- ``SequentialExecutor`` trains this process's clients one after another on the one reused
+  LocalTrainer and applies the strategy's client-side processing, with a generator keyed by
+  (seed, round, client) so results do not depend on the order or the process;
+- ``server/vectorized_executor.py: VectorizedExecutor`` trains buckets of clients at once on a
+  stacked copy of the model;
+- ``AutoExecutor`` measures both on the first rounds and keeps the faster.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.records import ClientUpdate, RoundContext
@@ -18,6 +27,33 @@ if TYPE_CHECKING:
     from fl_lightning.callbacks import ClientHooks
     from fl_lightning.data.datamodule import FederatedDataModule
     from fl_lightning.strategies.base import Strategy
+
+
+log = logging.getLogger(__name__)
+
+
+class Executor(Protocol):
+    """Runs local training for a round's clients (those of this process)."""
+
+    #: the callbacks' on_client_start / on_client_end around each client (set by the module)
+    hooks: ClientHooks | None
+
+    def run(
+        self,
+        clients: Sequence[int],
+        ctx: RoundContext,
+        data: FederatedDataModule,
+        strategy: Strategy,
+    ) -> Iterator[ClientUpdate]:
+        """Yields one processed update per client, in the order of ``clients``."""
+        ...
+
+
+class FallbackExecutor(Executor, Protocol):
+    """An executor that may hand a round to the sequential one; says which path ran and why."""
+
+    last_path: str | None
+    last_fallback_reason: str | None
 
 
 class SequentialExecutor:
@@ -47,3 +83,89 @@ class SequentialExecutor:
             if hooks is not None:
                 hooks.end(client_id, ctx, update)
             yield update
+
+
+class AutoExecutor:
+    """``executor: auto``: never the slower path. Rounds whose cohort can be vectorised are
+    split while calibrating: the first ``probe`` clients train sequentially, the others stacked,
+    and each path's seconds per client are measured (both paths give the same updates up to
+    float rounding, so the split changes nothing). The second such round (the first pays one-time
+    costs) decides; from then on the faster path runs alone. When the stacked path is slower, or
+    cannot run, one WARNING line says why.
+
+    Args:
+        sequential: the sequential executor.
+        vectorized: the vectorised executor (``server/vectorized_executor.py``).
+        probe: clients trained sequentially per calibration round.
+        rounds: calibration rounds (the last one's measurement decides).
+    """
+
+    def __init__(
+        self,
+        sequential: SequentialExecutor,
+        vectorized: FallbackExecutor,
+        *,
+        probe: int = 3,
+        rounds: int = 2,
+    ) -> None:
+        self.sequential = sequential
+        self.vectorized = vectorized
+        self.hooks: ClientHooks | None = None
+        self.probe = probe
+        self.rounds = rounds
+        self.choice: str | None = None  # "sequential" or "vectorized" once decided
+        self.reason: str | None = None
+        self.measured: dict[str, float] = {}  # seconds per client of the deciding round
+        self._seen = 0
+
+    def _decide(self, choice: str, reason: str) -> None:
+        self.choice, self.reason = choice, reason
+        if choice == "sequential":
+            log.warning("executor auto: sequential training: %s", reason)
+        else:
+            log.info("executor auto: vectorised training: %s", reason)
+
+    def run(
+        self,
+        clients: Sequence[int],
+        ctx: RoundContext,
+        data: FederatedDataModule,
+        strategy: Strategy,
+    ) -> Iterator[ClientUpdate]:
+        self.sequential.hooks = self.vectorized.hooks = self.hooks
+        if self.choice == "sequential":
+            yield from self.sequential.run(clients, ctx, data, strategy)
+            return
+        if self.choice == "vectorized":
+            yield from self.vectorized.run(clients, ctx, data, strategy)
+            if self.vectorized.last_path == "sequential":  # a round it cannot stack
+                self._decide("sequential", str(self.vectorized.last_fallback_reason))
+            return
+        probe = min(self.probe, len(clients) // 2)
+        if probe == 0:  # too few clients to compare: vectorise (same updates)
+            yield from self.vectorized.run(clients, ctx, data, strategy)
+            if self.vectorized.last_path == "sequential":
+                self._decide("sequential", str(self.vectorized.last_fallback_reason))
+            return
+        start = time.perf_counter()
+        first = list(self.sequential.run(clients[:probe], ctx, data, strategy))
+        seq = (time.perf_counter() - start) / probe
+        start = time.perf_counter()
+        rest = list(self.vectorized.run(clients[probe:], ctx, data, strategy))
+        vec = (time.perf_counter() - start) / (len(clients) - probe)
+        yield from first
+        yield from rest
+        if self.vectorized.last_path == "sequential":
+            self._decide("sequential", str(self.vectorized.last_fallback_reason))
+            return
+        self._seen += 1
+        self.measured = {"sequential": seq, "vectorized": vec}
+        if self._seen >= self.rounds:
+            detail = (
+                f"measured {vec * 1e3:.1f} ms a client stacked ({len(clients) - probe} clients) "
+                f"vs {seq * 1e3:.1f} ms sequential on round {ctx.round_idx}"
+            )
+            if vec < seq:
+                self._decide("vectorized", detail)
+            else:
+                self._decide("sequential", f"the vectorised path is slower here: {detail}")

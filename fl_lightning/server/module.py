@@ -40,7 +40,7 @@ from fl_lightning.server.distributed import (
     check_ranks_agree,
     rank_and_world,
 )
-from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.executor import AutoExecutor, Executor, SequentialExecutor
 from fl_lightning.server.privacy_plan import calibrate_noise, planned_privacy
 from fl_lightning.server.reduction import RoundUpdates, reduce_round
 from fl_lightning.server.sampling import CohortSampler
@@ -80,24 +80,27 @@ def describe_setting(value: Any, depth: int = 0) -> Any:
 
 
 def auto_vectorizes(trainer: LocalTrainer) -> bool:
-    """The rule of ``executor: auto``: vectorise when the model can be stacked and the clients
-    train without DP-SGD. DP-SGD clients stay sequential, where the ``bk`` engine computes
-    per-example norms in one backward: the vectorised executor's nested ``vmap`` was 4x slower
-    (MnistCNN 8.1 s vs 1.9 s a round, MLP 0.90 vs 0.21 s; benchmarks/cohort_throughput.py
-    --dp-sgd)."""
+    """Whether ``executor: auto`` considers the vectorised path at all: the model can be
+    stacked (``client/stacked.py: stack_blocker``, with or without DP-SGD). Which path runs is
+    then measured (``server/executor.py: AutoExecutor``)."""
     from fl_lightning.server.vectorized_executor import model_blocker
 
-    if trainer.client.training_config.dp_sgd is not None:
-        return False
-    return model_blocker(trainer.client.net) is None
+    dp = trainer.client.training_config.dp_sgd is not None
+    return model_blocker(trainer.client.net, dp=dp) is None
 
 
-def _build_executor(name: str, trainer: LocalTrainer):  # noqa: ANN202 - an executor
-    from fl_lightning.server.vectorized_executor import VectorizedExecutor
+def _build_executor(name: str, trainer: LocalTrainer) -> Executor:
+    from fl_lightning.server.vectorized_executor import VectorizedExecutor, model_blocker
 
+    if name == "vectorized":
+        return VectorizedExecutor(trainer)
     if name == "auto":
-        name = "vectorized" if auto_vectorizes(trainer) else "sequential"
-    return VectorizedExecutor(trainer) if name == "vectorized" else SequentialExecutor(trainer)
+        dp = trainer.client.training_config.dp_sgd is not None
+        reason = model_blocker(trainer.client.net, dp=dp)
+        if reason is None:
+            return AutoExecutor(SequentialExecutor(trainer), VectorizedExecutor(trainer))
+        log.warning("executor auto: sequential training: %s", reason)
+    return SequentialExecutor(trainer)
 
 
 class FederatedModule(pl.LightningModule):
@@ -121,10 +124,10 @@ class FederatedModule(pl.LightningModule):
         eval_every: evaluate the global model every this many rounds, and at the last round
             (0: only at the last round).
         seed: seed of every generator of the run (cohorts, batches, noise).
-        executor: ``sequential`` (one client at a time), ``vectorized`` (vmapped cohorts,
+        executor: ``sequential`` (one client at a time), ``vectorized`` (stacked cohorts,
             ``server/vectorized_executor.py``; falls back to sequential with a logged reason)
-            or ``auto`` (vectorized when the model can be vmapped and clients run no DP-SGD,
-            :func:`auto_vectorizes`, docs/performance.md).
+            or ``auto`` (measures both on the first rounds and keeps the faster,
+            ``server/executor.py: AutoExecutor``; docs/performance.md).
     """
 
     def __init__(
@@ -176,7 +179,7 @@ class FederatedModule(pl.LightningModule):
         # Not a registered submodule: the client's working copy is not part of the checkpoint.
         self._client = [client]
         self._local_trainer: LocalTrainer | None = None
-        self._executor: SequentialExecutor | None = None
+        self._executor: Executor | None = None
         self._global_flat: torch.Tensor | None = None
         self._eval_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.last_eval: dict[str, float] = {}

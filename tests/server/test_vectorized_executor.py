@@ -68,7 +68,7 @@ def _both(net: nn.Module, strategy_factory, data, cohort, **client_kw):
 
 
 class _Residual(nn.Module):
-    """Not a chain (a skip connection): trained on the vmap path."""
+    """Not a chain (a skip connection), functional activations."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -77,6 +77,12 @@ class _Residual(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.a(x.flatten(1)))
         return self.head(h + torch.tanh(self.b(h)))
+
+
+def _user_cnn() -> nn.Module:
+    from tests.client.test_stacked import UserCNN
+
+    return UserCNN()
 
 
 CASES = {
@@ -96,7 +102,8 @@ CASES = {
         FedAvg,
         {"weight_decay": 1e-2, "local_epochs": 2},
     ),
-    "fedavg_residual_vmap": (_Residual, FedAvg, {"momentum": 0.5}),
+    "fedavg_residual": (_Residual, FedAvg, {"momentum": 0.5}),
+    "fedavg_user_cnn_fused_sgd": (_user_cnn, FedAvg, {}),
     "fedavg_cnn_momentum_wd": (
         lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
         FedAvg,
@@ -129,11 +136,11 @@ def test_same_updates_as_sequential(case: str) -> None:
     data = _data(sizes)
     if "cifar" in case:
         data = _data(sizes, shape=(3, 16, 16))
+    if "user_cnn" in case:
+        data = _data(sizes, shape=(1, 16, 16))
     cohort = [3, 0, 4, 1]
     seq, vec, path = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, **kw)
-    # no DP and a chain of standard layers: the hand-written stacked path; otherwise vmap
-    chain = "dp_sgd" not in case and "residual" not in case
-    assert path == ("chain" if chain else "vmap")
+    assert path == "stacked"
     assert [u.client_id for u in vec] == cohort
     for s, v in zip(seq, vec):
         assert s.num_examples == v.num_examples
@@ -167,11 +174,11 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
     list(executor.run([0], _ctx(client, [0]), data, Scaffoldish()))
     assert "adjust_local_gradients" in executor.last_fallback_reason
 
-    dropout_net = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(64, 10))
-    client = ClientModule(dropout_net, num_classes=10)
+    bn_net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10))
+    client = ClientModule(bn_net, num_classes=10)
     executor = VectorizedExecutor(LocalTrainer(client))
     list(executor.run([0], _ctx(client, [0]), data, FedAvg()))
-    assert "Dropout" in executor.last_fallback_reason
+    assert "BatchNorm1d" in executor.last_fallback_reason
 
 
 def test_reused_buffers_across_rounds() -> None:
@@ -200,15 +207,139 @@ def test_reused_buffers_across_rounds() -> None:
     ("net", "dp_sgd", "expected"),
     [
         (MLP(input_dim=64, hidden=(8,), num_classes=10), None, True),
-        (MLP(input_dim=64, hidden=(8,), num_classes=10), DPSGDConfig(), False),
+        (MLP(input_dim=64, hidden=(8,), num_classes=10), DPSGDConfig(), True),
         (nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)), None, False),
     ],
-    ids=["plain-clients", "dp-sgd-clients", "model-with-buffers"],
+    ids=["plain-clients", "dp-sgd-clients", "model-with-batch-norm"],
 )
-def test_auto_executor_vectorizes_only_non_private_stackable_clients(net, dp_sgd, expected):
+def test_auto_executor_measures_stackable_models(net, dp_sgd, expected, caplog):
+    from fl_lightning.server.executor import AutoExecutor
     from fl_lightning.server.module import _build_executor, auto_vectorizes
 
     trainer = LocalTrainer(ClientModule(net, num_classes=10, dp_sgd=dp_sgd))
     assert auto_vectorizes(trainer) is expected
-    executor = _build_executor("auto", trainer)
-    assert isinstance(executor, VectorizedExecutor) is expected
+    with caplog.at_level(logging.WARNING):
+        executor = _build_executor("auto", trainer)
+    assert isinstance(executor, AutoExecutor) is expected
+    if not expected:
+        assert isinstance(executor, SequentialExecutor)
+        assert "BatchNorm1d" in caplog.text
+
+
+class _Timed:
+    """A fake executor that advances a fake clock by ``cost`` seconds a client."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        self.clock, self.cost, self.hooks = clock, cost, None
+        self.last_path, self.last_fallback_reason, self.calls = "stacked", None, []
+
+    def run(self, clients, ctx, data, strategy):  # noqa: ANN001, ANN201
+        self.calls.append(list(clients))
+        for cid in clients:
+            self.clock[0] += self.cost
+            yield SimpleNamespace(client_id=cid)
+
+
+@pytest.mark.parametrize(
+    ("seq_cost", "vec_cost", "choice"), [(1.0, 0.2, "vectorized"), (1.0, 3.0, "sequential")]
+)
+def test_auto_executor_keeps_the_faster_path(monkeypatch, caplog, seq_cost, vec_cost, choice):
+    from fl_lightning.server import executor as executor_module
+
+    clock = [0.0]
+    monkeypatch.setattr(executor_module.time, "perf_counter", lambda: clock[0])
+    seq, vec = _Timed(clock, seq_cost), _Timed(clock, vec_cost)
+    auto = executor_module.AutoExecutor(seq, vec, probe=2, rounds=2)
+    cohort = list(range(10))
+    with caplog.at_level(logging.WARNING):
+        for r in range(3):
+            out = list(auto.run(cohort, SimpleNamespace(round_idx=r), None, None))
+            assert [u.client_id for u in out] == cohort  # every client once, in order
+    assert auto.choice == choice
+    assert auto.measured == pytest.approx({"sequential": seq_cost, "vectorized": vec_cost})
+    assert seq.calls[:2] == [cohort[:2], cohort[:2]] and vec.calls[:2] == [cohort[2:]] * 2
+    last = vec.calls[-1] if choice == "vectorized" else seq.calls[-1]
+    assert last == cohort  # after calibration the chosen path runs the whole cohort
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == (choice == "sequential")
+    if warnings:
+        assert "slower" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("engine", ["functorch", "bk"])
+def test_dp_sgd_cohort_of_a_user_model_equals_sequential(engine: str) -> None:
+    """DP-SGD clients of a model the core has never seen (functional ops, in-place ReLU,
+    reflect padding, GroupNorm, a branch): the stacked path gives the sequential engines'
+    updates (same Poisson batches, clip, noise from the same keyed generators, same event)."""
+    from tests.client.test_stacked import UserCNN
+
+    torch.manual_seed(3)
+    net = UserCNN()
+    if engine == "bk":  # bk's layers: zero padding only
+        net.conv2 = nn.Conv2d(4, 6, 3, padding=1)
+    data = _data([13, 30, 7, 30, 22], shape=(1, 16, 16))
+    cohort = [3, 0, 4, 1, 2]
+    dp = DPSGDConfig(noise_multiplier=0.7, max_grad_norm=0.3, engine=engine)
+    seq, vec, path = _both(net, FedAvg, data, cohort, lr=0.1, batch_size=6, momentum=0.5, dp_sgd=dp)
+    assert path == "stacked"
+    for s, v in zip(seq, vec):
+        assert s.client_id == v.client_id
+        assert s.dp_steps == v.dp_steps and s.dp_steps
+        assert s.metrics == v.metrics
+        torch.testing.assert_close(v.delta, s.delta, rtol=1e-5, atol=1e-5)
+        assert v.loss == pytest.approx(s.loss, rel=1e-5, nan_ok=True)
+
+
+@pytest.mark.parametrize("dp", [False, True], ids=["sgd", "dp-sgd"])
+def test_no_host_sync_per_local_step(monkeypatch: pytest.MonkeyPatch, dp: bool) -> None:
+    """GPU readiness: the stacked hot loop calls no ``.item()`` / ``.cpu()`` / ``.tolist()`` /
+    ``float(t)`` / ``bool(t)`` per step: the count for a round of 3 local epochs equals the
+    count for 1 epoch (what remains is per bucket and per client, after training)."""
+    import dataclasses
+
+    torch.manual_seed(4)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    dp_sgd = DPSGDConfig(noise_multiplier=1.0, engine="functorch") if dp else None
+    client = ClientModule(net, num_classes=10, lr=0.1, batch_size=6, dp_sgd=dp_sgd)
+    executor = VectorizedExecutor(LocalTrainer(client))
+    data = _data([13, 30, 7, 30, 22])
+    cohort = [3, 0, 4, 1]
+    ctx = _ctx(client, cohort)
+    list(executor.run(cohort, ctx, data, FedAvg()))  # builds and checks the stacked model
+    calls = {"n": 0}
+    for name in ("item", "cpu", "tolist", "__float__", "__bool__", "__int__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):  # noqa: ANN001, ANN202
+            calls["n"] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    counts = []
+    for epochs in (1, 3):
+        calls["n"] = 0
+        epoch_ctx = dataclasses.replace(ctx, client_config={"local_epochs": epochs})
+        list(executor.run(cohort, epoch_ctx, data, FedAvg()))
+        assert executor.last_path == "stacked"
+        counts.append(calls["n"])
+    assert counts[0] == counts[1]
+
+
+def test_memory_budget_chunks_the_cohort() -> None:
+    """A budget of three clients' memory gives buckets of three; updates do not change."""
+    torch.manual_seed(5)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    data = _data([13, 30, 7, 30, 22])
+    cohort = [3, 0, 4, 1, 2]
+    client = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6)
+    whole = VectorizedExecutor(LocalTrainer(client))
+    ctx = _ctx(client, cohort)
+    want = list(whole.run(cohort, ctx, data, FedAvg()))
+    assert whole.last_bucket_size == len(cohort)  # the machine has room for five tiny clients
+    per_client = whole.client_bytes(client.training_config, data.train.x[:1])
+    assert per_client > 2 * sum(p.numel() * 4 for p in net.parameters())
+    chunked = VectorizedExecutor(LocalTrainer(client), memory_budget=3 * per_client + 1)
+    got = list(chunked.run(cohort, ctx, data, FedAvg()))
+    assert chunked.last_bucket_size == 3
+    for a, b in zip(want, got):
+        torch.testing.assert_close(a.delta, b.delta, rtol=1e-5, atol=1e-6)

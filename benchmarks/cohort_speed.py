@@ -1,0 +1,351 @@
+"""Cohort speed (issue 22): clients/s of the sequential and vectorised executors vs a bare loop.
+
+Workload: ``--cohorts`` clients × 60 examples (MNIST-shaped, 1×28×28, 10 classes), one local
+epoch at batch 10 (6 steps a client), SGD lr 0.05, FedAvg; with ``--dp-sgd`` every client runs
+sample-level DP-SGD (C = 1, σ = 1, engine ``auto``; the vectorised executor's stacked
+book-keeping clipping). Two models with the same shape (1.66M parameters):
+
+- ``mnist_cnn``: the project's ``MnistCNN`` (``nn.Sequential`` blocks);
+- ``user_cnn``: :class:`UserCNN`, written here the way a user writes one (functional ReLU and
+  pooling, ``x.view(x.size(0), -1)``, in-place activations), which no part of the core knows.
+
+Variants, run on the same global weights, interleaved (ABC CBA ...), median of ``--reps``:
+
+- ``bare``: a plain PyTorch loop written here (one reused model and ``torch.optim.SGD``, clients
+  one by one, shuffled batches; non-private even with ``--dp-sgd``: the cost of privacy shows);
+- ``sequential``: ``SequentialExecutor`` (LocalTrainer, FedAvg ``process_update``);
+- ``vectorized``: ``VectorizedExecutor`` (stacked clients, ``client/stacked.py``).
+
+Printed and recorded per (model, DP, cohort): seconds a round, clients/s, each variant ÷ bare
+and vectorised ÷ sequential; achieved FLOP/s (the non-private training FLOPs of the round,
+counted by ``torch.utils.flop_counter``, ÷ seconds) ÷ the FLOP/s of one large matmul measured
+in the same run, between the rounds (the hardware's limit at this thread count); and, with
+``--memory``, each path's peak RSS above the RSS after setup, one round in a fresh subprocess
+per path. The machine's
+core count and load average (``os.getloadavg``, before and after) are measured, never typed in.
+
+    PYTHONPATH=. python benchmarks/cohort_speed.py --cohorts 10 100 --reps 5 --memory \\
+        --out benchmarks/results/cohort_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fl_lightning.client.config import DPSGDConfig
+from fl_lightning.client.local_loop import LocalTrainer
+from fl_lightning.client.module import ClientModule
+from fl_lightning.models.cnn import MnistCNN
+from fl_lightning.records import RoundContext
+from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.vectorized_executor import VectorizedExecutor
+from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.utils.flat import flatten, flatten_into, load_flat_, trainable_parameters
+
+BATCH, LR = 10, 0.05
+EXAMPLES = 60  # per client (``--examples``)
+
+
+class UserCNN(nn.Module):
+    """A user's MNIST CNN of MnistCNN's shape, written without ``nn.Sequential``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, kernel_size=5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=2)
+        self.fc1 = nn.Linear(7 * 7 * 64, 512)
+        self.fc2 = nn.Linear(512, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x), inplace=True), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = x.view(x.size(0), -1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+MODELS = {"mnist_cnn": MnistCNN, "user_cnn": UserCNN}
+
+
+def make_data(clients: int) -> SimpleNamespace:
+    g = torch.Generator().manual_seed(0)
+    n = clients * EXAMPLES
+    x = torch.randn(n, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (n,), generator=g)
+    indices = [torch.arange(i * EXAMPLES, (i + 1) * EXAMPLES) for i in range(clients)]
+    return SimpleNamespace(
+        train=SimpleNamespace(x=x, y=y),
+        client_indices=indices,
+        client_data=lambda c: (x[indices[c]], y[indices[c]]),
+    )
+
+
+def bare_round(net: nn.Module, global_flat: torch.Tensor, data, clients) -> None:  # noqa: ANN001
+    """The bare PyTorch reference: one reused model and optimizer, clients one by one."""
+    params = trainable_parameters(net)
+    opt = torch.optim.SGD(params, lr=LR)
+    buf = torch.empty_like(global_flat)
+    for cid in clients:
+        x, y = data.client_data(cid)
+        load_flat_(params, global_flat)
+        order = torch.randperm(len(y))
+        for i in range(0, len(y), BATCH):
+            idx = order[i : i + BATCH]
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(net(x[idx]), y[idx]).backward()
+            opt.step()
+        flatten_into(params, buf).clone().sub_(global_flat)
+
+
+def train_flops(make_net) -> int:  # noqa: ANN001
+    """FLOPs of one non-private training step (forward + backward) on a batch of BATCH."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = make_net()
+    x, y = torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(net(x), y).backward()
+    return counter.get_total_flops()
+
+
+def matmul_flops_per_s(size: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of one large float32 matmul (the best of ``reps``): the machine's limit."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * size**3 / best
+
+
+class Setup:
+    """The executors and data of one (model, DP, cohort) row."""
+
+    def __init__(self, model: str, dp: bool, cohort: int) -> None:
+        self.make_net = MODELS[model]
+        self.data = make_data(cohort)
+        self.clients = list(range(cohort))
+        dp_cfg = DPSGDConfig(noise_multiplier=1.0, max_grad_norm=1.0) if dp else None
+
+        def client() -> ClientModule:
+            torch.manual_seed(0)
+            return ClientModule(self.make_net(), num_classes=10, lr=LR, batch_size=BATCH,
+                                dp_sgd=dp_cfg)  # fmt: skip
+
+        seq_client = client()
+        self.global_flat = flatten(trainable_parameters(seq_client.net))
+        self.bare_net = self.make_net()
+        self.executors = {
+            "sequential": SequentialExecutor(LocalTrainer(seq_client)),
+            "vectorized": VectorizedExecutor(LocalTrainer(client())),  # default buckets
+        }
+        self.strategy = FedAvg()
+
+    def ctx(self, r: int) -> RoundContext:
+        return RoundContext(
+            round_idx=r,
+            total_rounds=1000,
+            seed=0,
+            num_clients=len(self.clients),
+            cohort=self.clients,
+            expected_cohort_size=float(len(self.clients)),
+            sample_rate=1.0,
+            global_params=self.global_flat,
+        )
+
+    def run(self, variant: str, r: int) -> list:
+        if variant == "bare":
+            bare_round(self.bare_net, self.global_flat, self.data, self.clients)
+            return []
+        return list(self.executors[variant].run(self.clients, self.ctx(r), self.data,
+                                                self.strategy))  # fmt: skip
+
+
+VARIANTS = ("bare", "sequential", "vectorized")
+
+
+def measure_row(model: str, dp: bool, cohort: int, reps: int) -> dict:
+    s = Setup(model, dp, cohort)
+    for v in VARIANTS:
+        s.run(v, 0)  # warm-up (and the vectorised path's one-time stacking and check)
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    updates: dict[str, list] = {}
+    peaks = []  # the matmul limit, measured between the rounds (the load changes)
+    for r in range(reps):
+        for v in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+            peaks.append(matmul_flops_per_s(reps=2))
+            t = time.perf_counter()
+            updates[v] = s.run(v, r + 1)
+            times[v].append(time.perf_counter() - t)
+    peak = statistics.median(peaks)
+    med = {v: statistics.median(t) for v, t in times.items()}
+    assert s.executors["vectorized"].last_path == "stacked", "vectorised fell back"
+    seq, vec = updates["sequential"], updates["vectorized"]  # the same round (last rep)
+    max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec))
+    flops = train_flops(s.make_net) * (EXAMPLES // BATCH) * cohort
+    return {
+        "model": model,
+        "dp_sgd": dp,
+        "cohort": cohort,
+        "seconds": med,
+        "all_seconds": times,
+        "clients_per_s": {v: cohort / t for v, t in med.items()},
+        "ratio_to_bare": {v: med["bare"] / t for v, t in med.items()},
+        "vectorized_over_sequential": med["sequential"] / med["vectorized"],
+        "flops_per_round": flops,
+        "matmul_flops_per_s": peak,
+        "fraction_of_matmul_peak": {v: flops / t / peak for v, t in med.items()},
+        "max_abs_delta_difference": max_diff,
+    }
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def memory_child(model: str, dp: bool, cohort: int, variant: str) -> None:
+    """Peak RSS of one round above the RSS after setup (Linux: the peak is reset by writing 5
+    to /proc/self/clear_refs, so the setup's own transient peak does not hide the round's)."""
+    s = Setup(model, dp, cohort)
+    base = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    s.run(variant, 0)
+    peak = _status_kib("VmHWM")
+    print(json.dumps({"peak_mib_above_setup": (peak - base) / 1024, "peak_rss_mib": peak / 1024}))
+
+
+def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
+    out = {}
+    for v in VARIANTS:
+        cmd = [sys.executable, __file__, "--memory-child", model, str(int(dp)), str(cohort), v,
+               "--threads", str(threads), "--examples", str(EXAMPLES)]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        out[v] = json.loads(res.stdout.strip().splitlines()[-1])
+    return {
+        "above_setup": {v: m["peak_mib_above_setup"] for v, m in out.items()},
+        "peak_rss": {v: m.get("peak_rss_mib") for v, m in out.items()},
+    }
+
+
+def machine(threads: int) -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": threads,
+        "torch": torch.__version__,
+        "gpu": None,  # CPU run; GPU rows are left empty unless measured on a GPU
+    }
+
+
+def table(rows: list[dict], memory: bool) -> str:
+    head = "| model | DP-SGD | cohort | bare c/s | seq c/s | vec c/s | seq ÷ bare | vec ÷ bare "
+    head += "| **vec ÷ seq** | FLOP/s ÷ matmul (bare / seq / vec) |"
+    if memory:
+        head += " peak MiB above setup (total peak RSS), bare / seq / vec |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        c, q, f = r["clients_per_s"], r["ratio_to_bare"], r["fraction_of_matmul_peak"]
+        line = (
+            f"| {r['model']} | {'yes' if r['dp_sgd'] else 'no'} | {r['cohort']} "
+            f"| {c['bare']:.1f} | {c['sequential']:.1f} | {c['vectorized']:.1f} "
+            f"| {q['sequential']:.2f}x | {q['vectorized']:.2f}x "
+            f"| **{r['vectorized_over_sequential']:.2f}x** "
+            f"| {f['bare']:.2f} / {f['sequential']:.2f} / {f['vectorized']:.2f} |"
+        )
+        if memory and "peak_mib" in r:
+            m = r["peak_mib"].get("above_setup", r["peak_mib"])  # older runs: growth only
+            line += f" {m['bare']:.0f} / {m['sequential']:.0f} / {m['vectorized']:.0f}"
+            t = r["peak_mib"].get("peak_rss")
+            if t:
+                line += f" (RSS {t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f})"
+            line += " |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    global EXAMPLES
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cohorts", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--dp", choices=["no", "yes", "both"], default="both")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--examples", type=int, default=60, help="per client")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--memory", action="store_true", help="peak RSS per path (subprocesses)")
+    parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
+    parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    EXAMPLES = args.examples
+    if args.memory_child:
+        model, dp, cohort, variant = args.memory_child
+        memory_child(model, bool(int(dp)), int(cohort), variant)
+        return
+    load_before = os.getloadavg()
+    peak = matmul_flops_per_s()
+    info = machine(args.threads)
+    print(f"machine: {info}; load average before (1/5/15 min): {load_before}")
+    print(f"one 2048² matmul: {peak / 1e9:.1f} GFLOP/s at {args.threads} thread(s) (now; each "
+          "row uses the median of matmuls timed between its rounds)")  # fmt: skip
+    dps = {"no": [False], "yes": [True], "both": [False, True]}[args.dp]
+    rows = []
+    for model in args.models:
+        for dp in dps:
+            for cohort in args.cohorts:
+                row = measure_row(model, dp, cohort, args.reps)
+                if args.memory:
+                    row["peak_mib"] = measure_memory(model, dp, cohort, args.threads)
+                row["load_average_after"] = os.getloadavg()
+                rows.append(row)
+                print(table([row], args.memory).splitlines()[-1], flush=True)
+    result = {
+        "benchmark": "benchmarks/cohort_speed.py",
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "machine": info,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "matmul_flops_per_s": peak,
+        "workload": {
+            "examples_per_client": EXAMPLES,
+            "steps_per_client": EXAMPLES // BATCH,
+            "batch": BATCH,
+            "epochs": 1,
+            "lr": LR,
+            "reps": args.reps,
+            "order": "interleaved, alternating",
+        },  # fmt: skip
+        "rows": rows,
+    }
+    print(table(rows, args.memory))
+    if args.out:
+        runs = []
+        if os.path.exists(args.out):
+            with open(args.out) as fh:
+                runs = json.load(fh)
+        runs.append(result)
+        with open(args.out, "w") as fh:
+            json.dump(runs, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""The stacked model (client/stacked.py) computes, for models the core has never seen, each
+client's own gradients, fused SGD steps and DP-SGD clipped sums, and says why when it cannot."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fl_lightning.client.dp_sgd import build_engine
+from fl_lightning.client.stacked import StackedNet, stack_blocker
+
+
+class UserCNN(nn.Module):
+    """A user's CNN: functional pooling, an in-place ReLU, ``view(x.size(0), -1)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 6, 3, padding=1, padding_mode="reflect")
+        self.gn = nn.GroupNorm(2, 6)
+        self.fc1 = nn.Linear(6 * 4 * 4, 12)
+        self.fc2 = nn.Linear(12, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x), inplace=True), 2)
+        x = F.avg_pool2d(torch.tanh(self.gn(self.conv2(x))), 2)
+        x = x.view(x.size(0), -1)
+        h = F.relu(self.fc1(x))
+        return self.fc2(h + 0.5 * h.sigmoid())  # a branch
+
+
+class SeqNet(nn.Module):
+    """Conv1d over a sequence, LayerNorm, a Linear applied per position, mean over positions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(3, 5, 3, padding=1)
+        self.norm = nn.LayerNorm(5)
+        self.proj = nn.Linear(5, 7)
+        self.head = nn.Linear(7, 10, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x).transpose(1, 2)  # (B, L, 5)
+        h = torch.relu(self.proj(self.norm(h)))  # per position
+        return self.head(h.mean(1))
+
+
+class EmbedNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 6)
+        self.out = nn.Linear(6, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.emb(x).mean(1))
+
+
+def _inputs(name: str, n: int, g: torch.Generator) -> torch.Tensor:
+    if name == "user_cnn":
+        return torch.randn(n, 1, 16, 16, generator=g)
+    if name == "seq":
+        return torch.randn(n, 3, 9, generator=g)
+    return torch.randint(0, 20, (n, 5), generator=g)
+
+
+MODELS = {"user_cnn": UserCNN, "seq": SeqNet, "embed": EmbedNet}
+K, N = 3, 4
+
+
+def _setup(name: str, dp: bool = False):
+    torch.manual_seed(0)
+    net = MODELS[name]()
+    names = [n for n, p in net.named_parameters()]
+    stacked = StackedNet(net, names, dp=dp)
+    g = torch.Generator().manual_seed(1)
+    params = {
+        n: p.detach() + 0.1 * torch.randn(K, *p.shape, generator=g)
+        for n, p in net.named_parameters()
+    }
+    x = _inputs(name, N * K, g)  # row n·K + k: example n of client k
+    y = torch.randint(0, 10, (N * K,), generator=g)
+    mask = torch.ones(N, K)
+    mask[2:, 1] = 0  # client 1 has two real examples; the rest is padding
+    mask[:, 2] = 0
+    mask[0, 2] = 1  # client 2 has one
+    return net, names, stacked, params, x, y, mask.reshape(-1)
+
+
+def _own(net: nn.Module, params: dict, k: int, names: list[str]) -> nn.Module:
+    own = copy.deepcopy(net)
+    with torch.no_grad():
+        for n, p in own.named_parameters():
+            p.copy_(params[n][k])
+    return own
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_gradients_equal_each_clients_own(name: str) -> None:
+    net, names, stacked, params, x, y, mask = _setup(name)
+    stacked.check(params, x)
+    leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
+    per = F.cross_entropy(stacked.forward(leaves, x), y, reduction="none") * mask
+    loss = (per.view(N, K).sum(0) / mask.view(N, K).sum(0)).sum()
+    grads = dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+    for k in range(K):
+        own = _own(net, params, k, names)
+        rows = [n * K + k for n in range(N) if mask[n * K + k] > 0]
+        F.cross_entropy(own(x[rows]), y[rows]).backward()
+        for n, p in own.named_parameters():
+            torch.testing.assert_close(grads[n][k], p.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_sgd_step_equals_the_plain_step() -> None:
+    net, names, stacked, params, x, y, mask = _setup("user_cnn")
+    lr = 0.3
+    want = {}
+    leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
+    per = F.cross_entropy(stacked.forward(leaves, x), y, reduction="none") * mask
+    grads = torch.autograd.grad(per.sum(), list(leaves.values()))
+    for (n, p), g in zip(params.items(), grads):
+        want[n] = p - lr * g
+    fused = {n: p.clone() for n, p in params.items()}
+    leaves = {n: p.detach().requires_grad_(True) for n, p in fused.items()}
+    per = F.cross_entropy(stacked.forward(leaves, x, fused_lr=lr), y, reduction="none") * mask
+    grads = torch.autograd.grad(per.sum(), list(leaves.values()), allow_unused=True)
+    for (n, p), g in zip(fused.items(), grads):
+        if g is None:  # a Linear layer: stepped in place during the backward pass
+            assert n.startswith("fc")
+        else:
+            p.sub_(lr * g)
+        torch.testing.assert_close(p, want[n], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["user_cnn", "seq"])
+def test_dp_clipped_sums_equal_the_sequential_engine(name: str) -> None:
+    """Σ_n clip_C(∇ℓ_kn) per client, against the functorch engine on each client's own model."""
+    net, names, stacked, params, x, y, mask = _setup(name, dp=True)
+    clip = 0.05  # small: every example is clipped
+    sums, losses = stacked.clipped_sums(
+        params,
+        x,
+        lambda out: F.cross_entropy(out, y, reduction="none") * mask,
+        n=N,
+        max_grad_norm=clip,
+    )
+    for k in range(K):
+        own = _own(net, params, k, names)
+        engine = build_engine(own, "functorch")
+        engine.configure_client(
+            noise_multiplier=0.0,
+            max_grad_norm=clip,
+            expected_batch_size=1.0,
+            generator=torch.Generator(),
+        )
+        rows = [n * K + k for n in range(N) if mask[n * K + k] > 0]
+        want = engine.clipped_sum(x[rows], y[rows], lambda o, t: F.cross_entropy(o, t))
+        for got, ref in zip(sums, want):
+            torch.testing.assert_close(got[k], ref, rtol=1e-5, atol=1e-6)
+        expected_loss = F.cross_entropy(own(x[rows]), y[rows], reduction="sum")
+        torch.testing.assert_close(losses.view(N, K)[:, k].sum(), expected_loss.detach())
+
+
+class _OwnParameter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+@pytest.mark.parametrize(
+    ("net", "dp", "reason"),
+    [
+        (nn.Sequential(nn.Linear(4, 10), nn.BatchNorm1d(10)), False, "BatchNorm1d"),
+        (nn.Sequential(nn.LSTM(4, 10)), False, "LSTM"),
+        (nn.Sequential(nn.Linear(4, 10), _OwnParameter()), False, "_OwnParameter"),
+        (nn.Sequential(nn.Embedding(5, 10)), True, "Embedding under DP-SGD"),
+        (nn.Sequential(nn.Conv2d(2, 4, 3, groups=2)), True, "groups"),
+    ],
+)
+def test_stack_blocker_says_why(net: nn.Module, dp: bool, reason: str) -> None:
+    assert reason in stack_blocker(net, dp=dp)
+
+
+class _MixesExamples(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x - x.mean(0))  # batch statistics without a BatchNorm
+
+
+def test_check_catches_a_forward_that_mixes_examples() -> None:
+    net = _MixesExamples()
+    names = [n for n, _ in net.named_parameters()]
+    stacked = StackedNet(net, names)
+    params = {n: p.detach().unsqueeze(0) for n, p in net.named_parameters()}
+    with pytest.raises(ValueError, match="mixes the examples"):
+        stacked.check(params, torch.randn(3, 4))
