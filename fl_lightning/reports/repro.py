@@ -57,6 +57,9 @@ CURVE_COLUMNS = (
     "strategy/noise_multiplier",
     "strategy/anr_fired",
     "strategy/anr_loss",
+    "strategy/threshold_level",
+    "clients/selected_fraction",
+    "clients/selection_recall",
 )
 VERDICTS = ("confirmed", "contradicted", "inconclusive")
 SEED_KEY = "seed_everything"
@@ -246,7 +249,10 @@ class ReproRunner(SweepRunner):
     def run_point(self, point: Point, claimed: dict[str, Any] | None = None) -> dict[str, Any]:
         row = super().run_point(point, claimed)
         if row.get("status") == "finished":
-            curve = read_curve(Path(row["run_dir"]))
+            curve: dict[str, Any] = read_curve(Path(row["run_dir"]))
+            audit = read_audit(Path(row["run_dir"]))
+            if audit:
+                curve["audit"] = audit
             line = json.dumps({"id": point.id, "curve": curve}, sort_keys=True)
             with self._lock, self.curves.open("a") as f:
                 f.write(line + "\n")
@@ -274,6 +280,24 @@ def read_curve(run_dir: Path) -> dict[str, list]:
         for c in CURVE_COLUMNS:
             out.setdefault(c, []).append(by_round[r].get(c))
     return {k: v for k, v in out.items() if any(x is not None for x in v) or k == "round"}
+
+
+def read_audit(run_dir: Path) -> dict[str, float]:
+    """``audit/<attack>/<metric>`` of a run's ``audit.json`` (the membership attacks of
+    ``AuditCallback``; empty when the run had none)."""
+    path = run_dir / "audit.json"
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    out = {}
+    for name, entry in (raw.get("attacks") or {}).items():
+        for k, v in (entry or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out[f"audit/{name}/{k}"] = float(v)
+    return out
 
 
 def load_curves(store: ResultStore) -> dict[str, dict[str, list]]:
