@@ -78,6 +78,8 @@ class Arm:
     configs: list[str]
     overrides: dict[str, Any]
     note: str = ""
+    where: dict[str, Any] = field(default_factory=dict)  # the arm's own paper cell (e.g. its ε)
+    paper_epsilon: float | None = None  # the paper's ε this arm stands for (printed beside ours)
 
 
 @dataclass
@@ -88,6 +90,12 @@ class TableDef:
     reference: str | None
     paper_method: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    label: str = ""  # a table's name in the documents (several may read one paper table)
+    metric: str | None = None  # our metric for the paper's (default: the paper table's own)
+    reference_metric: str | None = None  # the reference's metric (default: ``metric``)
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.table
 
 
 @dataclass
@@ -141,7 +149,16 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         cfgs = list(a.get("configs", [])) + list(per.get("configs", []))
         overrides = {**(prof.get("overrides") or {}), **(a.get("overrides") or {})}
         overrides.update(per.get("overrides") or {})
-        arms[name] = Arm(name, str(a.get("method", name)), cfgs, overrides, str(a.get("note", "")))
+        pe = a.get("paper_epsilon")
+        arms[name] = Arm(
+            name,
+            str(a.get("method", name)),
+            cfgs,
+            overrides,
+            str(a.get("note", "")),
+            where=dict(a.get("where") or {}),
+            paper_epsilon=None if pe is None else float(pe),
+        )
     tables = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
@@ -152,11 +169,16 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             reference=t.get("reference"),
             paper_method=dict(t.get("paper_method") or {}),
             note=str(t.get("note", "")),
+            label=str(t.get("label") or ""),
+            metric=t.get("metric"),
+            reference_metric=t.get("reference_metric"),
         )
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
         load_paper(pid).table(tdef.table)  # KeyError if the paper has no such table
+        if tdef.label in {x.label for x in tables}:
+            raise ReproError(f"{tw}.label: {tdef.label!r} used twice (set a distinct label)")
         tables.append(tdef)
     return Definition(
         paper=pid,
@@ -324,6 +346,7 @@ class CellResult:
     curves: list[dict[str, list]]
     metrics: list[dict[str, Any]]
     planned: int
+    eps_infinite: int = 0  # finished runs whose accountant printed ε = ∞ (no guarantee)
 
     @property
     def mean(self) -> float | None:
@@ -349,7 +372,7 @@ def collect(
     latest = store.latest()
     curves = load_curves(store)
 
-    def cell(arm_name: str, paper: float | None) -> CellResult:
+    def cell(arm_name: str, paper: float | None, metric: str = metric) -> CellResult:
         arm = defn.arms[arm_name]
         mine = [rp for rp in points if rp.arm.name == arm_name]
         res = CellResult(arm, paper, [], [], [], [], [], len(mine))
@@ -358,7 +381,8 @@ def collect(
             if not row or row.get("status") != "finished":
                 continue
             m = row.get("metrics") or {}
-            v = _pct(m.get(metric))
+            curve = curves.get(rp.point.id, {})
+            v = _pct(m[metric] if metric in m else (curve.get("audit") or {}).get(metric))
             if v is None:
                 continue
             res.values.append(v)
@@ -366,21 +390,25 @@ def collect(
             eps = m.get("privacy/epsilon")
             if isinstance(eps, (int, float)) and math.isfinite(eps):  # inf: non-private
                 res.eps.append(float(eps))
+            elif isinstance(eps, (int, float)):
+                res.eps_infinite += 1
             if m.get("privacy/guarantee"):
                 res.guarantees.append(str(m["privacy/guarantee"]))
-            res.curves.append(curves.get(rp.point.id, {}))
+            res.curves.append(curve)
         return res
 
     out = []
     for a in table.arms:
         name = table.paper_method.get(a, defn.arms[a].method)
-        hits = paper_table.select(method=name, **table.where)
+        hits = paper_table.select(method=name, **{**table.where, **defn.arms[a].where})
         paper = hits[0]["value"] if len(hits) == 1 else None
         res = cell(a, paper)
         if name not in ("-", res.arm.method) and paper is not None:
             res.arm = replace(res.arm, method=name)  # the paper's name in this table
         out.append(res)
-    ref = cell(table.reference, None) if table.reference else None
+    ref = None
+    if table.reference:
+        ref = cell(table.reference, None, table.reference_metric or metric)
     return out, ref
 
 
@@ -430,14 +458,23 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
         if t not in results:
             continue
         cells = {c.arm.name: c for c in results[t][0]}
-        rule = claim.get("better")
+        if isinstance(claim.get("tracks"), dict):
+            out.append(_tracking_verdict(text, t, claim, cells, i))
+            continue
+        rule = claim.get("better") or claim.get("lower")
         if not isinstance(rule, dict):
-            raise ReproError(f"claims[{i}]: only 'better: {{arm, than}}' claims are supported")
+            raise ReproError(
+                f"claims[{i}]: expected 'better: {{arm, than}}', 'lower: {{arm, than}}' or "
+                "'tracks: {arm}'"
+            )
         a = cells.get(rule["arm"])
         others = [cells.get(b) for b in rule["than"]]
         if a is None or any(o is None for o in others):
             raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
-        parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+        if "better" in claim:
+            parts = [compare_methods(a, o) for o in others]  # type: ignore[arg-type]
+        else:  # lower is the claim (e.g. attack accuracy): the others beat it on the value
+            parts = [compare_methods(o, a) for o in others]  # type: ignore[arg-type]
         kinds = {k for k, _ in parts}
         if kinds == {"confirmed"}:
             verdict = "confirmed"
@@ -465,6 +502,65 @@ def verdicts(defn: Definition, results: dict[str, tuple[list[CellResult], CellRe
             evidence += f". Reading: {claim['reading']}"
         out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
     return out
+
+
+TRACK_CORR, TRACK_MAD = 0.9, 0.1  # "follows the quantile": correlation and mean |error|
+
+
+def selection_tracking(curve: dict[str, list]) -> dict[str, float] | None:
+    """How closely one run's selected fraction followed the λ_t quantile of Eq. (14).
+
+    A noiseless test s(g'_j) ≥ λ_t selects 1 − r_t of the coordinates (r_t = the quantile
+    level, ``strategy/threshold_level``). Returns the Pearson correlation of the logged
+    ``clients/selected_fraction`` with 1 − r_t over rounds, their mean absolute difference and
+    the mean recall (``clients/selection_recall``: of the coordinates above λ_t, the share
+    selected); ``None`` without those columns."""
+    levels = curve.get("strategy/threshold_level") or []
+    fracs = curve.get("clients/selected_fraction") or []
+    pairs = [(1.0 - r, f) for r, f in zip(levels, fracs) if r is not None and f is not None]
+    if len(pairs) < 3:
+        return None
+    ideal, got = [p[0] for p in pairs], [p[1] for p in pairs]
+    try:
+        corr = statistics.correlation(ideal, got)
+    except statistics.StatisticsError:  # constant series
+        corr = float("nan")
+    out = {"corr": corr, "mad": statistics.fmean(abs(a - b) for a, b in pairs)}
+    recall = [x for x in curve.get("clients/selection_recall") or [] if x is not None]
+    if recall:
+        out["recall"] = statistics.fmean(recall)
+    return out
+
+
+def _tracking_verdict(text: str, t: str, claim: dict[str, Any], cells, i: int) -> dict[str, Any]:
+    arm = claim["tracks"].get("arm")
+    c = cells.get(arm)
+    if c is None:
+        raise ReproError(f"claims[{i}]: arm {arm!r} is not in table {t}")
+    stats = [x for x in (selection_tracking(cv) for cv in c.curves) if x is not None]
+    if not stats:
+        verdict, evidence = "inconclusive", f"{c.arm.method}: no run logged its selection"
+    else:
+        corr = statistics.fmean(x["corr"] for x in stats)
+        mad = statistics.fmean(x["mad"] for x in stats)
+        if math.isfinite(corr) and corr >= TRACK_CORR and mad <= TRACK_MAD:
+            verdict = "confirmed"
+        elif not math.isfinite(corr) or corr < 0.5 or mad > 0.25:
+            verdict = "contradicted"
+        else:
+            verdict = "inconclusive"
+        rec = [x["recall"] for x in stats if "recall" in x]
+        evidence = (
+            f"{c.arm.method} ({len(stats)} runs): selected fraction vs 1 − r_t over rounds, "
+            f"correlation {corr:.2f}, mean |difference| {mad:.3f}"
+            + (f", recall of the coordinates above λ_t {statistics.fmean(rec):.2f}" if rec else "")
+            + f" (follows: correlation ≥ {TRACK_CORR} and |difference| ≤ {TRACK_MAD})"
+        )
+    if claim.get("paper"):
+        evidence += f". Paper: {claim['paper']}"
+    if claim.get("reading"):
+        evidence += f". Reading: {claim['reading']}"
+    return {"claim": text, "verdict": verdict, "evidence": evidence, "table": t}
 
 
 # -- documents --------------------------------------------------------------------------------
@@ -498,6 +594,20 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
     ]
     if sound:
         out["epsilon_sound_mean"] = statistics.fmean(sound)
+    if c.arm.paper_epsilon is not None:  # the runs' own ε beside the paper's (000)
+        out["epsilon_infinite_runs"] = c.eps_infinite
+    track = [x for x in (selection_tracking(cv) for cv in c.curves if cv) if x is not None]
+    if track:
+        out["selected_fraction_mean"] = statistics.fmean(
+            statistics.fmean(x for x in cv["clients/selected_fraction"] if x is not None)
+            for cv in c.curves
+            if cv and cv.get("clients/selected_fraction")
+        )
+        out["selection_corr_mean"] = statistics.fmean(x["corr"] for x in track)
+        out["selection_mad_mean"] = statistics.fmean(x["mad"] for x in track)
+        rec = [x["recall"] for x in track if "recall" in x]
+        if rec:
+            out["selection_recall_mean"] = statistics.fmean(rec)
     return out
 
 
@@ -514,7 +624,7 @@ def _guarantee(c: CellResult) -> str:
 
 
 def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
-    return {
+    out = {
         "method": c.arm.method,
         "arm": c.arm.name,
         "setting": _setting(defn, c.arm),
@@ -527,18 +637,29 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
         "guarantee": _guarantee(c),
         "diagnostics": _diagnostics(c),
     }
+    if c.arm.paper_epsilon is not None:
+        out["epsilon_paper"] = c.arm.paper_epsilon
+    return out
 
 
 def build_json(defn: Definition, results, verdict_rows, command: str) -> dict[str, Any]:
     tables = []
     for t in defn.tables:
-        if t.table not in results:
+        if t.label not in results:
             continue
-        cells, ref = results[t.table]
+        cells, ref = results[t.label]
         tau, p, n = kendall(cells)
+        extra: dict[str, Any] = {}
+        if t.label != t.table:
+            extra["label"] = t.label
+        if t.metric:
+            extra["metric"] = t.metric
+        if t.reference_metric:
+            extra["reference_metric"] = t.reference_metric
         tables.append(
             {
                 "table": t.table,
+                **extra,
                 "where": t.where,
                 "cells": [cell_json(defn, c) for c in cells],
                 "kendall_tau": None if tau is None else round(tau, 4),
@@ -644,24 +765,38 @@ def render_markdown(
     lines += ["", "## Verdicts", "", "| Claim | Verdict | Evidence |", "|---|---|---|"]
     for v in doc["verdicts"]:
         lines.append(f"| {v['claim']} | **{v['verdict']}** | {v['evidence']} |")
-    for t, tdef in zip(
-        doc["tables"], [d for d in defn.tables if d.table in {x["table"] for x in doc["tables"]}]
-    ):
+    by_label = {d.label: d for d in defn.tables}
+    for t in doc["tables"]:
+        label = t.get("label", t["table"])
+        tdef = by_label[label]
         ptab = paper.table(t["table"])
-        lines += ["", f"## Table {t['table']}", "", f"**Paper:** {ptab.caption}", ""]
+        lines += ["", f"## Table {label}", "", f"**Paper:** {ptab.caption}", ""]
         if tdef.note:
             lines += [tdef.note.strip(), ""]
         where = ", ".join(f"{k} = {v}" for k, v in t["where"].items())
+        values = "test accuracy (%)" if "metric" not in t else f"`{t['metric']}` (%)"
         if where:
-            lines += [f"Paper cells at {where}. Values: test accuracy (%).", ""]
+            lines += [f"Paper cells at {where}. Values: {values}.", ""]
         ours = [c["ours_mean"] for c in t["cells"]]
         papers = [c["paper"] for c in t["cells"]]
         r_ours, r_paper = _ranks(ours), _ranks(papers)
-        lines += [
-            "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
-            "ε reported | Guarantee | Rounds | ANR firings | Final σ |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
+        has_pe = any("epsilon_paper" in c for c in t["cells"])
+        has_sel = any("selected_fraction_mean" in c["diagnostics"] for c in t["cells"])
+        if has_pe:
+            head = (
+                "| Method (arm) | Paper ε | Paper | Paper rank | Ours (mean ± std) | Our rank | "
+                "Seeds | Sound ε (whole run, client) | Guarantee | Rounds |"
+            )
+            head += (
+                " Selected fraction | Corr. with 1 − r_t | Recall above λ_t |" if has_sel else ""
+            )
+            lines += [head, "|" + "---|" * (head.count("|") - 1)]
+        else:
+            lines += [
+                "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
+                "ε reported | Guarantee | Rounds | ANR firings | Final σ |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
             ours_s = (
@@ -675,6 +810,9 @@ def render_markdown(
             eps = _f(c["epsilon_reported"], 3)
             if "epsilon_sound_mean" in d:
                 eps += f" (sound: {d['epsilon_sound_mean']:.3g})"
+            if has_pe:
+                lines.append(_cell_row_eps(c, d, ours_s, ro, rp, has_sel))
+                continue
             lines.append(
                 f"| {c['method']} (`{c['arm']}`) | {_f(c['paper'])} | {rp} | {ours_s} | {ro} | "
                 f"{c['seeds']}/{c['seeds_planned']} | {eps} | {c['guarantee']} | "
@@ -685,7 +823,9 @@ def render_markdown(
         lines.append("")
         if ref is not None:
             lines.append(
-                f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`): "
+                f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`"
+                + (f", `{t['reference_metric']}`" if "reference_metric" in t else "")
+                + "): "
                 f"**{_f(ref['ours_mean'])}**"
                 + (f" ± {_f(ref['ours_std'])}" if ref["ours_std"] is not None else "")
                 + f" % over {ref['seeds']} seeds."
@@ -705,7 +845,7 @@ def render_markdown(
                 f"- `{c['arm']}`: configs {', '.join(f'`{x}`' for x in c['setting']['configs'])}"
                 + (f"; {', '.join(f'`{k}={v}`' for k, v in ov.items())}" if ov else "")
             )
-        for fig in figures.get(t["table"], []):
+        for fig in figures.get(label, []):
             rel = fig.relative_to(out_dir) if fig.is_relative_to(out_dir) else fig
             lines += ["", f"![{fig.stem}]({rel.as_posix()})"]
     lines += [
@@ -723,6 +863,30 @@ def render_markdown(
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _eps_text(x: float | None, infinite: int, seeds: int) -> str:
+    if x is None:
+        return "∞ (no guarantee)" if infinite else "—"
+    text = f"{x:.3g}"
+    return text + (f" ({infinite}/{seeds} runs ∞)" if infinite else "")
+
+
+def _cell_row_eps(c, d, ours_s: str, ro: str, rp: str, has_sel: bool) -> str:
+    """One row of a table whose arms stand for a paper ε: the paper's ε, then the sound
+    client-level ε of the runs (the accountant's, whole run) beside it."""
+    sound = _eps_text(c["epsilon_reported"], d.get("epsilon_infinite_runs", 0), c["seeds"])
+    row = (
+        f"| {c['method']} (`{c['arm']}`) | {_f(c.get('epsilon_paper'), 1)} | {_f(c['paper'])} | "
+        f"{rp} | {ours_s} | {ro} | {c['seeds']}/{c['seeds_planned']} | {sound} | "
+        f"{c['guarantee']} | {_f(d.get('rounds_mean'), 1)} |"
+    )
+    if has_sel:
+        row += (
+            f" {_f(d.get('selected_fraction_mean'), 3)} | {_f(d.get('selection_corr_mean'), 2)} |"
+            f" {_f(d.get('selection_recall_mean'), 2)} |"
+        )
+    return row
+
+
 def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
     """Accuracy vs round and ε vs round per method (mean over seeds); accuracy vs ε where the
     table has more than one ε."""
@@ -732,9 +896,18 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
     import matplotlib.pyplot as plt
 
     figs: dict[str, list[Path]] = {}
+    by_label = {d.label: d for d in defn.tables}
     for tname, (cells, ref) in results.items():
         slug = "".join(ch if ch.isalnum() else "_" for ch in tname)
-        made = []
+        made: list[Path] = []
+        tdef = by_label.get(tname)
+        if tdef is not None and tdef.metric:  # e.g. attack accuracy: the curves are elsewhere
+            figs[tname] = made
+            continue
+        if any(c.arm.paper_epsilon is not None for c in cells):
+            made += _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir, plt)
+            figs[tname] = made
+            continue
         for col, ylabel, stem, scale in (
             ("test/accuracy", "test accuracy (%)", "accuracy_vs_round", 100.0),
             ("privacy/epsilon", "ε spent", "epsilon_vs_round", 1.0),
@@ -800,6 +973,113 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
             made.append(path)
         figs[tname] = made
     return figs
+
+
+def _mean_curve(c: CellResult, col: str, scale: float = 1.0) -> tuple[list[int], list[float]]:
+    series = [cv for cv in c.curves if cv.get(col)]
+    per: dict[int, list[float]] = {}
+    for cv in series:
+        for r, v in zip(cv["round"], cv[col]):
+            if v is not None:
+                per.setdefault(r, []).append(v * scale)
+    xs = sorted(r for r in per if len(per[r]) == len(series))
+    return xs, [statistics.fmean(per[x]) for x in xs]
+
+
+def _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir: Path, plt) -> list[Path]:
+    """For arms that stand for a paper ε (paper 000): accuracy vs round (one panel per ε),
+    accuracy vs the paper's ε per method, and the selected fraction vs the λ_t quantile where
+    the runs logged their sparse-vector selection."""
+    made = []
+    levels = sorted({c.arm.paper_epsilon for c in cells if c.arm.paper_epsilon is not None})
+    fig, axes = plt.subplots(
+        1, len(levels), figsize=(4.2 * len(levels) + 2.5, 4.2), dpi=110, squeeze=False
+    )
+    for ax, e in zip(axes[0], levels):
+        for k, c in enumerate([x for x in cells if x.arm.paper_epsilon == e] + [ref] * bool(ref)):
+            xs, ys = _mean_curve(c, "test/accuracy", 100.0)
+            if xs:
+                ax.plot(
+                    xs,
+                    ys,
+                    marker="osv^Dxp*"[k % 8],
+                    markersize=3,
+                    lw=1.1,
+                    ls="-" if c is ref else "--",
+                    label=c.arm.method,
+                )
+        ax.set_title(f"paper ε = {e:g}")
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy (%), mean over seeds")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Paper {defn.paper}, table {tname}: accuracy vs round")
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_round.png"
+    fig.savefig(path)
+    plt.close(fig)
+    made.append(path)
+    if len(levels) > 1:
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+        for method in dict.fromkeys(c.arm.method for c in cells):
+            pts = sorted(
+                (c.arm.paper_epsilon, c.mean, c.std or 0.0)
+                for c in cells
+                if c.arm.method == method and c.mean is not None
+            )
+            if pts:
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    yerr=[p[2] for p in pts],
+                    marker="o",
+                    capsize=3,
+                    label=method,
+                )
+        if ref is not None and ref.mean is not None:
+            ax.axhline(ref.mean, color="k", ls=":", lw=1, label=f"{ref.arm.method}")
+        ax.set_xscale("log")
+        ax.set_xlabel("the paper's ε (per round; our reading in the notes)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs ε (mean ± std over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png"
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    sel = [c for c in cells if any(cv.get("clients/selected_fraction") for cv in c.curves)]
+    if sel:
+        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+        grid = [i / 100 for i in range(0, 101)]
+        ax.plot(grid, [1 - r for r in grid], "k-", lw=1, label="a noiseless test: 1 − r_t")
+        for k, c in enumerate(sel):
+            xs, fr = _mean_curve(c, "clients/selected_fraction")
+            _, lv = _mean_curve(c, "strategy/threshold_level")
+            if xs and len(lv) == len(fr):
+                ax.plot(
+                    lv,
+                    fr,
+                    marker="osv^Dxp*"[k % 8],
+                    ls="--",
+                    lw=1,
+                    markersize=4,
+                    label=f"{c.arm.method}, paper ε {c.arm.paper_epsilon:g}",
+                )
+        ax.set_xlabel("quantile level r_t of λ_t (Eq. 14; rises with the round)")
+        ax.set_ylabel("selected fraction (mean over clients and seeds)")
+        ax.set_title(f"Paper {defn.paper}: does the sparse-vector test follow λ_t?")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{defn.paper}_{slug}_selected_fraction_vs_threshold.png"
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    return made
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -936,7 +1216,7 @@ def write_documents(defn: Definition, points, store: ResultStore, out_dir: Path,
     results = {}
     for t in defn.tables:
         ptab = paper.table(t.table)
-        results[t.table] = collect(defn, points, store, t, ptab, ptab.metric)
+        results[t.label] = collect(defn, points, store, t, ptab, t.metric or ptab.metric)
     verdict_rows = verdicts(defn, results)
     doc = build_json(defn, results, verdict_rows, command)
     problems = validate_document(doc)

@@ -63,7 +63,9 @@ def split_budget(*, epsilon: float, q: float, perturb_share: float) -> BudgetSpl
     return BudgetSplit(rest * ratio / (ratio + 1.0), rest / (ratio + 1.0), eps3)
 
 
-def split_selection_budget(*, perturb_epsilon: float, selection_epsilon: float, q: float) -> BudgetSplit:
+def split_selection_budget(
+    *, perturb_epsilon: float, selection_epsilon: float, q: float
+) -> BudgetSplit:
     """ε3 = ``perturb_epsilon`` and ε1 + ε2 = ``selection_epsilon`` split as q^{2/3} : 1 (Eq. 13,
     Sec. IV-C), for a selection budget set on its own rather than as the (1 − share) part of ε.
 
@@ -79,7 +81,9 @@ def split_selection_budget(*, perturb_epsilon: float, selection_epsilon: float, 
         raise ValueError(f"q must be > 0, got {q}")
     ratio = q ** (2.0 / 3.0)
     return BudgetSplit(
-        selection_epsilon * ratio / (ratio + 1.0), selection_epsilon / (ratio + 1.0), perturb_epsilon
+        selection_epsilon * ratio / (ratio + 1.0),
+        selection_epsilon / (ratio + 1.0),
+        perturb_epsilon,
     )
 
 
