@@ -62,6 +62,7 @@ CURVE_COLUMNS = (
     "clients/selection_recall",
 )
 VERDICTS = ("confirmed", "contradicted", "inconclusive")
+PLOT_KINDS = ("accuracy_vs_round", "accuracy_vs_epsilon", "selection")
 SEED_KEY = "seed_everything"
 ALPHA = 0.05
 
@@ -93,6 +94,7 @@ class TableDef:
     label: str = ""  # a table's name in the documents (several may read one paper table)
     metric: str | None = None  # our metric for the paper's (default: the paper table's own)
     reference_metric: str | None = None  # the reference's metric (default: ``metric``)
+    plots: list[str] | None = None  # only these figures (names in ``PLOT_KINDS``); None: all
 
     def __post_init__(self) -> None:
         self.label = self.label or self.table
@@ -172,7 +174,11 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             label=str(t.get("label") or ""),
             metric=t.get("metric"),
             reference_metric=t.get("reference_metric"),
+            plots=None if t.get("plots") is None else list(t["plots"]),
         )
+        for kind in tdef.plots or []:
+            if kind not in PLOT_KINDS:
+                raise ReproError(f"{tw}.plots: {kind!r} is not one of {', '.join(PLOT_KINDS)}")
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
@@ -905,7 +911,8 @@ def plots(defn: Definition, results, out_dir: Path) -> dict[str, list[Path]]:
             figs[tname] = made
             continue
         if any(c.arm.paper_epsilon is not None for c in cells):
-            made += _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir, plt)
+            kinds = tuple(tdef.plots) if tdef is not None and tdef.plots is not None else PLOT_KINDS
+            made += _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir, plt, kinds)
             figs[tname] = made
             continue
         for col, ylabel, stem, scale in (
@@ -986,12 +993,8 @@ def _mean_curve(c: CellResult, col: str, scale: float = 1.0) -> tuple[list[int],
     return xs, [statistics.fmean(per[x]) for x in xs]
 
 
-def _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir: Path, plt) -> list[Path]:
-    """For arms that stand for a paper ε (paper 000): accuracy vs round (one panel per ε),
-    accuracy vs the paper's ε per method, and the selected fraction vs the λ_t quantile where
-    the runs logged their sparse-vector selection."""
-    made = []
-    levels = sorted({c.arm.paper_epsilon for c in cells if c.arm.paper_epsilon is not None})
+def _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir: Path, plt) -> list[Path]:
+    """Accuracy vs round, one panel per paper ε (mean over seeds)."""
     fig, axes = plt.subplots(
         1, len(levels), figsize=(4.2 * len(levels) + 2.5, 4.2), dpi=110, squeeze=False
     )
@@ -1018,8 +1021,20 @@ def _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir: Path, plt) -> l
     path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_round.png"
     fig.savefig(path)
     plt.close(fig)
-    made.append(path)
-    if len(levels) > 1:
+    return [path]
+
+
+def _paper_epsilon_plots(
+    defn, tname, slug, cells, ref, out_dir: Path, plt, kinds=PLOT_KINDS
+) -> list[Path]:
+    """For arms that stand for a paper ε (paper 000): accuracy vs round (one panel per ε),
+    accuracy vs the paper's ε per method, and the selected fraction vs the λ_t quantile where
+    the runs logged their sparse-vector selection."""
+    made: list[Path] = []
+    levels = sorted({c.arm.paper_epsilon for c in cells if c.arm.paper_epsilon is not None})
+    if "accuracy_vs_round" in kinds:
+        made += _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir, plt)
+    if len(levels) > 1 and "accuracy_vs_epsilon" in kinds:
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
         for method in dict.fromkeys(c.arm.method for c in cells):
             pts = sorted(
@@ -1050,7 +1065,7 @@ def _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir: Path, plt) -> l
         plt.close(fig)
         made.append(path)
     sel = [c for c in cells if any(cv.get("clients/selected_fraction") for cv in c.curves)]
-    if sel:
+    if sel and "selection" in kinds:
         fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
         grid = [i / 100 for i in range(0, 101)]
         ax.plot(grid, [1 - r for r in grid], "k-", lw=1, label="a noiseless test: 1 − r_t")
@@ -1151,8 +1166,9 @@ def main(argv: list[str] | None = None) -> int:
         tables = defn.tables
         if args.table:
             want = {t.lower() for t in args.table}
-            tables = [t for t in defn.tables if t.table.lower() in want]
-            if len(tables) != len(want):
+            tables = [t for t in defn.tables if {t.table.lower(), t.label.lower()} & want]
+            found = {n.lower() for t in tables for n in (t.table, t.label)}
+            if not want <= found:
                 have = ", ".join(t.table for t in defn.tables)
                 raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
         defn.tables = tables

@@ -156,3 +156,26 @@ def test_selection_tracking_statistics():
     flat = repro.selection_tracking(_curve(0.5, tracking=False))
     assert flat is not None and abs(flat["corr"]) < 0.5 and flat["recall"] == 0.5
     assert repro.selection_tracking({"round": [1]}) is None
+
+
+@pytest.mark.slow
+def test_repro_000_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
+    """The paper profile (full MNIST by download, 100 clients, the McMahan CNN) builds and runs
+    one round of DP-FedASGP at the paper model's ε reading on synthetic 28x28 images."""
+    store, out = tmp_path / "store", tmp_path / "out"
+    sets = {
+        "data.dataset": "synthetic",
+        "data.download": "false",
+        "data.dataset_options": '{"shape": [1, 28, 28], "num_examples": 1200}',
+        "trainer.max_steps": "1",
+    }
+    argv = ["000", "--profile", "paper", "--table", "IV", "--arm", "asgp_e05", "--seeds", "1"]
+    argv += ["--store", str(store), "--out", str(out)]
+    for k, v in sets.items():
+        argv += ["--set", f"{k}={v}"]
+    assert repro.main(argv) == 0, capsys.readouterr()
+    (row,) = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
+    assert row["metrics"]["rounds"] == 1
+    assert "--strategy.init_args.epsilon=644.9" in row["command"]  # 0.5 * sqrt(1,663,370)
+    doc = json.loads((out / "000.json").read_text())
+    assert doc["profile"] == "paper" and repro.validate_document(doc) == []
