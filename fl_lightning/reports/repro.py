@@ -161,7 +161,7 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             where=dict(a.get("where") or {}),
             paper_epsilon=None if pe is None else float(pe),
         )
-    tables = []
+    tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
         tdef = TableDef(
@@ -388,7 +388,8 @@ def collect(
                 continue
             m = row.get("metrics") or {}
             curve = curves.get(rp.point.id, {})
-            v = _pct(m[metric] if metric in m else (curve.get("audit") or {}).get(metric))
+            audit: Any = curve.get("audit")  # a dict of the run's attack metrics, if any
+            v = _pct(m[metric] if metric in m else (audit or {}).get(metric))
             if v is None:
                 continue
             res.values.append(v)
@@ -1167,8 +1168,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.table:
             want = {t.lower() for t in args.table}
             tables = [t for t in defn.tables if {t.table.lower(), t.label.lower()} & want]
-            found = {n.lower() for t in tables for n in (t.table, t.label)}
-            if not want <= found:
+            matched = {n.lower() for t in tables for n in (t.table, t.label)}
+            if not want <= matched:
                 have = ", ".join(t.table for t in defn.tables)
                 raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
         defn.tables = tables
