@@ -80,6 +80,10 @@ class AuditCallback(Callback):
             ``GaussianMechanism``), on top of the strategy's own ``process_update``.
         output_dir: where ``audit.json`` goes (default: the trainer's log directory).
         seed: seed of the audit split, the shadows and the attacks.
+        shadow_rounds: rounds of each shadow run (``None``: the target's ``trainer.max_steps``).
+            Fewer rounds make the audit cheaper, but a shadow that trained less fits its
+            members less than the target did, so attacks calibrated on it are weaker (their
+            accuracy is a lower bound); CS-MIA then compares the last ``shadow_rounds`` rounds.
     """
 
     # Shadow runs built from this run's config leave this callback out (Pipeline.build).
@@ -101,6 +105,7 @@ class AuditCallback(Callback):
         mechanism: Mechanism | None = None,
         output_dir: str | None = None,
         seed: int = 0,
+        shadow_rounds: int | None = None,
     ) -> None:
         super().__init__()
         self.attacks = expand_attacks(attacks)
@@ -138,6 +143,9 @@ class AuditCallback(Callback):
         self.mechanism = mechanism
         self.output_dir = output_dir
         self.seed = seed
+        if shadow_rounds is not None and shadow_rounds < 2:
+            raise ValueError(f"audit.shadow_rounds: must be >= 2, got {shadow_rounds}")
+        self.shadow_rounds = shadow_rounds
         self.pipeline: Pipeline | None = None
         self.split: AuditSplit | None = None
         self.recorder: SeriesRecorder | None = None
@@ -178,6 +186,10 @@ class AuditCallback(Callback):
         report = module.accountant.report() if module.accountant is not None else {}
         acc_eps = float(report.get("privacy/epsilon", math.inf))
         delta = float(report.get("privacy/delta", 1e-5))
+        if self.shadow_rounds is not None:
+            flag = f"--trainer.max_steps={self.shadow_rounds}"
+            if flag not in pipeline.args:
+                pipeline.args.append(flag)  # the shadows' rounds; the rest is the target's
         bank = ShadowBank(pipeline, split, seed=self.seed)
         results: dict[str, Any] = {
             "accountant_epsilon": acc_eps,

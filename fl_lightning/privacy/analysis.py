@@ -247,7 +247,10 @@ def local_epsilon(
     basic_eps = sum(k * e for (e, _), k in merged.items())
     basic_delta = sum(k * d for (_, d), k in merged.items())
     best = (basic_eps, basic_delta, "basic composition")
-    if len(merged) <= max_distinct:
+    # dp-accounting's PLD of an (ε, δ) mechanism evaluates e^ε: past ~700 it overflows, and for
+    # per-release ε that large the optimal composition cannot improve on basic composition in
+    # any way that matters, so basic composition is the answer there.
+    if len(merged) <= max_distinct and max(e for e, _ in merged) <= 50.0:
         key = tuple(sorted((e, d, k) for (e, d), k in merged.items()))
         tight = _optimal_composition(key, float(delta))
         if tight < 0.99 * basic_eps:  # else pure ε-DP (δ = Σδ_i) is the stronger statement

@@ -71,6 +71,10 @@ CURVE_COLUMNS = (
     "strategy/epsilon_sound",
     "strategy/weight_max",
     "strategy/frozen_total",
+    # DP-FedASGP (paper 000): the sparse-vector selection against the λ_t quantile
+    "strategy/threshold_level",
+    "clients/selected_fraction",
+    "clients/selection_recall",
 )
 VERDICTS = ("confirmed", "contradicted", "inconclusive")
 # the diagnostic columns of a table in the Markdown (key of ``_diagnostics``, header, decimals)
@@ -88,6 +92,7 @@ BUDGET_COLUMNS = [
     {"key": "epsilon_frozen_mean", "header": "Uploads with ε frozen", "digits": 1},
 ]
 _DIGITS = {"rounds_mean": 1, "anr_fired_mean": 1}  # decimals of a column given as key: header
+PLOT_KINDS = ("accuracy_vs_round", "accuracy_vs_epsilon", "selection")
 SEED_KEY = "seed_everything"
 ALPHA = 0.05
 
@@ -104,6 +109,8 @@ class Arm:
     configs: list[str]
     overrides: dict[str, Any]
     note: str = ""
+    where: dict[str, Any] = field(default_factory=dict)  # the arm's own paper cell (e.g. its ε)
+    paper_epsilon: float | None = None  # the paper's ε this arm stands for (printed beside ours)
 
 
 @dataclass
@@ -136,6 +143,9 @@ class TableDef:
     paper_where: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per arm, more ``dim: value`` of the paper's cell (e.g. the arm's ε in a table with an
     ε axis), over the table's ``where``."""
+
+    reference_metric: str | None = None  # the reference's metric (default: ``metric``)
+    plots: list[str] | None = None  # PLOT_KINDS drawn for arms with a paper ε (000)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.table
@@ -243,7 +253,16 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         cfgs = list(a.get("configs", [])) + list(per.get("configs", []))
         overrides = {**(prof.get("overrides") or {}), **(a.get("overrides") or {})}
         overrides.update(per.get("overrides") or {})
-        arms[name] = Arm(name, str(a.get("method", name)), cfgs, overrides, str(a.get("note", "")))
+        pe = a.get("paper_epsilon")
+        arms[name] = Arm(
+            name,
+            str(a.get("method", name)),
+            cfgs,
+            overrides,
+            str(a.get("note", "")),
+            where=dict(a.get("where") or {}),
+            paper_epsilon=None if pe is None else float(pe),
+        )
     tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
@@ -265,6 +284,8 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             images=[str(x) for x in t.get("images") or []],
             kind=str(t.get("kind", "accuracy")),
             paper_where={str(k): dict(v or {}) for k, v in (t.get("paper_where") or {}).items()},
+            reference_metric=t.get("reference_metric"),
+            plots=None if t.get("plots") is None else list(t["plots"]),
         )
         if tdef.kind not in ("accuracy", "attack"):
             raise ReproError(f"{tw}.kind: expected 'accuracy' or 'attack', got {tdef.kind!r}")
@@ -273,6 +294,9 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         for a in tdef.paper_cells:
             if a not in tdef.arms:
                 raise ReproError(f"{tw}.paper_cells: {a!r} is not an arm of the table")
+        for kind in tdef.plots or []:
+            if kind not in PLOT_KINDS:
+                raise ReproError(f"{tw}.plots: {kind!r} is not one of {', '.join(PLOT_KINDS)}")
         for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
@@ -280,8 +304,7 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             if a not in tdef.arms:
                 raise ReproError(f"{tw}.paper_where: {a!r} is not an arm of the table")
         load_paper(pid).table(tdef.table)  # KeyError if the paper has no such table
-        if tdef.label in {x.label for x in tables}:
-            raise ReproError(f"{tw}.label: table {tdef.label!r} defined twice")
+
         tables.append(tdef)
     tune = _tune(prof.get("tune"), arms, f"{where}.profiles.{profile}.tune")
     plot_defs = []
@@ -502,7 +525,7 @@ class ReproRunner(SweepRunner):
     def run_point(self, point: Point, claimed: dict[str, Any] | None = None) -> dict[str, Any]:
         row = super().run_point(point, claimed)
         if row.get("status") == "finished":
-            curve = read_curve(Path(row["run_dir"]))
+            curve: dict[str, Any] = read_curve(Path(row["run_dir"]))
             audit = read_audit(Path(row["run_dir"]), self.curves.parent / "images", point.id)
             if audit:  # metrics of an attack run at the end of fit (after summary.json)
                 curve["audit"] = audit  # type: ignore[assignment]
@@ -582,6 +605,7 @@ class CellResult:
     metrics: list[dict[str, Any]]
     planned: int
     extra_metrics: dict[str, str] = field(default_factory=dict)
+    eps_infinite: int = 0  # finished runs whose accountant printed ε = ∞ (no guarantee)
 
     @property
     def mean(self) -> float | None:
@@ -611,8 +635,9 @@ def collect(
 ) -> tuple[list[CellResult], CellResult | None]:
     latest = store.latest()
     curves = load_curves(store)
+    metric = table.metric or metric  # the table's own metric (e.g. an attack's) wins
 
-    def cell(arm_name: str, paper: float | None) -> CellResult:
+    def cell(arm_name: str, paper: float | None, metric: str = metric) -> CellResult:
         arm = defn.arms[arm_name]
         mine = [rp for rp in points if rp.arm.name == arm_name and rp.variant == table.variant]
         res = CellResult(arm, paper, [], [], [], [], [], len(mine), dict(table.extra_metrics))
@@ -623,7 +648,7 @@ def collect(
             curve: dict[str, Any] = curves.get(rp.point.id) or {}
             m = {**(row.get("metrics") or {}), **(curve.get("audit") or {})}
             m["_point_id"] = rp.point.id
-            raw = m.get(table.metric or metric)
+            raw = m.get(metric)
             v = _pct(raw) if table.percent else _num(raw)
             if v is None:
                 continue
@@ -632,9 +657,11 @@ def collect(
             eps = m.get("privacy/epsilon")
             if isinstance(eps, (int, float)) and math.isfinite(eps):  # inf: non-private
                 res.eps.append(float(eps))
+            elif isinstance(eps, (int, float)):
+                res.eps_infinite += 1
             if m.get("privacy/guarantee"):
                 res.guarantees.append(str(m["privacy/guarantee"]))
-            res.curves.append(curves.get(rp.point.id, {}))
+            res.curves.append(curve)
         return res
 
     out = []
@@ -644,14 +671,17 @@ def collect(
             hits = paper_table.select(**{**table.where, **table.paper_cells[a]})
         else:
             hits = paper_table.select(
-                method=name, **{**table.where, **table.paper_where.get(a, {})}
+                method=name,
+                **{**table.where, **defn.arms[a].where, **table.paper_where.get(a, {})},
             )
         paper = hits[0]["value"] if len(hits) == 1 else None
         res = cell(a, paper)
         if name not in ("-", res.arm.method) and paper is not None and a not in table.paper_where:
             res.arm = replace(res.arm, method=name)  # the paper's name in this table
         out.append(res)
-    ref = cell(table.reference, None) if table.reference else None
+    ref = None
+    if table.reference:
+        ref = cell(table.reference, None, table.reference_metric or metric)
     return out, ref
 
 
@@ -818,16 +848,19 @@ def verdicts(
                 evidence += f". Reading: {claim['reading']}"
             out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
             continue
+        if isinstance(claim.get("tracks"), dict):
+            out.append(_tracking_verdict(text, t, claim, cells, i))
+            continue
         percent = next((d.percent for d in defn.tables if d.label == t), True)
         unit = " pt" if percent else ""  # e.g. an SSIM difference is no percentage point
         close = claim.get("close")
-        rule = claim.get("better")
+        rule = claim.get("better") or claim.get("lower")
         if isinstance(close, dict):
             rule = {"arm": close["arm"], "than": [close["to"]]}
         if not isinstance(rule, dict):
             raise ReproError(
-                f"claims[{i}]: expected 'better: {{arm, than}}', 'close: {{arm, to, within}}' "
-                "or 'peak: {{arm, value}}'"
+                f"claims[{i}]: expected 'better: {{arm, than}}', 'lower: {{arm, than}}', "
+                "'close: {{arm, to, within}}', 'peak: {{arm, value}}' or 'tracks: {{arm}}'"
             )
         a = cells.get(rule["arm"])
         others = [cells.get(b) for b in rule["than"]]
@@ -835,8 +868,10 @@ def verdicts(
             raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
         if isinstance(close, dict):
             parts = [compare_close(a, others[0], float(close["within"]), unit)]  # type: ignore[arg-type]
-        else:
+        elif "better" in claim:
             parts = [compare_methods(a, o, unit) for o in others]  # type: ignore[arg-type]
+        else:  # lower is the claim (e.g. attack accuracy): the others beat it on the value
+            parts = [compare_methods(o, a, unit) for o in others]  # type: ignore[arg-type]
         margins = rule.get("margin")
         if margins is not None:
             if not isinstance(margins, list) or len(margins) != len(others):
@@ -872,6 +907,65 @@ def verdicts(
             evidence += f". Reading: {claim['reading']}"
         out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
     return out
+
+
+TRACK_CORR, TRACK_MAD = 0.9, 0.1  # "follows the quantile": correlation and mean |error|
+
+
+def selection_tracking(curve: dict[str, list]) -> dict[str, float] | None:
+    """How closely one run's selected fraction followed the λ_t quantile of Eq. (14).
+
+    A noiseless test s(g'_j) ≥ λ_t selects 1 − r_t of the coordinates (r_t = the quantile
+    level, ``strategy/threshold_level``). Returns the Pearson correlation of the logged
+    ``clients/selected_fraction`` with 1 − r_t over rounds, their mean absolute difference and
+    the mean recall (``clients/selection_recall``: of the coordinates above λ_t, the share
+    selected); ``None`` without those columns."""
+    levels = curve.get("strategy/threshold_level") or []
+    fracs = curve.get("clients/selected_fraction") or []
+    pairs = [(1.0 - r, f) for r, f in zip(levels, fracs) if r is not None and f is not None]
+    if len(pairs) < 3:
+        return None
+    ideal, got = [p[0] for p in pairs], [p[1] for p in pairs]
+    try:
+        corr = statistics.correlation(ideal, got)
+    except statistics.StatisticsError:  # constant series
+        corr = float("nan")
+    out = {"corr": corr, "mad": statistics.fmean(abs(a - b) for a, b in pairs)}
+    recall = [x for x in curve.get("clients/selection_recall") or [] if x is not None]
+    if recall:
+        out["recall"] = statistics.fmean(recall)
+    return out
+
+
+def _tracking_verdict(text: str, t: str, claim: dict[str, Any], cells, i: int) -> dict[str, Any]:
+    arm = claim["tracks"].get("arm")
+    c = cells.get(arm)
+    if c is None:
+        raise ReproError(f"claims[{i}]: arm {arm!r} is not in table {t}")
+    stats = [x for x in (selection_tracking(cv) for cv in c.curves) if x is not None]
+    if not stats:
+        verdict, evidence = "inconclusive", f"{c.arm.method}: no run logged its selection"
+    else:
+        corr = statistics.fmean(x["corr"] for x in stats)
+        mad = statistics.fmean(x["mad"] for x in stats)
+        if math.isfinite(corr) and corr >= TRACK_CORR and mad <= TRACK_MAD:
+            verdict = "confirmed"
+        elif not math.isfinite(corr) or corr < 0.5 or mad > 0.25:
+            verdict = "contradicted"
+        else:
+            verdict = "inconclusive"
+        rec = [x["recall"] for x in stats if "recall" in x]
+        evidence = (
+            f"{c.arm.method} ({len(stats)} runs): selected fraction vs 1 − r_t over rounds, "
+            f"correlation {corr:.2f}, mean |difference| {mad:.3f}"
+            + (f", recall of the coordinates above λ_t {statistics.fmean(rec):.2f}" if rec else "")
+            + f" (follows: correlation ≥ {TRACK_CORR} and |difference| ≤ {TRACK_MAD})"
+        )
+    if claim.get("paper"):
+        evidence += f". Paper: {claim['paper']}"
+    if claim.get("reading"):
+        evidence += f". Reading: {claim['reading']}"
+    return {"claim": text, "verdict": verdict, "evidence": evidence, "table": t}
 
 
 # -- documents --------------------------------------------------------------------------------
@@ -949,6 +1043,20 @@ def _diagnostics(c: CellResult) -> dict[str, Any]:
     frozen = [v for v in (_last(cv, "strategy/frozen_total") for cv in c.curves) if v is not None]
     if frozen:
         out["epsilon_frozen_mean"] = statistics.fmean(frozen)
+    if c.arm.paper_epsilon is not None:  # the runs' own ε beside the paper's (000)
+        out["epsilon_infinite_runs"] = c.eps_infinite
+    track = [x for x in (selection_tracking(cv) for cv in c.curves if cv) if x is not None]
+    if track:
+        out["selected_fraction_mean"] = statistics.fmean(
+            statistics.fmean(x for x in cv["clients/selected_fraction"] if x is not None)
+            for cv in c.curves
+            if cv and cv.get("clients/selected_fraction")
+        )
+        out["selection_corr_mean"] = statistics.fmean(x["corr"] for x in track)
+        out["selection_mad_mean"] = statistics.fmean(x["mad"] for x in track)
+        rec = [x["recall"] for x in track if "recall" in x]
+        if rec:
+            out["selection_recall_mean"] = statistics.fmean(rec)
     return out
 
 
@@ -971,7 +1079,7 @@ def _guarantee(c: CellResult) -> str:
 
 
 def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
-    return {
+    out = {
         "method": c.arm.method,
         "arm": c.arm.name,
         "setting": _setting(defn, c.arm),
@@ -984,6 +1092,9 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
         "guarantee": _guarantee(c),
         "diagnostics": _diagnostics(c),
     }
+    if c.arm.paper_epsilon is not None:
+        out["epsilon_paper"] = c.arm.paper_epsilon
+    return out
 
 
 def build_json(
@@ -1001,6 +1112,8 @@ def build_json(
             extra = {"paper_table": t.table, "overrides": t.overrides}
         if t.metric:
             extra["metric"] = t.metric
+        if t.reference_metric:
+            extra["reference_metric"] = t.reference_metric
         # attack tables (e.g. DLG's SSIM) are kept apart from the accuracy tables, whose
         # standard (a non-private accuracy reference, cells above chance) they do not share
         (attack_tables if t.kind == "attack" else tables).append(
@@ -1156,8 +1269,14 @@ def render_markdown(
         if tdef.note:
             lines += [tdef.note.strip(), ""]
         where = ", ".join(f"{k} = {v}" for k, v in t["where"].items())
+        values = "test accuracy (%)" if "metric" not in t else f"`{t['metric']}` (%)"
         if where:
-            lines += [f"Paper cells at {where}. Values: {tdef.unit}.", ""]
+            values = (
+                f"`{t['metric']}` (%)"
+                if t.get("metric") and tdef.percent and tdef.unit == "test accuracy (%)"
+                else tdef.unit
+            )
+            lines += [f"Paper cells at {where}. Values: {values}.", ""]
         ours = [c["ours_mean"] for c in t["cells"]]
         papers = [c["paper"] for c in t["cells"]]
         r_ours, r_paper = _ranks(ours), _ranks(papers)
@@ -1166,11 +1285,24 @@ def render_markdown(
         # Budget columns only for tables whose runs log them (async local DP, paper 004).
         if any("clients_exited_mean" in c["diagnostics"] for c in t["cells"]):
             cols = [*cols, *BUDGET_COLUMNS]
-        lines += [
-            "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
-            "ε reported | Guarantee | " + " | ".join(col["header"] for col in cols) + " |",
-            "|---|---|---|---|---|---|---|---|" + "---|" * len(cols),
-        ]
+        # Arms that stand for a paper ε (paper 000): the paper's ε beside the sound one.
+        has_pe = any("epsilon_paper" in c for c in t["cells"])
+        has_sel = any("selected_fraction_mean" in c["diagnostics"] for c in t["cells"])
+        if has_pe:
+            head = (
+                "| Method (arm) | Paper ε | Paper | Paper rank | Ours (mean ± std) | Our rank | "
+                "Seeds | Sound ε (whole run, client) | Guarantee | Rounds |"
+            )
+            head += (
+                " Selected fraction | Corr. with 1 − r_t | Recall above λ_t |" if has_sel else ""
+            )
+            lines += [head, "|" + "---|" * (head.count("|") - 1)]
+        else:
+            lines += [
+                "| Method (arm) | Paper | Paper rank | Ours (mean ± std) | Our rank | Seeds | "
+                "ε reported | Guarantee | " + " | ".join(col["header"] for col in cols) + " |",
+                "|---|---|---|---|---|---|---|---|" + "---|" * len(cols),
+            ]
         for c, ro, rp in zip(t["cells"], r_ours, r_paper):
             d = c["diagnostics"]
             ours_s = (
@@ -1184,6 +1316,9 @@ def render_markdown(
             eps = _f(c["epsilon_reported"], 3)
             if "epsilon_sound_mean" in d:
                 eps += f" (sound: {d['epsilon_sound_mean']:.3g})"
+            if has_pe:
+                lines.append(_cell_row_eps(c, d, ours_s, ro, rp, has_sel))
+                continue
             if "epsilon_local_per_coordinate_mean" in d:
                 eps += f" (per coordinate: {d['epsilon_local_per_coordinate_mean']:.3g}"
                 if "epsilon_local_per_client_mean" in d:
@@ -1199,7 +1334,9 @@ def render_markdown(
         lines.append("")
         if ref is not None:
             lines.append(
-                f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`): "
+                f"Non-private reference in the same setting ({ref['method']}, `{ref['arm']}`"
+                + (f", `{t['reference_metric']}`" if "reference_metric" in t else "")
+                + "): "
                 f"**{_f(ref['ours_mean'], digits)}**"
                 + (f" ± {_f(ref['ours_std'], digits)}" if ref["ours_std"] is not None else "")
                 + (" %" if tdef.percent else "")
@@ -1313,6 +1450,30 @@ def copy_images(
     return out
 
 
+def _eps_text(x: float | None, infinite: int, seeds: int) -> str:
+    if x is None:
+        return "∞ (no guarantee)" if infinite else "—"
+    text = f"{x:.3g}"
+    return text + (f" ({infinite}/{seeds} runs ∞)" if infinite else "")
+
+
+def _cell_row_eps(c, d, ours_s: str, ro: str, rp: str, has_sel: bool) -> str:
+    """One row of a table whose arms stand for a paper ε: the paper's ε, then the sound
+    client-level ε of the runs (the accountant's, whole run) beside it."""
+    sound = _eps_text(c["epsilon_reported"], d.get("epsilon_infinite_runs", 0), c["seeds"])
+    row = (
+        f"| {c['method']} (`{c['arm']}`) | {_f(c.get('epsilon_paper'), 1)} | {_f(c['paper'])} | "
+        f"{rp} | {ours_s} | {ro} | {c['seeds']}/{c['seeds_planned']} | {sound} | "
+        f"{c['guarantee']} | {_f(d.get('rounds_mean'), 1)} |"
+    )
+    if has_sel:
+        row += (
+            f" {_f(d.get('selected_fraction_mean'), 3)} | {_f(d.get('selection_corr_mean'), 2)} |"
+            f" {_f(d.get('selection_recall_mean'), 2)} |"
+        )
+    return row
+
+
 def plots(
     defn: Definition, results, out_dir: Path, tuning: list[TuneResult] | None = None
 ) -> dict[str, list[Path]]:
@@ -1324,9 +1485,19 @@ def plots(
     import matplotlib.pyplot as plt
 
     figs: dict[str, list[Path]] = {}
+    by_label = {d.label: d for d in defn.tables}
     for tname, (cells, ref) in results.items():
         slug = "".join(ch if ch.isalnum() else "_" for ch in tname)
-        made = []
+        made: list[Path] = []
+        tdef = by_label.get(tname)
+        if tdef is not None and tdef.metric:  # e.g. attack accuracy: the curves are elsewhere
+            figs[tname] = made
+            continue
+        if any(c.arm.paper_epsilon is not None for c in cells):
+            kinds = tuple(tdef.plots) if tdef is not None and tdef.plots is not None else PLOT_KINDS
+            made += _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir, plt, kinds)
+            figs[tname] = made
+            continue
         for col, ylabel, stem, scale in (
             ("test/accuracy", "test accuracy (%)", "accuracy_vs_round", 100.0),
             ("privacy/epsilon", "ε spent", "epsilon_vs_round", 1.0),
@@ -1527,6 +1698,121 @@ def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _mean_curve(c: CellResult, col: str, scale: float = 1.0) -> tuple[list[int], list[float]]:
+    series = [cv for cv in c.curves if cv.get(col)]
+    per: dict[int, list[float]] = {}
+    for cv in series:
+        for r, v in zip(cv["round"], cv[col]):
+            if v is not None:
+                per.setdefault(r, []).append(v * scale)
+    xs = sorted(r for r in per if len(per[r]) == len(series))
+    return xs, [statistics.fmean(per[x]) for x in xs]
+
+
+def _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir: Path, plt) -> list[Path]:
+    """Accuracy vs round, one panel per paper ε (mean over seeds)."""
+    fig, axes = plt.subplots(
+        1, len(levels), figsize=(4.2 * len(levels) + 2.5, 4.2), dpi=110, squeeze=False
+    )
+    for ax, e in zip(axes[0], levels):
+        for k, c in enumerate([x for x in cells if x.arm.paper_epsilon == e] + [ref] * bool(ref)):
+            xs, ys = _mean_curve(c, "test/accuracy", 100.0)
+            if xs:
+                ax.plot(
+                    xs,
+                    ys,
+                    marker="osv^Dxp*"[k % 8],
+                    markersize=3,
+                    lw=1.1,
+                    ls="-" if c is ref else "--",
+                    label=c.arm.method,
+                )
+        ax.set_title(f"paper ε = {e:g}")
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy (%), mean over seeds")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Paper {defn.paper}, table {tname}: accuracy vs round")
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_round.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]
+
+
+def _paper_epsilon_plots(
+    defn, tname, slug, cells, ref, out_dir: Path, plt, kinds=PLOT_KINDS
+) -> list[Path]:
+    """For arms that stand for a paper ε (paper 000): accuracy vs round (one panel per ε),
+    accuracy vs the paper's ε per method, and the selected fraction vs the λ_t quantile where
+    the runs logged their sparse-vector selection."""
+    made: list[Path] = []
+    levels = sorted({c.arm.paper_epsilon for c in cells if c.arm.paper_epsilon is not None})
+    if "accuracy_vs_round" in kinds:
+        made += _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir, plt)
+    if len(levels) > 1 and "accuracy_vs_epsilon" in kinds:
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+        for method in dict.fromkeys(c.arm.method for c in cells):
+            pts = sorted(
+                (c.arm.paper_epsilon, c.mean, c.std or 0.0)
+                for c in cells
+                if c.arm.method == method and c.mean is not None
+            )
+            if pts:
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    yerr=[p[2] for p in pts],
+                    marker="o",
+                    capsize=3,
+                    label=method,
+                )
+        if ref is not None and ref.mean is not None:
+            ax.axhline(ref.mean, color="k", ls=":", lw=1, label=f"{ref.arm.method}")
+        ax.set_xscale("log")
+        ax.set_xlabel("the paper's ε (per round; our reading in the notes)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs ε (mean ± std over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png"
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    sel = [c for c in cells if any(cv.get("clients/selected_fraction") for cv in c.curves)]
+    if sel and "selection" in kinds:
+        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+        grid = [i / 100 for i in range(0, 101)]
+        ax.plot(grid, [1 - r for r in grid], "k-", lw=1, label="a noiseless test: 1 − r_t")
+        for k, c in enumerate(sel):
+            xs, fr = _mean_curve(c, "clients/selected_fraction")
+            _, lv = _mean_curve(c, "strategy/threshold_level")
+            if xs and len(lv) == len(fr):
+                ax.plot(
+                    lv,
+                    fr,
+                    marker="osv^Dxp*"[k % 8],
+                    ls="--",
+                    lw=1,
+                    markersize=4,
+                    label=f"{c.arm.method}, paper ε {c.arm.paper_epsilon:g}",
+                )
+        ax.set_xlabel("quantile level r_t of λ_t (Eq. 14; rises with the round)")
+        ax.set_ylabel("selected fraction (mean over clients and seeds)")
+        ax.set_title(f"Paper {defn.paper}: does the sparse-vector test follow λ_t?")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{defn.paper}_{slug}_selected_fraction_vs_threshold.png"
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    return made
 
 
 # -- the command ------------------------------------------------------------------------------

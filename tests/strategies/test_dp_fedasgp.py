@@ -113,3 +113,57 @@ def test_bad_options_raise():
         DPFedASGP(significance="abs")
     with pytest.raises(ValueError, match="strategy.epsilon"):
         DPFedASGP(epsilon=0)
+
+
+def _selected_fraction(s: DPFedASGP, base: torch.Tensor, t: int, total: int, seed: int) -> float:
+    up = ClientUpdate(client_id=0, delta=-base.clone(), num_examples=1, loss=1.0)
+    out = s.process_update(
+        up, ctx(round_idx=t, total=total, d=base.numel()), generator=generator_for(seed, "c")
+    )
+    return out.metrics["selected_fraction"], out.metrics["selection_recall"]
+
+
+def test_selection_epsilon_makes_the_test_follow_the_quantile():
+    """Eq. 1/13/14: with selection noise far below the coordinates' spread (a large selection
+    budget), the selected fraction is 1 − r_t and every coordinate above λ_t is selected; with
+    the published split (ε1 = ε2 = 5 % of ε) at Δ S = C the test is a coin flip."""
+    d, T = 20_000, 10
+    base = torch.randn(d, generator=generator_for(3, "g"))
+    base /= base.norm()  # a clipped gradient: coordinates about 1/sqrt(d) = 0.007
+    tracking = DPFedASGP(epsilon=1.0, selection_epsilon=1e6, lr=1.0)
+    published = DPFedASGP(epsilon=4.0, lr=1.0)  # ε1 = 0.2: α's scale 5 against 0.007
+    for t in (1, 4, 8):
+        level = min((t + 1) / T, 0.9)
+        frac, recall = _selected_fraction(tracking, base, t, T, seed=t)
+        assert frac == pytest.approx(1 - level, abs=0.01) and recall > 0.98
+        frac, recall = _selected_fraction(published, base, t, T, seed=t)
+        # random: the recall of the coordinates above λ_t is the selected fraction itself
+        assert recall == pytest.approx(frac, abs=0.03)
+
+
+def test_selection_epsilon_accounting():
+    s = DPFedASGP(epsilon=0.5, selection_epsilon=8.0, q=8.0)
+    split = s.mechanism.split
+    assert split.epsilon3 == pytest.approx(0.5)  # ε is ε3 alone
+    assert split.epsilon1 + split.epsilon2 == pytest.approx(8.0)
+    assert split.epsilon1 / split.epsilon2 == pytest.approx(8.0 ** (2 / 3))  # ε1 : ε2 = q^{2/3} : 1
+    assert s.mechanism.paper_epsilon() == pytest.approx(8.5)  # the paper's per-round figure
+    assert s.mechanism.query_scale == pytest.approx(8.0 / split.epsilon1)  # α ~ Lap(qΔS/ε1)
+    # as published the upload has no guarantee, whatever the selection budget
+    acc = PrivacyAccountant()
+    acc.record(s.round_privacy(ctx()))
+    assert math.isinf(acc.report()["privacy/epsilon"])
+    # the sound variant noises every coordinate with Lap(ΔS/ε3): ε = 2C·sqrt(d)/(ΔS/ε3) a round,
+    # set by ε3 alone (the selection is not in the output)
+    for sel, eps3 in ((None, 0.25), (8.0, 0.5), (64.0, 0.5)):
+        v = DPFedASGP(
+            epsilon=0.5,
+            perturb_share=0.5,
+            selection_epsilon=sel,
+            noise_unselected=True,
+            loss_weighting=False,
+        )
+        v.setup_strategy(num_clients=10, num_parameters=10_000, seed=0)
+        assert v.defensible_round_epsilon() == pytest.approx(2 * 100 * eps3)
+    with pytest.raises(ValueError, match="strategy.selection_epsilon"):
+        DPFedASGP(selection_epsilon=0.0)

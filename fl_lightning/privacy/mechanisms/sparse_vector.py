@@ -63,6 +63,30 @@ def split_budget(*, epsilon: float, q: float, perturb_share: float) -> BudgetSpl
     return BudgetSplit(rest * ratio / (ratio + 1.0), rest / (ratio + 1.0), eps3)
 
 
+def split_selection_budget(
+    *, perturb_epsilon: float, selection_epsilon: float, q: float
+) -> BudgetSplit:
+    """ε3 = ``perturb_epsilon`` and ε1 + ε2 = ``selection_epsilon`` split as q^{2/3} : 1 (Eq. 13,
+    Sec. IV-C), for a selection budget set on its own rather than as the (1 − share) part of ε.
+
+    The selection noise α_j ~ Lap(qΔS/ε1) (Eq. 13) must be small against the spread of the
+    scores around λ_t (Eq. 14) for the test to follow the λ_t quantile; for an L2-clipped
+    gradient that spread is about C/√|W|, far below ΔS/ε1 when ε1 is a small share of a small ε.
+    """
+    if perturb_epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0, got {perturb_epsilon}")
+    if selection_epsilon <= 0:
+        raise ValueError(f"selection_epsilon must be > 0, got {selection_epsilon}")
+    if q <= 0:
+        raise ValueError(f"q must be > 0, got {q}")
+    ratio = q ** (2.0 / 3.0)
+    return BudgetSplit(
+        selection_epsilon * ratio / (ratio + 1.0),
+        selection_epsilon / (ratio + 1.0),
+        perturb_epsilon,
+    )
+
+
 def threshold_quantile(
     *, round_number: int, total_rounds: int, schedule: ThresholdSchedule
 ) -> float:
@@ -198,5 +222,6 @@ __all__ = [
     "quantile_threshold",
     "significance_scores",
     "split_budget",
+    "split_selection_budget",
     "threshold_quantile",
 ]
