@@ -96,7 +96,7 @@ def test_repro_000_documents_from_a_store(tmp_path: Path, monkeypatch):
     out = tmp_path / "out"
     doc = repro.write_documents(defn, points, store, out, "fl-lightning repro 000")
     assert repro.validate_document(doc) == []
-    tables = {t.get("label", t["table"]): t for t in doc["tables"]}
+    tables = {t["table"]: t for t in doc["tables"]}
     iv = {c["arm"]: c for c in tables["IV"]["cells"]}
     assert iv["asgp_e01"]["epsilon_paper"] == 0.1 and iv["asgp_e01"]["paper"] == 91.16
     assert iv["fedsmp_e05"]["paper"] == 94.53  # the arm's own where picks its ε row
@@ -110,7 +110,7 @@ def test_repro_000_documents_from_a_store(tmp_path: Path, monkeypatch):
     )  # missing, not invented
     # Table III: one paper table, three labels, each with its own metric; lower = leaks less
     mia = tables["III CS-MIA"]
-    assert mia["table"] == "III" and mia["metric"] == "audit/cs_mia/balanced_accuracy"
+    assert mia["paper_table"] == "III" and mia["metric"] == "audit/cs_mia/balanced_accuracy"
     cells = {c["arm"]: c for c in mia["cells"]}
     assert cells["cpsgd_e05"]["ours_mean"] == 50.1 and cells["cpsgd_e05"]["paper"] == 51.40
     assert mia["nonprivate_reference"]["ours_mean"] > 90  # its test accuracy (reference_metric)
@@ -142,12 +142,15 @@ def test_read_audit_flattens_the_membership_attacks(tmp_path: Path):
             }
         )
     )
-    assert repro.read_audit(tmp_path) == {
+    (tmp_path / "audit_dlg.png").write_bytes(b"png")
+    images = tmp_path / "images"
+    assert repro.read_audit(tmp_path, images, "p1") == {
         "audit/threshold/balanced_accuracy": 0.51,
         "audit/threshold/auc": 0.5,
         "audit/cs_mia/balanced_accuracy": 0.55,
     }
-    assert repro.read_audit(tmp_path / "none") == {}
+    assert (images / "p1_audit_dlg.png").read_bytes() == b"png"  # kept beside the store
+    assert repro.read_audit(tmp_path / "none", images, "p2") == {}
 
 
 def test_selection_tracking_statistics():
