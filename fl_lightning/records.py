@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,3 +80,25 @@ class RoundContext:
                 "is unknown and a client-level event cannot be accounted"
             )
         return self.sampling
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """What one client's local training needs from the strategy, fixed before it starts: the
+    strategy builds it (``Strategy.configure_client``) and the local loop runs it without ever
+    seeing the strategy (Flower's ``configure_fit`` role; review P2).
+
+    Attributes:
+        start_params: flat weights the client starts from and takes its delta against (the
+            global model; a local-only baseline's own model).
+        optimizer_state: the local optimizer's state to resume (None: a fresh optimizer).
+        grad_hook: called with the client's parameters after each local backward pass, before
+            the optimizer step (e.g. SCAFFOLD's control-variate correction); None: nothing.
+        save_optimizer_state: receives the optimizer's state after local training when the
+            strategy keeps it across rounds (DPFL-AGN's persisted Adam); None: not kept.
+    """
+
+    start_params: torch.Tensor
+    optimizer_state: dict[str, Any] | None = None
+    grad_hook: Callable[[Sequence[torch.nn.Parameter]], None] | None = None
+    save_optimizer_state: Callable[[dict[str, Any]], None] | None = None

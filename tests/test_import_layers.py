@@ -35,10 +35,7 @@ LAYERS: list[set[str]] = [
 ]
 
 # (importer, imported) module pairs that point up today. Only ever delete from this list.
-ALLOWED_UPWARD: set[tuple[str, str]] = {
-    # P2: the local loop types against Strategy and calls its client hooks (ClientPlan fixes it).
-    ("client.local_loop", "strategies.base"),
-}
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 # Import circles (strongly connected components of the module graph) that exist today, each
 # as the exact set of modules in it. Only ever delete (or shrink) entries.

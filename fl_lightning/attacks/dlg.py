@@ -269,7 +269,8 @@ def upload_gradient(
         "local_epochs": 1,
     }
     trainer = LocalTrainer(client, "cpu")
-    update = trainer.train(client_id, x.cpu(), y.cpu(), ctx, strategy)
+    plan = strategy.configure_client(client_id, ctx)
+    update = trainer.train(client_id, x.cpu(), y.cpu(), ctx, plan)
     g = generator_for(seed, round_idx, client_id, "client_mechanism")
     update = strategy.process_update(update, ctx, generator=g)
     delta = update.delta

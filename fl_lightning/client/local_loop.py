@@ -10,7 +10,6 @@ the vectorised executor uses too.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,12 +18,9 @@ from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.client.module import ClientModule
 from fl_lightning.client.semantics import batch_plan
 from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
-
-if TYPE_CHECKING:
-    from fl_lightning.strategies.base import Strategy
 
 
 class LocalTrainer:
@@ -70,14 +66,15 @@ class LocalTrainer:
         x: torch.Tensor,
         y: torch.Tensor,
         ctx: RoundContext,
-        strategy: Strategy,
+        plan: ClientPlan,
     ) -> ClientUpdate:
-        """Trains client ``client_id`` from ``ctx.global_params``; returns its update."""
+        """Trains client ``client_id`` from ``plan.start_params`` (the strategy's
+        ``configure_client``); returns its update, the delta against the start."""
         cfg = self.config.with_overrides(ctx.client_config)
         n = len(y)
-        start = strategy.client_start_params(client_id, ctx)
+        start = plan.start_params
         load_flat_(self.params, start)
-        self._reset_optimizer(cfg, strategy.client_optimizer_state(client_id))
+        self._reset_optimizer(cfg, plan.optimizer_state)
         batch_gen = generator_for(ctx.seed, ctx.round_idx, client_id, "batches", device=x.device)
         dp = cfg.dp_sgd
         rate = dp_sgd_rate(batch_size=cfg.batch_size, size=n)
@@ -93,19 +90,20 @@ class LocalTrainer:
         if cfg.prox_mu > 0:
             prox_anchor = [p.detach().clone() for p in self.params]
 
-        plan = batch_plan(cfg, n, batch_gen, x.device)
+        batches = batch_plan(cfg, n, batch_gen, x.device)
         losses = []
         self.client.net.train()
-        for idx in plan:
+        for idx in batches:
             losses.append(self.engine.compute_gradients(x[idx], y[idx], self.client.loss))
             if prox_anchor is not None:
                 # FedProx (Li et al. 2020, Eq. 2): ∇(μ/2)‖w − w_t‖² = μ(w − w_t).
                 for p, anchor in zip(self.params, prox_anchor):
                     p.grad.add_(p.detach() - anchor, alpha=cfg.prox_mu)
-            strategy.adjust_local_gradients(client_id, self.params, ctx)
+            if plan.grad_hook is not None:
+                plan.grad_hook(self.params)
             self.optimizer.step()
-        if strategy.persists_client_optimizer_state:
-            strategy.save_client_optimizer_state(client_id, self.optimizer.state_dict())
+        if plan.save_optimizer_state is not None:
+            plan.save_optimizer_state(self.optimizer.state_dict())
 
         delta = flatten_into(self.params, self._local).clone().sub_(start)
         return client_update(
@@ -113,7 +111,7 @@ class LocalTrainer:
             delta,
             num_examples=n,
             step_losses=losses,
-            steps=len(plan),
+            steps=len(batches),
             cfg=cfg,
             round_idx=ctx.round_idx,
         )

@@ -77,7 +77,8 @@ class SequentialExecutor:
             x, y = data.client_data(client_id)
             if hooks is not None:
                 hooks.start(client_id, ctx)
-            update = self.local_trainer.train(client_id, x, y, ctx, strategy)
+            plan = strategy.configure_client(client_id, ctx)
+            update = self.local_trainer.train(client_id, x, y, ctx, plan)
             g = generator_for(ctx.seed, ctx.round_idx, client_id, "client_mechanism")
             update = strategy.process_update(update, ctx, generator=g)
             if hooks is not None:

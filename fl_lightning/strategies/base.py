@@ -38,7 +38,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 
 Weighting = Literal["num_examples", "uniform"]
 Reduction = Literal["sum", "stream", "gather"]
@@ -122,6 +122,26 @@ class Strategy(Callback):
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
         """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``)."""
         return {}
+
+    def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:
+        """The plan of client ``client_id``'s local training this round, from the client hooks
+        below; the local loop runs it without seeing the strategy."""
+        overrides_hook = type(self).adjust_local_gradients is not Strategy.adjust_local_gradients
+
+        def grad_hook(params: Sequence[torch.nn.Parameter]) -> None:
+            self.adjust_local_gradients(client_id, params, ctx)
+
+        def save_optimizer_state(state: dict[str, Any]) -> None:
+            self.save_client_optimizer_state(client_id, state)
+
+        return ClientPlan(
+            start_params=self.client_start_params(client_id, ctx),
+            optimizer_state=self.client_optimizer_state(client_id),
+            grad_hook=grad_hook if overrides_hook else None,
+            save_optimizer_state=(
+                save_optimizer_state if self.persists_client_optimizer_state else None
+            ),
+        )
 
     def adjust_local_gradients(
         self, client_id: int, params: Sequence[torch.nn.Parameter], ctx: RoundContext

@@ -172,7 +172,7 @@ def test_poisson_sampling_is_kept(engine: str, monkeypatch: pytest.MonkeyPatch) 
             sample_rate=1.0,
             global_params=flatten(trainable_parameters(client.net)),
         )
-        update = trainer.train(0, x, y, ctx, _Recorder())
+        update = trainer.train(0, x, y, ctx, _Recorder().configure_client(0, ctx))
         results[eng] = update.delta
         sizes_seen[eng] = sizes
         assert update.dp_steps[0].sample_rate == pytest.approx(batch / n)
