@@ -82,6 +82,10 @@ class Workspace:
         for name in ("configs", "examples"):
             (root / name).symlink_to(REPO / name)
         shutil.copytree(REPO / "sweeps", root / "sweeps")
+        # `fl-lightning repro PAPER` reads its committed sweep store (docs/reproductions/store)
+        # from the working directory and, every point being finished, only regenerates the
+        # report: a copy keeps the command as written (seconds) and the checkout untouched.
+        shutil.copytree(REPO / "docs" / "reproductions", root / "docs" / "reproductions")
         for spec in (root / "sweeps").glob("*.yaml"):  # tiny: one round a point
             data = yaml.safe_load(spec.read_text())
             if "trainer.max_steps" in data.get("parameters", {}):
