@@ -1505,24 +1505,19 @@ def plots(
             fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
             drawn = False
             for k, c in enumerate(cells + ([ref] if ref else [])):
-                series = [cv for cv in c.curves if cv.get(col)]
-                if not series:
+                seeds = sum(1 for cv in c.curves if cv.get(col))
+                if not seeds:
                     continue
-                per: dict[int, list[float]] = {}
-                for cv in series:
-                    for r, v in zip(cv["round"], cv[col]):
-                        if v is not None:
-                            per.setdefault(r, []).append(v * scale)
-                xs = sorted(r for r in per if len(per[r]) == len(series))  # every seed
+                xs, ys = _mean_curve(c, col, scale)
                 ax.plot(
                     xs,
-                    [statistics.fmean(per[x]) for x in xs],
+                    ys,
                     # distinct styles, so that arms with identical curves stay visible
                     marker="osv^Dxp*"[k % 8],
                     markersize=4,
                     ls="-" if c is ref else ["--", ":", "-.", (0, (5, 1))][k % 4],
                     lw=1.2,
-                    label=f"{c.arm.method} ({len(series)} seeds)",
+                    label=f"{c.arm.method} ({seeds} seeds)",
                 )
                 drawn = True
             if drawn:
@@ -1614,22 +1609,18 @@ def _curve_plot(
         series = [cv for cv in c.curves if cv.get(pl.column)]
         if not series:
             continue
-        per: dict[int, list[float]] = {}
         for cv in series:
-            for r, v in zip(cv["round"], cv[pl.column]):
-                if v is not None and math.isfinite(v):
-                    per.setdefault(r, []).append(v)
             if pl.reference_column:
                 ref_values += [
                     v for v in cv.get(pl.reference_column, []) if v is not None and math.isfinite(v)
                 ]
-        xs = sorted(r for r in per if len(per[r]) == len(series))
+        xs, ys = _mean_curve(c, pl.column, finite=True)
         if not xs:
             continue
         last = max(max(cv["round"]) for cv in series)
         ax.plot(
             [x / last for x in xs] if pl.fraction else xs,
-            [statistics.fmean(per[x]) for x in xs],
+            ys,
             marker="osv^Dxp*"[k % 8],
             markersize=3,
             ls=["-", "--", ":", "-."][k % 4],
@@ -1700,12 +1691,16 @@ def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path
     return path
 
 
-def _mean_curve(c: CellResult, col: str, scale: float = 1.0) -> tuple[list[int], list[float]]:
+def _mean_curve(
+    c: CellResult, col: str, scale: float = 1.0, *, finite: bool = False
+) -> tuple[list[int], list[float]]:
+    """``col`` per round, mean over the seeds that logged it, over the rounds every one of them
+    ran (times ``scale``; ``finite``: non-finite values count as missing)."""
     series = [cv for cv in c.curves if cv.get(col)]
     per: dict[int, list[float]] = {}
     for cv in series:
         for r, v in zip(cv["round"], cv[col]):
-            if v is not None:
+            if v is not None and (not finite or math.isfinite(v)):
                 per.setdefault(r, []).append(v * scale)
     xs = sorted(r for r in per if len(per[r]) == len(series))
     return xs, [statistics.fmean(per[x]) for x in xs]
