@@ -29,6 +29,7 @@ from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.module import FederatedModule
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 N, M, ROUNDS, STEPS, BATCH = 1000, 50, 12, 2, 16
@@ -123,7 +124,7 @@ def bare_pytorch_round_times() -> list[float]:
 
 def bookkeeping_times(strategy, d: int = 50_890, rounds: int = 12) -> list[float]:  # noqa: ANN001
     """The strategy hooks alone for all 1,000 clients dispatched each round (no training)."""
-    strategy.setup_strategy(num_clients=N, num_parameters=d, seed=0)
+    strategy.setup_federation(FederationSpec(num_clients=N, num_parameters=d, seed=0))
     params = torch.zeros(d)
     delta = torch.randn(d)
     times = []

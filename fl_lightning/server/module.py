@@ -41,13 +41,18 @@ from fl_lightning.server.distributed import (
     rank_and_world,
 )
 from fl_lightning.server.executor import AutoExecutor, Executor, SequentialExecutor
-from fl_lightning.server.privacy_plan import calibrate_noise, planned_privacy
+from fl_lightning.server.privacy_plan import (
+    calibrate_client_noise,
+    calibrate_strategy_noise,
+    planned_privacy,
+)
 from fl_lightning.server.reduction import RoundUpdates, reduce_round
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.spec import FederationSpec, ServerOptimizerSpec
 from fl_lightning.utils.atomic import atomic_write
-from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
+from fl_lightning.utils.flat import flatten_into, layer_slices, load_flat_, trainable_parameters
 from fl_lightning.utils.redact import redact
 from fl_lightning.utils.rng import generator_for
 
@@ -225,7 +230,40 @@ class FederatedModule(pl.LightningModule):
         if stage == "fit":
             self.sampler.resolve(amplified_by_sampling=self.strategy.amplified_by_sampling)
             self.sampler.check_population(data.num_clients)
-            self.strategy.validate_config(client_uses_dp_sgd=self.uses_dp_sgd)
+            # Every σ is fixed here, before any data moves: the clients' DP-SGD σ first (the
+            # spec states what clients run), then the strategy's, once it knows the federation.
+            sampling = self.sampler.sampling(data.num_clients)
+            rounds = int(self.trainer.max_steps)
+            self.client.training_config = calibrate_client_noise(
+                self.client.training_config,
+                client_sizes=[int(n) for n in data.client_sizes().tolist()],
+                sampling=sampling,
+                rounds=rounds,
+                accountant=self.accountant,
+            )
+            self.strategy.setup_federation(self.federation_spec())
+            calibrate_strategy_noise(
+                self.strategy, sampling=sampling, rounds=rounds, accountant=self.accountant
+            )
+
+    def federation_spec(self) -> FederationSpec:
+        """The federation as the strategy sees it (``strategies/spec.py``), before data moves."""
+        data = self.data
+        return FederationSpec(
+            num_clients=data.num_clients,
+            num_parameters=sum(p.numel() for p in trainable_parameters(self.global_net)),
+            local=self.client.training_config,
+            client_sizes=tuple(int(n) for n in data.client_sizes().tolist()),
+            layer_slices=layer_slices(self.global_net),
+            server=ServerOptimizerSpec(
+                self.server_optimizer, float(self.server_lr), float(self.server_momentum)
+            ),
+            rounds=int(self.trainer.max_steps),
+            seed=self.seed,
+            has_validation_split=data.val is not None,
+            global_model=self.global_net,
+            client_data=data.client_data,
+        )
 
     def on_fit_start(self) -> None:
         data = self.data
@@ -237,15 +275,9 @@ class FederatedModule(pl.LightningModule):
                 raise ValueError(f"strategy: {problem}")
             check_ranks_agree(self.resolved_config())
         data.to(self.device)
-        self._calibrate_noise()
         if self.accountant is not None:
             self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
             self.accountant.not_private_reason = self.strategy.not_private_reason()
-        self.strategy.setup_strategy(
-            num_clients=data.num_clients,
-            num_parameters=sum(p.numel() for p in trainable_parameters(self.global_net)),
-            seed=self.seed,
-        )
         self._local_trainer = LocalTrainer(self.client, self.device)
         self._executor = _build_executor(self.executor_name, self._local_trainer)
         from fl_lightning.callbacks import ClientHooks
@@ -255,18 +287,6 @@ class FederatedModule(pl.LightningModule):
             sum(p.numel() for p in trainable_parameters(self.global_net)), device=self.device
         )
         self._log_partition()
-
-    def _calibrate_noise(self) -> None:
-        """Fixes every unset σ from the privacy target before any data moves
-        (``privacy_plan.calibrate_noise``: strategy first, then DP-SGD)."""
-        self.client.training_config = calibrate_noise(
-            self.strategy,
-            self.client.training_config,
-            client_sizes=[int(n) for n in self.data.client_sizes().tolist()],
-            sampling=self.sampler.sampling(self.data.num_clients),
-            rounds=int(self.trainer.max_steps),
-            accountant=self.accountant,
-        )
 
     def resolved_config(self) -> dict[str, Any]:
         """What every rank must agree on: round settings, local loop, strategy, data, rounds."""

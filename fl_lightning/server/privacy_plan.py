@@ -1,10 +1,12 @@
 """Privacy planning, one owner: every unset σ fixed from the target before training, and the
 spend of a round stated before any client trains (the budget stop reads it).
 
-* :func:`calibrate_noise` — the strategy's client-level σ first (``Strategy.calibrate_noise``),
-  then the DP-SGD σ, calibrated for the most expensive client over the participations no client
-  exceeds with probability 1 − 10⁻³ (``privacy/budget.py``); a target that cannot pay for one
-  round is refused with the client and its cost named.
+* :func:`calibrate_client_noise` — the DP-SGD σ, calibrated for the most expensive client over
+  the participations no client exceeds with probability 1 − 10⁻³ (``privacy/budget.py``); a
+  target that cannot pay for one round is refused with the client and its cost named. It runs
+  before the strategy is set up, so that ``FederationSpec.local`` is what the clients run.
+* :func:`calibrate_strategy_noise` — the strategy's client-level σ
+  (``Strategy.calibrate_noise``), once the strategy knows the federation.
 * :func:`planned_privacy` — the strategy's round events plus one DP-SGD event per client of the
   cohort, from the same rule (``dp_sgd_event``) the local loop uses.
 
@@ -66,9 +68,25 @@ def calibrate_noise(
     rounds: int,
     accountant: PrivacyAccountant | None,
 ) -> LocalTrainingConfig:
-    """Fixes the strategy's unset σ (in place, through ``Strategy.calibrate_noise``) and returns
-    the local-training config with its DP-SGD σ fixed; refuses a target that cannot pay for one
-    round (``BudgetError``) or an accountant that cannot account the cohort sampling."""
+    """Both calibrations in the server's order: the clients' DP-SGD σ
+    (:func:`calibrate_client_noise`), then the strategy's (:func:`calibrate_strategy_noise`);
+    returns the local-training config with its σ fixed."""
+    config = calibrate_client_noise(
+        config, client_sizes=client_sizes, sampling=sampling, rounds=rounds, accountant=accountant
+    )
+    calibrate_strategy_noise(strategy, sampling=sampling, rounds=rounds, accountant=accountant)
+    return config
+
+
+def calibrate_strategy_noise(
+    strategy: Strategy,
+    *,
+    sampling: CohortSampling,
+    rounds: int,
+    accountant: PrivacyAccountant | None,
+) -> None:
+    """Fixes the strategy's unset σ (in place, through ``Strategy.calibrate_noise``); refuses
+    an accountant that cannot account the cohort sampling of a sampling-amplified strategy."""
     target = accountant.target_epsilon if accountant else None
     delta = accountant.delta if accountant else 1e-5
     backend = accountant.accountant if accountant else "rdp"
@@ -79,6 +97,22 @@ def calibrate_noise(
     strategy.calibrate_noise(
         target_epsilon=target, delta=delta, accountant=backend, rounds=rounds, sampling=sampling
     )
+
+
+def calibrate_client_noise(
+    config: LocalTrainingConfig,
+    *,
+    client_sizes: Sequence[int],
+    sampling: CohortSampling,
+    rounds: int,
+    accountant: PrivacyAccountant | None,
+) -> LocalTrainingConfig:
+    """The local-training config with its DP-SGD σ fixed: calibrated so that the most
+    expensive client stays within the target over its participations when unset; refuses a
+    target that cannot pay for one round (``BudgetError``)."""
+    target = accountant.target_epsilon if accountant else None
+    delta = accountant.delta if accountant else 1e-5
+    backend = accountant.accountant if accountant else "rdp"
     dp = config.dp_sgd
     if dp is None:
         return config

@@ -44,6 +44,7 @@ import torch
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 from fl_lightning.strategies.asynchronous.buffer import Arrival
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 Schedule = Literal["published", "cooling", "even"]
@@ -148,17 +149,18 @@ class ADPFL(AsyncLocalDP):
         self.accuracy_fn: Callable[[int], float] | None = None
         self._acc_now: dict[int, float] = {}
 
-    # -- Lightning: the accuracy callback evaluates the global model on the client's data ------
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.accuracy_drop is None:
-            return
+    # -- set-up: the accuracy callback evaluates the global model on the client's data ---------
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        net, client_data = spec.global_model, spec.client_data
+        if self.accuracy_drop is None or net is None or client_data is None:
+            return  # callback off (a spec without a model: a unit test of the schedule)
 
         @torch.no_grad()
         def accuracy(client_id: int) -> float:
-            x, y = pl_module.data.client_data(client_id)
+            x, y = client_data(client_id)
             g = generator_for(self.seed, client_id, "adp_fl_val")
             idx = torch.randperm(len(y), generator=g)[: self.accuracy_examples].to(y.device)
-            net = pl_module.global_net
             was_training = net.training
             net.eval()
             pred = net(x[idx]).argmax(dim=1)

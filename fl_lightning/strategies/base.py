@@ -3,6 +3,9 @@
 A strategy is a Lightning ``Callback`` (so its state is checkpointed with the run) that owns
 everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 
+* ``setup_federation``: once, before any data moves, with the federation's frozen
+  :class:`~fl_lightning.strategies.spec.FederationSpec` (validation and derived settings; a
+  strategy never reads the Lightning module).
 * ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
 * ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
 * ``adjust_local_gradients``: optional per-local-step gradient correction (SCAFFOLD, ...).
@@ -39,6 +42,7 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
+from fl_lightning.strategies.spec import FederationSpec
 
 Weighting = Literal["num_examples", "uniform"]
 Reduction = Literal["sum", "stream", "gather"]
@@ -80,14 +84,13 @@ class Strategy(Callback):
         self.round_metrics: dict[str, float] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def setup_strategy(self, *, num_clients: int, num_parameters: int, seed: int) -> None:
-        """Called once by the server before the first round."""
-        self.num_clients = num_clients
-        self.num_parameters = num_parameters
-        self.seed = seed
-
-    def validate_config(self, *, client_uses_dp_sgd: bool) -> None:
-        """Raises ``ValueError`` naming the field when the run's settings cannot work."""
+    def setup_federation(self, spec: FederationSpec) -> None:
+        """Called once by the server before the first round and before any data moves: checks
+        the strategy's settings against the federation (``ValueError`` naming the field) and
+        derives what it needs. Overrides call ``super().setup_federation(spec)``."""
+        self.num_clients = spec.num_clients
+        self.num_parameters = spec.num_parameters
+        self.seed = spec.seed
 
     def calibrate_noise(
         self,

@@ -36,6 +36,7 @@ from fl_lightning.privacy.mechanisms.binomial import (
 )
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 Trust = Literal["local", "aggregate"]
@@ -98,9 +99,9 @@ class CPSGD(Strategy):
         self.padded = 1
 
     # -- setup -------------------------------------------------------------------------------
-    def setup_strategy(self, *, num_clients: int, num_parameters: int, seed: int) -> None:
-        super().setup_strategy(num_clients=num_clients, num_parameters=num_parameters, seed=seed)
-        self.padded = next_power_of_two(num_parameters)
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        self.padded = next_power_of_two(spec.num_parameters)
         self.calibrate_trials()
 
     @property
@@ -115,7 +116,7 @@ class CPSGD(Strategy):
 
     def calibrate_trials(self) -> None:
         """Sets m from the per-round target ε (Theorem 1); needs the model size, so it runs in
-        ``setup_strategy`` (the server calls ``calibrate_noise`` before the size is known)."""
+        ``setup_federation``."""
         if self.trials is not None:
             return
         assert self.target_epsilon is not None

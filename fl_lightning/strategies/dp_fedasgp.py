@@ -44,6 +44,7 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
 )
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 NO_NOISE_BELOW_THRESHOLD = (
     "coordinates below the threshold are uploaded without noise (DP-FedASGP Eq. 1), so the "
@@ -175,21 +176,15 @@ class DPFedASGP(Strategy):
         )
 
     # -- setup -------------------------------------------------------------------------------
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self.lr is None:
-            client = getattr(pl_module, "client", None)
-            if client is not None:
-                self.lr = float(client.training_config.lr)
-
-    def validate_config(self, *, client_uses_dp_sgd: bool) -> None:
-        if client_uses_dp_sgd:
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        if spec.uses_dp_sgd:
             raise ValueError("client.dp_sgd: DP-FedASGP privatises the upload; leave dp_sgd unset")
+        if self.lr is None:
+            self.lr = float(spec.local.lr)
 
     def _local_lr(self, ctx: RoundContext) -> float:
-        lr = ctx.client_config.get("lr", self.lr)
-        if lr is None or lr <= 0:
-            raise ValueError("strategy.lr: unknown local learning rate; set strategy.lr")
-        return float(lr)
+        return local_lr_in_force(ctx.client_config, self.lr, field="strategy.lr")
 
     # -- client ------------------------------------------------------------------------------
     def threshold_level(self, ctx: RoundContext) -> float:

@@ -28,6 +28,7 @@ from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.spec import FederationSpec
 
 NoiseKind = Literal["laplace", "gaussian"]
 
@@ -88,8 +89,9 @@ class DPFedAvgLocal(Strategy):
             return self.sensitivity / self.epsilon
         return paper_gaussian_sigma(epsilon=self.epsilon, sensitivity=self.sensitivity)
 
-    def validate_config(self, *, client_uses_dp_sgd: bool) -> None:
-        if client_uses_dp_sgd:
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        if spec.uses_dp_sgd:
             raise ValueError("client.dp_sgd: dp_fedavg_local adds local noise; leave dp_sgd unset")
 
     def process_update(

@@ -21,11 +21,11 @@ from typing import Any
 import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies._binding import ModelBinding
 from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 
-class DPScaffold(ModelBinding, Strategy):
+class DPScaffold(Strategy):
     """SCAFFOLD (option II) with DP-SGD local gradients.
 
     Args:
@@ -40,6 +40,11 @@ class DPScaffold(ModelBinding, Strategy):
         self.client_controls: dict[int, torch.Tensor] = {}
         self._pending_control: torch.Tensor | None = None
         self._correction: tuple[int, int, torch.Tensor] | None = None
+        self.local_lr: float | None = None
+
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        self.local_lr = float(spec.local.lr)
 
     def _server_control(self, ctx: RoundContext) -> torch.Tensor:
         if self.control is None:
@@ -75,7 +80,7 @@ class DPScaffold(ModelBinding, Strategy):
     ) -> ClientUpdate:
         """Option II: c_i⁺ = c_i − c + (x − y_i)/(K η_l); uploads Δc_i = c_i⁺ − c_i."""
         steps = max(1.0, float(update.metrics.get("local_steps", 1.0)))
-        lr = self.round_local_lr(ctx.client_config)
+        lr = local_lr_in_force(ctx.client_config, self.local_lr)
         c = self._server_control(ctx)
         c_i = self._client_control(update.client_id, ctx)
         c_i_new = c_i - c - update.delta / (steps * lr)

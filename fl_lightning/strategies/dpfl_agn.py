@@ -36,25 +36,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-import lightning.pytorch as pl
-
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy
-
-
-def check_fedavg_server(pl_module: pl.LightningModule, *, name: str) -> None:
-    """Raises ``ValueError`` unless the server applies the aggregate as is (model averaging).
-
-    Algorithms that average *models* (ω = Σ p_j ω_j) need server SGD with lr 1, no momentum.
-    """
-    opt = getattr(pl_module, "server_optimizer", "sgd")
-    lr = float(getattr(pl_module, "server_lr", 1.0))
-    momentum = float(getattr(pl_module, "server_momentum", 0.0))
-    if opt != "sgd" or lr != 1.0 or momentum != 0.0:
-        raise ValueError(
-            f"model.server_optimizer: {name} averages the uploaded models; use server_optimizer "
-            f"sgd, server_lr 1.0, server_momentum 0.0 (got {opt}, {lr}, {momentum})"
-        )
+from fl_lightning.strategies.spec import FederationSpec
 
 
 class DPFLAGN(Strategy):
@@ -123,15 +107,14 @@ class DPFLAGN(Strategy):
         self.optimizer_states: dict[int, dict[str, Any]] = {}
 
     # -- set-up ------------------------------------------------------------------------------
-    def validate_config(self, *, client_uses_dp_sgd: bool) -> None:
-        if not client_uses_dp_sgd:
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        cfg = spec.local
+        if cfg.dp_sgd is None:
             raise ValueError(
                 "client.dp_sgd: DPFL-AGN adds its Gaussian noise through per-example DP-SGD; "
                 "set client.dp_sgd (noise_multiplier = σ_0, max_grad_norm = Θ)"
             )
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        cfg = pl_module.client.training_config
         if self.adaptive_lr is None:
             self.adaptive_lr = cfg.optimizer == "adam"
         wanted = "adam" if self.adaptive_lr else "sgd"
@@ -142,14 +125,16 @@ class DPFLAGN(Strategy):
             )
         if not self.adaptive_lr and cfg.momentum != 0.0:
             raise ValueError("client.momentum: the DP-SGD baseline of DPFL-AGN uses plain SGD")
-        check_fedavg_server(pl_module, name="DPFL-AGN")
-        if self.anr and self.anr_loss == "val" and trainer.datamodule.val is None:
+        spec.server.require_model_averaging("DPFL-AGN")
+        if self.anr and self.anr_loss == "val" and not spec.has_validation_split:
             raise ValueError(
                 "data.val_fraction: anr_loss 'val' needs a server validation split "
                 "(data.val_fraction > 0), or set strategy.anr_loss: test"
             )
-        if self.sigma is None:  # fresh run (a resumed one restored σ_t from the checkpoint)
-            self.sigma = float(cfg.dp_sgd.noise_multiplier)
+        # σ_0 (the server calibrated an unset one before setting the strategy up); a resumed
+        # run then restores σ_t from its checkpoint.
+        assert cfg.dp_sgd.noise_multiplier is not None
+        self.sigma = float(cfg.dp_sgd.noise_multiplier)
 
     # -- per round ---------------------------------------------------------------------------
     def server_loss(self, ctx: RoundContext) -> float:
@@ -163,7 +148,7 @@ class DPFLAGN(Strategy):
 
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
         if self.sigma is None:
-            raise RuntimeError("DPFL-AGN: σ_0 is set in on_train_start")
+            raise RuntimeError("DPFL-AGN: σ_0 is set in setup_federation")
         if self.anr and self.prev_loss is None:
             self.prev_loss = self.server_loss(ctx)  # v(ω_0), before the first round
             self.anr_window = [self.prev_loss]
@@ -249,4 +234,4 @@ class DPFLAGN(Strategy):
         self.optimizer_states = {int(k): v for k, v in state_dict["optimizer_states"].items()}
 
 
-__all__ = ["DPFLAGN", "check_fedavg_server"]
+__all__ = ["DPFLAGN"]

@@ -51,8 +51,8 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies._binding import ModelBinding
 from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 Variant = Literal["corrected", "published"]
 Granularity = Literal["whole", "per_layer"]
@@ -135,7 +135,7 @@ def cosine_statistics(cosines: Sequence[float], *, dims: Sequence[int]) -> dict[
     }
 
 
-class GCFL(ModelBinding, Strategy):
+class GCFL(Strategy):
     """GCFL server-side gradient correction (Wan et al., Sec. IV-B, Eqs. 11-12, Algorithm 1).
 
     Args:
@@ -178,6 +178,13 @@ class GCFL(ModelBinding, Strategy):
         self.reference_clients = 1 if reference_clients is None else reference_clients
         self.threshold = threshold
         self.granularity = granularity
+        self.layer_slices: dict[str, slice] | None = None
+        self.local_lr: float | None = None
+
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        self.layer_slices = dict(spec.layer_slices) or None
+        self.local_lr = float(spec.local.lr)
 
     # -- helpers -----------------------------------------------------------------------------
     def _segments(self, dim: int) -> list[slice]:
@@ -185,7 +192,8 @@ class GCFL(ModelBinding, Strategy):
             return [slice(0, dim)]
         if not self.layer_slices:
             raise ValueError(
-                "strategy.granularity: per_layer needs the model's layer slices (bound in setup)"
+                "strategy.granularity: per_layer needs the model's layer slices "
+                "(FederationSpec.layer_slices)"
             )
         return list(self.layer_slices.values())
 
@@ -193,7 +201,7 @@ class GCFL(ModelBinding, Strategy):
         """η_l·K_i, the factor between client i's delta and its mean noisy gradient."""
         if self.local_lr is None and "lr" not in ctx.client_config:
             return [1.0] * len(updates)  # unbound (unit use): deltas read as gradients
-        lr = self.round_local_lr(ctx.client_config)
+        lr = local_lr_in_force(ctx.client_config, self.local_lr)
         return [lr * max(1.0, float(u.metrics.get("local_steps", 1.0))) for u in updates]
 
     def correct(

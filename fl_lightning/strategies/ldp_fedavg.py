@@ -34,7 +34,7 @@ from fl_lightning.privacy.mechanisms.ranges import RangeConfig, privatize_by_lay
 from fl_lightning.privacy.mechanisms.registry import local_mechanism_names, make_local_mechanism
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.utils.flat import layer_slices
+from fl_lightning.strategies.spec import FederationSpec
 
 
 class LDPFedAvg(Strategy):
@@ -98,11 +98,10 @@ class LDPFedAvg(Strategy):
         self.reports: dict[int, int] = {}
 
     # -- set-up ------------------------------------------------------------------------------
-    def setup(self, trainer, pl_module, stage: str) -> None:  # noqa: ANN001 - Lightning hook
-        net = getattr(pl_module, "global_net", None)
-        if net is not None:
-            self._slices = list(layer_slices(net).values())
-            self.num_parameters = sum(sl.stop - sl.start for sl in self._slices)
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        if spec.layer_slices:
+            self._slices = list(spec.layer_slices.values())
 
     def on_fit_start(self, trainer, pl_module) -> None:  # noqa: ANN001 - Lightning hook
         note = self.guarantee_note()

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-import lightning.pytorch as pl
 import torch
 
 from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
@@ -40,7 +39,7 @@ from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.dpfl_agn import check_fedavg_server
+from fl_lightning.strategies.spec import FederationSpec
 
 EVERY_CLIENT = CohortSampling("poisson", 1.0, 1)
 """NbAFL's clients all upload in every round: no sampling, no amplification."""
@@ -142,14 +141,18 @@ class NbAFL(Strategy):
         self.sigma_d: float = 0.0
         self.L: int | None = None
         self.uploads = 0
+        self._min_size = 0
 
     # -- set-up ------------------------------------------------------------------------------
-    def validate_config(self, *, client_uses_dp_sgd: bool) -> None:
-        if client_uses_dp_sgd:
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        if spec.uses_dp_sgd:
             raise ValueError(
                 "client.dp_sgd: NbAFL perturbs the uploaded parameters, not the gradients; "
                 "set client.dp_sgd: null"
             )
+        spec.server.require_model_averaging("NbAFL")
+        self._min_size = spec.min_client_size
 
     def calibrate_noise(
         self,
@@ -165,6 +168,8 @@ class NbAFL(Strategy):
                 raise ValueError("strategy.epsilon: unset, so privacy.target_epsilon is needed")
             self.epsilon = target_epsilon
         self.accountant = accountant
+        if self.sigma_u is None and self.num_clients:  # σ_U, σ_D need ε, N, m, T (once set up)
+            self.configure(num_clients=self.num_clients, min_size=self._min_size, rounds=rounds)
 
     def configure(self, *, num_clients: int, min_size: int, rounds: int) -> None:
         """Fixes σ_U and σ_D from N, m = min |D_i| and T (Theorems 1–2)."""
@@ -198,17 +203,6 @@ class NbAFL(Strategy):
         )
         self.L = L
 
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        check_fedavg_server(pl_module, name="NbAFL")
-        data = trainer.datamodule
-        if self.sigma_u is None:
-            self.configure(
-                num_clients=data.num_clients,
-                min_size=int(data.client_sizes().min()),
-                rounds=int(trainer.max_steps),
-            )
-
-    # -- client side -------------------------------------------------------------------------
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:

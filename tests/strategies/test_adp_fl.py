@@ -12,6 +12,7 @@ from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.even_budget import EvenBudget
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 D = 6
@@ -95,7 +96,7 @@ def test_accuracy_drop_keeps_the_previous_epsilon():
 
 def test_weights_follow_eq_8():
     s = ADPFL(epsilon=10.0, staleness_alpha=0.5, accuracy_drop=None)
-    s.setup_strategy(num_clients=4, num_parameters=D, seed=0)
+    s.setup_federation(FederationSpec(num_clients=4, num_parameters=D, seed=0))
     s.staleness = {0: 1.0, 1: 0.5, 2: 0.25, 3: 1.0}
     eps, sizes = [0.5, 1.0, 2.0], [100, 300, 50]
     deltas = [torch.randn(D, generator=torch.Generator().manual_seed(i)) for i in range(3)]
@@ -135,7 +136,7 @@ def test_budget_exhausted_clients_leave_and_are_logged():
         mechanism="laplace",
         refill=False,
     )
-    s.setup_strategy(num_clients=10, num_parameters=D, seed=0)
+    s.setup_federation(FederationSpec(num_clients=10, num_parameters=D, seed=0))
     for r in range(5):
         ctx, _ = play_round(s, r, [0, 1])
         assert ctx.cohort == ([0, 1] if r < 3 else [])
@@ -157,7 +158,7 @@ def test_a_straggler_arrives_with_decayed_lambda():
         receive_window=1.0,
         refill=False,
     )
-    s.setup_strategy(num_clients=10, num_parameters=D, seed=0)
+    s.setup_federation(FederationSpec(num_clients=10, num_parameters=D, seed=0))
     slow = next(c for c in range(10) if s.delay.is_straggler(0, c))
     play_round(s, 0, [slow])
     play_round(s, 1, [])
@@ -193,7 +194,7 @@ def test_no_client_ever_exceeds_its_total_budget(
         receive_window=1.0,
         aggregation_window=0.3,
     )
-    s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
+    s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
     calibrate = dict(
         target_epsilon=None,
         delta=1e-5,
@@ -265,7 +266,7 @@ def test_rounds_normalisation_spends_eps_over_the_rounds_and_no_client_exits(sch
     s = ADPFL(
         epsilon=3.0, schedule=schedule, rescale="rounds", accuracy_drop=None, mechanism="laplace"
     )
-    s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
+    s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
     s.calibrate_noise(
         target_epsilon=None,
         delta=1e-5,
@@ -286,7 +287,7 @@ def test_unnormalised_published_schedule_exits_clients_before_the_end():
     """The reviewer's finding: Eq. 6 on Eq. 10's base spends up to twice a client's share."""
     E, n = 20, 10
     s = ADPFL(epsilon=5.0, schedule="published", rescale=False, accuracy_drop=None)
-    s.setup_strategy(num_clients=n, num_parameters=D, seed=0)
+    s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
     s.calibrate_noise(
         target_epsilon=None,
         delta=1e-5,
@@ -342,7 +343,7 @@ def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee():
     kw = dict(epsilon=4.0, mechanism="laplace", clip_norm=1.0, accuracy_drop=None, rescale="rounds")
     rec, cli = ADPFL(sensitivity="record", **kw), ADPFL(**kw)
     for s in (rec, cli):
-        s.setup_strategy(num_clients=4, num_parameters=D, seed=0)
+        s.setup_federation(FederationSpec(num_clients=4, num_parameters=D, seed=0))
         s.calibrate_noise(
             target_epsilon=None,
             delta=1e-5,

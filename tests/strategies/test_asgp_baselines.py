@@ -12,6 +12,7 @@ from fl_lightning.strategies.cpsgd import CPSGD
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal, paper_gaussian_sigma
 from fl_lightning.strategies.dp_fedsnlc import DPFedSNLC
 from fl_lightning.strategies.fedsmp import FedSMP
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 
@@ -41,7 +42,7 @@ def test_cpsgd_matches_input_without_noise_with_many_levels():
     d = 100
     xs = [torch.randn(d, generator=generator_for(i, "x")) * 0.05 for i in range(3)]
     s = CPSGD(levels=2**16, trials=0, bound_factor=3.0, clip_norm=10.0)
-    s.setup_strategy(num_clients=10, num_parameters=d, seed=0)
+    s.setup_federation(FederationSpec(num_clients=10, num_parameters=d, seed=0))
     out = _cpsgd_round(s, xs, ctx(d), 0)
     assert torch.allclose(out, sum(xs) / 3, atol=1e-3)  # step ≈ 5e-4
 
@@ -50,7 +51,7 @@ def test_cpsgd_decoded_mean_is_unbiased_with_noise():
     d = 64
     xs = [torch.randn(d, generator=generator_for(i, "x")) * 0.1 for i in range(3)]
     s = CPSGD(levels=4, trials=200, p=0.5, bound_factor=3.0, clip_norm=10.0)
-    s.setup_strategy(num_clients=10, num_parameters=d, seed=0)
+    s.setup_federation(FederationSpec(num_clients=10, num_parameters=d, seed=0))
     c = ctx(d)
     reps = 1500
     acc = torch.zeros(d)
@@ -65,7 +66,7 @@ def test_cpsgd_decoded_mean_is_unbiased_with_noise():
 
 def test_cpsgd_calibrates_trials_and_reports_epsilon():
     s = CPSGD(epsilon=2.0, levels=16)
-    s.setup_strategy(num_clients=10, num_parameters=5000, seed=0)
+    s.setup_federation(FederationSpec(num_clients=10, num_parameters=5000, seed=0))
     assert s.trials and s.trials > 0
     assert s.round_epsilon(1) <= 2.0
     acc = PrivacyAccountant()
@@ -123,7 +124,7 @@ def test_fedsmp_calibrates_sigma():
 def test_dp_fedavg_local_noise_everywhere(noise):
     d = 50_000
     s = DPFedAvgLocal(epsilon=0.5, noise=noise)
-    s.setup_strategy(num_clients=10, num_parameters=d, seed=0)
+    s.setup_federation(FederationSpec(num_clients=10, num_parameters=d, seed=0))
     out = s.process_update(
         ClientUpdate(0, torch.zeros(d), 1, 0.0), ctx(d), generator=generator_for(2, "n")
     )

@@ -4,6 +4,7 @@ import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 N, D = 8, 4
@@ -55,7 +56,7 @@ def make(**kw):
         aggregation_window=0.0,
         **kw,
     )
-    s.setup_strategy(num_clients=N, num_parameters=D, seed=0)
+    s.setup_federation(FederationSpec(num_clients=N, num_parameters=D, seed=0))
     s.params_at = {}
     return s
 

@@ -8,6 +8,7 @@ import torch
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedasgp import DPFedASGP, asgp_weights
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 
@@ -97,7 +98,7 @@ def test_published_reports_no_guarantee_and_sound_variant_reports_epsilon():
     assert math.isinf(rep["privacy/epsilon"])
     assert rep["privacy/guarantee"].startswith("none: coordinates below the threshold are uploaded")
     sound = DPFedASGP(epsilon=0.5, noise_unselected=True, loss_weighting=False)
-    sound.setup_strategy(num_clients=10, num_parameters=10_000, seed=0)
+    sound.setup_federation(FederationSpec(num_clients=10, num_parameters=10_000, seed=0))
     acc2 = PrivacyAccountant()
     for _ in range(3):
         acc2.record(sound.round_privacy(ctx()))
@@ -163,7 +164,7 @@ def test_selection_epsilon_accounting():
             noise_unselected=True,
             loss_weighting=False,
         )
-        v.setup_strategy(num_clients=10, num_parameters=10_000, seed=0)
+        v.setup_federation(FederationSpec(num_clients=10, num_parameters=10_000, seed=0))
         assert v.defensible_round_epsilon() == pytest.approx(2 * 100 * eps3)
     with pytest.raises(ValueError, match="strategy.selection_epsilon"):
         DPFedASGP(selection_epsilon=0.0)

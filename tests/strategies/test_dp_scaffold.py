@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import torch
 
+from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_scaffold import DPScaffold
 from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.strategies.spec import FederationSpec
 
 # f_i(w) = ½ a_i ‖w − b_i‖²: different curvatures, so FedAvg with K > 1 local steps drifts to a
 # biased fixed point, while SCAFFOLD reaches the global optimum Σ a_i b_i / Σ a_i.
 A = [1.0, 10.0, 3.0]
 B = [torch.tensor([0.0, 2.0]), torch.tensor([1.0, -1.0]), torch.tensor([-2.0, 0.5])]
 LR, K = 0.05, 10
+
+
+def _spec() -> FederationSpec:
+    return FederationSpec(num_clients=3, num_parameters=2, local=LocalTrainingConfig(lr=LR))
 
 
 def _ctx(x: torch.Tensor, round_idx: int, cohort: list[int]) -> RoundContext:
@@ -54,7 +60,7 @@ def _round(strategy, x: torch.Tensor, r: int, cohort: list[int]) -> torch.Tensor
 
 def test_control_variates_follow_option_ii() -> None:
     s = DPScaffold()
-    s.bind(layer_slices=None, local_lr=LR)
+    s.setup_federation(_spec())
     x = torch.zeros(2)
     c = torch.zeros(2)
     c_i = {i: torch.zeros(2) for i in range(3)}
@@ -88,7 +94,7 @@ def test_control_variates_follow_option_ii() -> None:
 def test_scaffold_removes_client_drift_fedavg_keeps_it() -> None:
     optimum = sum(a * b for a, b in zip(A, B)) / sum(A)
     s = DPScaffold()
-    s.bind(layer_slices=None, local_lr=LR)
+    s.setup_federation(_spec())
     f = FedAvg(weighting="uniform")
     xs, xf = torch.zeros(2), torch.zeros(2)
     for r in range(300):
@@ -100,11 +106,11 @@ def test_scaffold_removes_client_drift_fedavg_keeps_it() -> None:
 
 def test_control_variates_are_checkpointed() -> None:
     s = DPScaffold()
-    s.bind(layer_slices=None, local_lr=LR)
+    s.setup_federation(_spec())
     x = _round(s, torch.zeros(2), 0, [0, 1])
     state = s.state_dict()
     t = DPScaffold()
-    t.bind(layer_slices=None, local_lr=LR)
+    t.setup_federation(_spec())
     t.load_state_dict(state)
     torch.testing.assert_close(t.control, s.control)
     assert set(t.client_controls) == {0, 1}

@@ -4,7 +4,6 @@ gradient, per-client Adam state, configuration errors."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -300,13 +299,10 @@ def test_config_errors_name_the_field():
         tiny_run(DPFLAGN(), dp=False, rounds=1)
 
 
-def test_check_fedavg_server_rejects_server_momentum():
-    from fl_lightning.strategies.dpfl_agn import check_fedavg_server
+def test_model_averaging_check_rejects_server_momentum():
+    from fl_lightning.strategies.spec import ServerOptimizerSpec
 
-    check_fedavg_server(
-        SimpleNamespace(server_optimizer="sgd", server_lr=1.0, server_momentum=0.0), name="x"
-    )
-    with pytest.raises(ValueError, match="model.server_optimizer"):
-        check_fedavg_server(
-            SimpleNamespace(server_optimizer="sgd", server_lr=1.0, server_momentum=0.9), name="x"
-        )
+    ServerOptimizerSpec("sgd", 1.0, 0.0).require_model_averaging("x")
+    for bad in (ServerOptimizerSpec("sgd", 1.0, 0.9), ServerOptimizerSpec("adam", 1.0, 0.0)):
+        with pytest.raises(ValueError, match="model.server_optimizer: x averages"):
+            bad.require_model_averaging("x")

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.gcfl import (
@@ -17,6 +18,7 @@ from fl_lightning.strategies.gcfl import (
     project_published,
     project_sequential,
 )
+from fl_lightning.strategies.spec import FederationSpec
 
 
 def _ctx(dim: int, cohort: list[int], **client_config) -> RoundContext:
@@ -175,7 +177,11 @@ def test_reference_choice_follows_the_generator() -> None:
 
 def test_per_layer_projection() -> None:
     gcfl = GCFL(granularity="per_layer")
-    gcfl.bind(layer_slices={"w": slice(0, 2), "b": slice(2, 4)}, local_lr=None)
+    gcfl.setup_federation(
+        FederationSpec(
+            num_clients=2, num_parameters=4, layer_slices={"w": slice(0, 2), "b": slice(2, 4)}
+        )
+    )
     a = torch.tensor([1.0, 0.0, 1.0, 1.0])
     b = torch.tensor([-1.0, 1.0, 2.0, 0.0])  # layer w conflicts, layer b does not
     corrected, stats = gcfl.correct([a, b], generator=torch.Generator().manual_seed(0))
@@ -195,7 +201,9 @@ def test_deltas_are_read_as_gradients_through_local_lr_and_steps() -> None:
     for u in updates:
         u.metrics["local_steps"] = float(steps)
     gcfl = GCFL(variant="published", weighting="uniform")
-    gcfl.bind(layer_slices=None, local_lr=lr)
+    gcfl.setup_federation(
+        FederationSpec(num_clients=2, num_parameters=3, local=LocalTrainingConfig(lr=lr))
+    )
     got = gcfl.aggregate(updates, _ctx(3, [0, 1]), generator=torch.Generator())
     c1 = project_published(g1, [g2], threshold=0.0)[0]
     c2 = project_published(g2, [g1], threshold=0.0)[0]

@@ -10,6 +10,7 @@ import torch
 from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.ldp_fedavg import LDPFedAvg
+from fl_lightning.strategies.spec import FederationSpec
 
 
 def _ctx(global_params: torch.Tensor, cohort=(0, 1, 2)) -> RoundContext:
@@ -96,7 +97,7 @@ def test_ldp_fl_adaptive_global_range():
 
 def test_privacy_statement():
     s = LDPFedAvg(mechanism="pm", epsilon=0.3)
-    s.setup_strategy(num_clients=5, num_parameters=1000, seed=0)
+    s.setup_federation(FederationSpec(num_clients=5, num_parameters=1000, seed=0))
     ctx = _ctx(torch.zeros(1000), cohort=(1, 3))
     rp = s.round_privacy(ctx)
     assert rp.local == {c: [LocalRelease(0.3, 0.0, "coordinate", 1000)] for c in (1, 3)}

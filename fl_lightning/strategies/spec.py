@@ -1,0 +1,114 @@
+"""What a strategy is told about the federation, once, before any data moves.
+
+The server builds one :class:`FederationSpec` in ``FederatedModule.setup("fit")`` and hands it to
+:meth:`Strategy.setup_federation <fl_lightning.strategies.base.Strategy.setup_federation>`: the
+population, the model's layout in the flat update vector, the clients' local-training settings
+and the server optimizer. A strategy validates its settings against it (raising ``ValueError``
+that names the field) and derives what it needs (noise scales, layer slices, the local learning
+rate that turns deltas into pseudo-gradients). It never reads the Lightning module, so the
+moment a strategy is set up does not depend on Lightning's hook order, and a unit test sets a
+strategy up with a spec of a few fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+import torch
+
+from fl_lightning.client.config import LocalTrainingConfig
+
+ClientData = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class ServerOptimizerSpec:
+    """How the server applies the aggregate Δ as the pseudo-gradient −Δ (Reddi et al. 2021).
+
+    SGD with lr 1 and no momentum adds Δ as it is (FedAvg); anything else is an adaptive or
+    momentum server optimizer (FedAvgM, FedAdam).
+    """
+
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = 1.0
+    momentum: float = 0.0
+
+    @property
+    def averages_models(self) -> bool:
+        """True when the new global model is exactly the aggregate of the uploads."""
+        return self.name == "sgd" and self.lr == 1.0 and self.momentum == 0.0
+
+    def require_model_averaging(self, algorithm: str) -> None:
+        """Raises ``ValueError`` naming ``model.server_optimizer`` unless the server averages
+        models (ω = Σ p_j ω_j), which algorithms that aggregate *models* need."""
+        if not self.averages_models:
+            raise ValueError(
+                f"model.server_optimizer: {algorithm} averages the uploaded models; use "
+                "server_optimizer sgd, server_lr 1.0, server_momentum 0.0 (got "
+                f"{self.name}, {self.lr}, {self.momentum})"
+            )
+
+
+@dataclass(frozen=True)
+class FederationSpec:
+    """The federation a strategy runs in, fixed before the first round.
+
+    Attributes:
+        num_clients: N, the registered clients.
+        num_parameters: d, the length of the flat update vector.
+        local: the clients' local-training settings as configured (a DP-SGD noise multiplier
+            left unset is calibrated afterwards from the privacy target).
+        client_sizes: n_i of every client (empty when unknown, e.g. in unit tests).
+        layer_slices: each trainable parameter's slice of the flat vector, in order.
+        server: the server optimizer.
+        rounds: the planned number of rounds (the Trainer's ``max_steps``).
+        seed: the run's seed (every generator is keyed by it).
+        has_validation_split: whether the server holds a validation split.
+        global_model: the global model, updated in place by the server after every round
+            (read it, never write it), for strategies that evaluate it (ADP-FL's λ).
+        client_data: client i's training examples ``(x, y)``, on the run's device once
+            training starts.
+    """
+
+    num_clients: int
+    num_parameters: int
+    local: LocalTrainingConfig = field(default_factory=LocalTrainingConfig)
+    client_sizes: tuple[int, ...] = ()
+    layer_slices: Mapping[str, slice] = field(default_factory=dict)
+    server: ServerOptimizerSpec = field(default_factory=ServerOptimizerSpec)
+    rounds: int = 1
+    seed: int = 0
+    has_validation_split: bool = False
+    global_model: torch.nn.Module | None = field(default=None, compare=False, repr=False)
+    client_data: ClientData | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layer_slices", MappingProxyType(dict(self.layer_slices)))
+        object.__setattr__(self, "client_sizes", tuple(int(n) for n in self.client_sizes))
+
+    @property
+    def min_client_size(self) -> int:
+        """The smallest n_i (0 when the sizes are unknown)."""
+        return min(self.client_sizes, default=0)
+
+    @property
+    def uses_dp_sgd(self) -> bool:
+        """Whether clients run sample-level DP-SGD."""
+        return self.local.dp_sgd is not None
+
+
+def local_lr_in_force(
+    client_config: Mapping[str, Any], configured: float | None, *, field: str = "client.lr"
+) -> float:
+    """η_l in force this round: a per-round override (``Strategy.configure_round``) wins over
+    the configured one; strategies that read deltas as pseudo-gradients −Δ/(η_l K) need it."""
+    lr = client_config.get("lr", configured)
+    if lr is None or lr <= 0:
+        raise ValueError(f"{field}: a positive local learning rate is needed by this strategy")
+    return float(lr)
+
+
+__all__ = ["ClientData", "FederationSpec", "ServerOptimizerSpec", "local_lr_in_force"]
