@@ -15,7 +15,7 @@ _PROVIDERS = {
     "sweep": "fl_lightning.sweeps.runner",
     "report": "fl_lightning.reports.cli",
     "audit": "fl_lightning.attacks.cli",
-    "repro": "fl_lightning.reports.repro",
+    "repro": "fl_lightning.reports.repro.cli",
 }
 
 

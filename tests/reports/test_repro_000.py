@@ -90,7 +90,7 @@ def test_repro_000_plots(tmp_path: Path):
 
 
 def test_repro_000_documents_from_a_store(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(repro, "plots", lambda *a, **k: {})  # PNGs: test_repro_000_plots
+    monkeypatch.setattr(repro.cli, "plots", lambda *a, **k: {})  # PNGs: test_repro_000_plots
     defn, points, store = _documents(tmp_path)
     assert [t.label for t in defn.tables][:3] == ["IV", "VI", "selection"]
     out = tmp_path / "out"

@@ -111,7 +111,7 @@ def _tuned_store(tmp_path: Path):
 
 def test_tuning_chooses_per_arm_and_shares_points_with_the_tables(tmp_path: Path, monkeypatch):
     defn, tuning, points, store = _tuned_store(tmp_path)
-    monkeypatch.setattr(repro, "plots", lambda *a, **k: {})  # the figures: the slow test below
+    monkeypatch.setattr(repro.cli, "plots", lambda *a, **k: {})  # the figures: the slow test below
     out = tmp_path / "out"
     doc = repro.write_documents(defn, points, store, out, "fl-lightning repro 001", tuning=tuning)
     assert repro.validate_document(doc) == []

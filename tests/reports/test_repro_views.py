@@ -69,7 +69,7 @@ def test_views_of_one_table_get_their_own_points(tmp_path: Path):
     plain = repro.TableDef("2", {}, ["spm"], None)
     (rp,) = repro.plan(defn, seeds=1, extra={}, tables=[plain])
     arm = defn.arms["spm"]
-    salt = f"003:scaled:spm:{repro._file_digest(defn.base + arm.configs)}"
+    salt = f"003:scaled:spm:{repro.points._file_digest(defn.base + arm.configs)}"
     params = {**arm.overrides, repro.SEED_KEY: 0}
     assert rp.point.id == f"spm-s0-{repro.point_id(params, salt)}"
 

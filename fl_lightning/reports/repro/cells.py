@@ -1,0 +1,97 @@
+"""One table's cells: per arm, its finished runs of the table's view read from the store (the
+metric over seeds, ε, guarantees, curves, metrics) beside the paper's value of that cell."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fl_lightning.reports.repro.definition import Arm, Definition, TableDef
+from fl_lightning.reports.repro.points import ReproPoint
+from fl_lightning.reports.repro.stored import _num, _pct, load_curves
+from fl_lightning.reports.tables import PaperTable
+from fl_lightning.sweeps.store import ResultStore
+
+
+@dataclass
+class CellResult:
+    arm: Arm
+    paper: float | None
+    values: list[float]
+    eps: list[float]
+    guarantees: list[str]
+    curves: list[dict[str, list]]
+    metrics: list[dict[str, Any]]
+    planned: int
+    extra_metrics: dict[str, str] = field(default_factory=dict)
+    eps_infinite: int = 0  # finished runs whose accountant printed ε = ∞ (no guarantee)
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+
+def collect(
+    defn: Definition,
+    points: list[ReproPoint],
+    store: ResultStore,
+    table: TableDef,
+    paper_table: PaperTable,
+    metric: str,
+) -> tuple[list[CellResult], CellResult | None]:
+    latest = store.latest()
+    curves = load_curves(store)
+    metric = table.metric or metric  # the table's own metric (e.g. an attack's) wins
+
+    def cell(arm_name: str, paper: float | None, metric: str = metric) -> CellResult:
+        arm = defn.arms[arm_name]
+        mine = [rp for rp in points if rp.arm.name == arm_name and rp.variant == table.variant]
+        res = CellResult(arm, paper, [], [], [], [], [], len(mine), dict(table.extra_metrics))
+        for rp in mine:
+            row = latest.get(rp.point.id)
+            if not row or row.get("status") != "finished":
+                continue
+            curve: dict[str, Any] = curves.get(rp.point.id) or {}
+            m = {**(row.get("metrics") or {}), **(curve.get("audit") or {})}
+            m["_point_id"] = rp.point.id
+            raw = m.get(metric)
+            v = _pct(raw) if table.percent else _num(raw)
+            if v is None:
+                continue
+            res.values.append(v)
+            res.metrics.append(m)
+            eps = m.get("privacy/epsilon")
+            if isinstance(eps, (int, float)) and math.isfinite(eps):  # inf: non-private
+                res.eps.append(float(eps))
+            elif isinstance(eps, (int, float)):
+                res.eps_infinite += 1
+            if m.get("privacy/guarantee"):
+                res.guarantees.append(str(m["privacy/guarantee"]))
+            res.curves.append(curve)
+        return res
+
+    out = []
+    for a in table.arms:
+        name = table.paper_method.get(a, defn.arms[a].method)
+        if a in table.paper_cells:
+            hits = paper_table.select(**{**table.where, **table.paper_cells[a]})
+        else:
+            hits = paper_table.select(
+                method=name,
+                **{**table.where, **defn.arms[a].where, **table.paper_where.get(a, {})},
+            )
+        paper = hits[0]["value"] if len(hits) == 1 else None
+        res = cell(a, paper)
+        if name not in ("-", res.arm.method) and paper is not None and a not in table.paper_where:
+            res.arm = replace(res.arm, method=name)  # the paper's name in this table
+        out.append(res)
+    ref = None
+    if table.reference:
+        ref = cell(table.reference, None, table.reference_metric or metric)
+    return out, ref

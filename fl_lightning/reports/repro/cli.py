@@ -1,0 +1,240 @@
+"""``fl-lightning repro``: reproduce a paper's tables with one command.
+
+The command line: read the arguments and the definition, run the tuning grid and then the
+tables' points (resuming from the store), and write the documents from what finished
+(:func:`write_documents`: cells, verdicts, JSON, figures, Markdown)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fl_lightning.reports.repro.cells import collect
+from fl_lightning.reports.repro.claims import verdicts
+from fl_lightning.reports.repro.definition import Definition, ReproError, load_definition
+from fl_lightning.reports.repro.documents import (
+    build_json,
+    copy_images,
+    render_markdown,
+    validate_document,
+)
+from fl_lightning.reports.repro.figures import plots
+from fl_lightning.reports.repro.points import (
+    ReproPoint,
+    ReproRunner,
+    TuneResult,
+    choose,
+    find_shared_data,
+    plan,
+    tuning_points,
+)
+from fl_lightning.reports.tables import list_papers, load_paper
+from fl_lightning.sweeps.store import ResultStore
+
+
+def _typed(v: str) -> Any:
+    try:
+        return yaml.safe_load(v)
+    except yaml.YAMLError:
+        return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fl-lightning repro", description=__doc__.split("\n")[0])
+    p.add_argument("paper", help=f"paper id ({', '.join(list_papers())}) or name")
+    p.add_argument("--table", action="append", default=[], help="only this table (repeatable)")
+    p.add_argument("--profile", default="scaled", help="scaled (default) or paper")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: profile's)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="store folder (default docs/reproductions/store/<paper>-<profile>)",
+    )
+    p.add_argument("--out", default=None, help="output folder (default docs/reproductions)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for every run (part of the points' identity)",
+    )
+    p.add_argument(
+        "--data-root",
+        default=None,
+        help="data.root for every run (default: the profile's; 'shared' finds "
+        "shared/data as the tests do)",
+    )
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        help="only this arm of the tables (repeatable; e.g. to try one setting)",
+    )
+    p.add_argument(
+        "--definition",
+        default=None,
+        help="reproduction definition YAML (default: the shipped one of PAPER)",
+    )
+    p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
+    p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.seeds is not None and args.seeds < 1:
+            raise ReproError("--seeds: must be >= 1")
+        if args.jobs < 1:
+            raise ReproError("--jobs: must be >= 1")
+        defn = load_definition(
+            args.paper, args.profile, Path(args.definition) if args.definition else None
+        )
+        extra = {}
+        for item in args.set:
+            if "=" not in item:
+                raise ReproError(f"--set: expected KEY=VALUE, got {item!r}")
+            k, v = item.split("=", 1)
+            extra[k.strip()] = _typed(v.strip())
+        tables = defn.tables
+        if args.table:
+            want = {t.lower() for t in args.table}
+            tables = [t for t in defn.tables if {t.table.lower(), t.label.lower()} & want]
+            if not tables or not want <= {
+                x for t in tables for x in (t.table.lower(), t.label.lower())
+            }:
+                have = ", ".join(t.label for t in defn.tables)
+                raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
+        defn.tables = tables
+        seeds = args.seeds or defn.seeds
+        points = plan(defn, seeds=seeds, extra=extra, tables=tables)
+        in_tables = {rp.arm.name for rp in points}
+        if args.arm:
+            unknown = sorted(set(args.arm) - in_tables)
+            if unknown:
+                raise ReproError(f"--arm: {unknown} not in the chosen tables")
+        tuned_for = set(args.arm or in_tables)
+        if defn.tune is not None:  # tune the arms whose value a chosen arm takes
+            tuned_for = {
+                name for name, heirs in defn.tune.inherit.items() if {name, *heirs} & tuned_for
+            }
+        tpoints = tuning_points(defn, extra=extra, arms=tuned_for)
+        root = args.data_root or defn.data_root
+        if root == "shared":
+            found = find_shared_data()
+            if found is None and not args.report_only:
+                raise ReproError(
+                    "--data-root: shared/data (the MNIST test set) not found beside this "
+                    "checkout; set FL_SHARED_DATA or pass --data-root DIR"
+                )
+            root = str(found) if found else None
+    except (ReproError, KeyError) as err:
+        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    store = ResultStore(Path(args.store or f"docs/reproductions/store/{defn.paper}-{defn.profile}"))
+    out_dir = Path(args.out or "docs/reproductions")
+    name = f"repro-{defn.paper}-{defn.profile}"
+    rc = 0
+    if tpoints:  # phase 1: the tuning grid, whose best values set the tables' arms
+        trunner = ReproRunner(tpoints, store, name=name, data_root=root, parallel=args.jobs)
+        ttodo, tdone, _ = trunner.pending([rp.point for rp in tpoints])
+        if args.dry_run:
+            print(f"tuning: {len(tpoints)} points, {tdone} finished, {len(ttodo)} to run")
+            for p in ttodo:
+                print(" ".join(trunner.command_for(p, store.root / "runs" / p.id / "a?")))
+        elif ttodo and not args.report_only:
+            rc = _run(trunner, tpoints)
+    tuning = choose(defn, tpoints, store)
+    points = plan(defn, seeds=seeds, extra=extra, tables=defn.tables)  # at the chosen values
+    if args.arm:
+        points = [rp for rp in points if rp.arm.name in args.arm]
+    runner = ReproRunner(points, store, name=name, data_root=root, parallel=args.jobs)
+    todo, done, _ = runner.pending([rp.point for rp in points])
+    if args.dry_run:
+        untuned = [r.arm for r in tuning if r.chosen is None]
+        print(
+            f"{len(points)} points, {done} finished, {len(todo)} to run"
+            + (f" (untuned, at their configured value: {untuned})" if untuned else "")
+        )
+        for p in todo:
+            print(" ".join(runner.command_for(p, store.root / "runs" / p.id / "a?")))
+        return 0
+    if todo and not args.report_only and rc != 130:
+        rc = _run(runner, points) or rc
+    command = "fl-lightning repro " + " ".join(
+        [defn.paper]
+        + [
+            f"--table {t.label!r}" if " " in t.label else f"--table {t.label}"
+            for t in tables
+            if args.table
+        ]
+        + [f"--profile {defn.profile}", f"--seeds {seeds}"]
+        + [f"--arm {a}" for a in args.arm]
+        + [f"--set {k}={v}" for k, v in extra.items()]
+    )
+    write_documents(defn, points, store, out_dir, command, tuning=tuning)
+    return rc
+
+
+def _run(runner: ReproRunner, points: list[ReproPoint]) -> int:
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return runner.run([rp.point for rp in points])
+    except KeyboardInterrupt:
+        print("interrupted; the documents are written from what finished")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def write_documents(
+    defn: Definition,
+    points,
+    store: ResultStore,
+    out_dir: Path,
+    command: str,
+    tuning: list[TuneResult] | None = None,
+):
+    paper = load_paper(defn.paper)
+    results = {}
+    for t in defn.tables:
+        ptab = paper.table(t.table)
+        results[t.label] = collect(defn, points, store, t, ptab, ptab.metric)
+    verdict_rows = verdicts(defn, results, tuning or [])
+    doc = build_json(defn, results, verdict_rows, command, tuning)
+    problems = validate_document(doc)
+    if problems:  # a defect of this module, not of the user's input
+        raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    attack = {t.label for t in defn.tables if t.kind == "attack"}  # a few rounds: no curves
+    figs = plots(defn, {k: v for k, v in results.items() if k not in attack}, out_dir, tuning)
+    for t in defn.tables:
+        figs.setdefault(t.label, []).extend(
+            copy_images(defn, t, results[t.label][0], store, out_dir)
+        )
+    (out_dir / f"{defn.paper}.json").write_text(
+        json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    )
+    (out_dir / f"{defn.paper}.md").write_text(render_markdown(defn, doc, figs, out_dir))
+    n = sum(len(c.values) for cs, _ in results.values() for c in cs)
+    print(
+        f"wrote {out_dir / (defn.paper + '.md')}, {defn.paper}.json and "
+        f"{sum(len(v) for v in figs.values())} figures ({n} finished runs in the tables)"
+    )
+    return doc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

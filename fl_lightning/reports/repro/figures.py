@@ -1,0 +1,351 @@
+"""The report's PNG figures: per table, accuracy and ε vs round (mean over seeds), accuracy vs
+ε, accuracy vs the simulated clock, the definition's diagnostic curves, the panels of arms that
+stand for a paper ε (000), and the tuning grid."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from fl_lightning.reports.repro.cells import CellResult
+from fl_lightning.reports.repro.definition import PLOT_KINDS, Definition, PlotDef
+from fl_lightning.reports.repro.points import TuneResult
+
+TUNING_FIGURES = "__tuning__"
+
+
+def plots(
+    defn: Definition, results, out_dir: Path, tuning: list[TuneResult] | None = None
+) -> dict[str, list[Path]]:
+    """Accuracy vs round and ε vs round per method (mean over seeds); accuracy vs ε where the
+    table has more than one ε."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs: dict[str, list[Path]] = {}
+    by_label = {d.label: d for d in defn.tables}
+    for tname, (cells, ref) in results.items():
+        slug = "".join(ch if ch.isalnum() else "_" for ch in tname)
+        made: list[Path] = []
+        tdef = by_label.get(tname)
+        if tdef is not None and tdef.metric:  # e.g. attack accuracy: the curves are elsewhere
+            figs[tname] = made
+            continue
+        if any(c.arm.paper_epsilon is not None for c in cells):
+            kinds = tuple(tdef.plots) if tdef is not None and tdef.plots is not None else PLOT_KINDS
+            made += _paper_epsilon_plots(defn, tname, slug, cells, ref, out_dir, plt, kinds)
+            figs[tname] = made
+            continue
+        for col, ylabel, stem, scale in (
+            ("test/accuracy", "test accuracy (%)", "accuracy_vs_round", 100.0),
+            ("privacy/epsilon", "ε spent", "epsilon_vs_round", 1.0),
+        ):
+            fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+            drawn = False
+            for k, c in enumerate(cells + ([ref] if ref else [])):
+                seeds = sum(1 for cv in c.curves if cv.get(col))
+                if not seeds:
+                    continue
+                xs, ys = _mean_curve(c, col, scale)
+                ax.plot(
+                    xs,
+                    ys,
+                    # distinct styles, so that arms with identical curves stay visible
+                    marker="osv^Dxp*"[k % 8],
+                    markersize=4,
+                    ls="-" if c is ref else ["--", ":", "-.", (0, (5, 1))][k % 4],
+                    lw=1.2,
+                    label=f"{c.arm.method} ({seeds} seeds)",
+                )
+                drawn = True
+            if drawn:
+                ax.set_xlabel("round")
+                ax.set_ylabel(ylabel)
+                ax.set_title(
+                    f"Paper {defn.paper}, table {tname}: {ylabel}\n"
+                    "(mean over seeds, over the rounds every seed ran)"
+                )
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+                fig.tight_layout()
+                path = out_dir / f"{defn.paper}_{slug}_{stem}.png"
+                fig.savefig(path)
+                made.append(path)
+            plt.close(fig)
+        sim = _sim_time_plot(defn, tname, slug, cells + ([ref] if ref else []), out_dir, plt)
+        if sim is not None:
+            made.append(sim)
+        eps_levels = {round(e, 1) for c in cells for e in c.eps}
+        if len(eps_levels) > 1:
+            fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+            for c in cells:
+                if c.values and c.eps:
+                    ax.errorbar(
+                        [statistics.fmean(c.eps)],
+                        [c.mean],
+                        yerr=[c.std or 0],
+                        marker="o",
+                        capsize=3,
+                        label=c.arm.method,
+                    )
+            ax.set_xlabel("ε reported")
+            ax.set_ylabel("test accuracy (%)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png"
+            fig.savefig(path)
+            plt.close(fig)
+            made.append(path)
+        for pl in defn.plots:
+            drawn_at = _curve_plot(defn, pl, tname, slug, cells + ([ref] if ref else []), out_dir)
+            if drawn_at is not None:
+                made.append(drawn_at)
+        figs[tname] = made
+    if tuning and defn.tune is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+        drawn = False
+        for k, r in enumerate(tuning):
+            pts = [(float(v), float(m)) for v in r.values if (m := r.mean(v)) is not None]
+            if pts:
+                ax.plot(
+                    [x for x, _ in pts],
+                    [y for _, y in pts],
+                    marker="osv^Dxp*"[k % 8],
+                    ls=["-", "--", ":", "-."][k % 4],
+                    label=f"{r.method} (chosen {r.chosen})",
+                )
+                drawn = True
+        if drawn:
+            ax.set_xscale("log")
+            ax.set_xlabel(defn.tune.param)
+            ax.set_ylabel(f"{defn.tune.metric} (%)")
+            ax.set_title(
+                f"Paper {defn.paper}: tuning of {defn.tune.param} "
+                f"({defn.tune.seeds} seed(s) per value)"
+            )
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            fig.tight_layout()
+            path = out_dir / f"{defn.paper}_tuning_{defn.tune.param.replace('.', '_')}.png"
+            fig.savefig(path)
+            figs[TUNING_FIGURES] = [path]
+        plt.close(fig)
+    return figs
+
+
+def _curve_plot(
+    defn: Definition, pl: PlotDef, tname: str, slug: str, cells: list[CellResult], out_dir: Path
+) -> Path | None:
+    """``pl.column`` vs round per arm (mean over the seeds, over the rounds every seed ran)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+    drawn = False
+    ref_values: list[float] = []
+    for k, c in enumerate(cells):
+        series = [cv for cv in c.curves if cv.get(pl.column)]
+        if not series:
+            continue
+        for cv in series:
+            if pl.reference_column:
+                ref_values += [
+                    v for v in cv.get(pl.reference_column, []) if v is not None and math.isfinite(v)
+                ]
+        xs, ys = _mean_curve(c, pl.column, finite=True)
+        if not xs:
+            continue
+        last = max(max(cv["round"]) for cv in series)
+        ax.plot(
+            [x / last for x in xs] if pl.fraction else xs,
+            ys,
+            marker="osv^Dxp*"[k % 8],
+            markersize=3,
+            ls=["-", "--", ":", "-."][k % 4],
+            lw=1.2,
+            label=f"{c.arm.method} ({len(series)} seeds)",
+        )
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    if ref_values:
+        ax.axhline(
+            statistics.fmean(ref_values),
+            color="grey",
+            ls=":",
+            lw=1.5,
+            label=pl.reference_label or pl.reference_column,
+        )
+    if pl.log:
+        ax.set_yscale("log")
+    ax.set_xlabel(pl.xlabel or ("fraction of the run's rounds" if pl.fraction else "round"))
+    ax.set_ylabel(pl.ylabel)
+    ax.set_title(f"Paper {defn.paper}, table {tname}: {pl.ylabel}\n(mean over seeds, per round)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_{pl.stem}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path, plt):
+    """Accuracy vs the simulated wall clock of an asynchronous run (``async/sim_time``, the
+    server's clock at each aggregation), mean over seeds; None when no run logs it."""
+    col = "strategy/async/sim_time"
+    if not any(cv.get(col) for c in cells for cv in c.curves):
+        return None
+    fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
+    for k, c in enumerate(cells):
+        series = [cv for cv in c.curves if cv.get(col) and cv.get("test/accuracy")]
+        if not series:
+            continue
+        per: dict[int, list[tuple[float, float]]] = {}
+        for cv in series:
+            for r, tm, acc in zip(cv["round"], cv[col], cv["test/accuracy"]):
+                if tm is not None and acc is not None:
+                    per.setdefault(r, []).append((tm, 100.0 * acc))
+        xs = sorted(r for r in per if len(per[r]) == len(series))
+        ax.plot(
+            [statistics.fmean(p[0] for p in per[r]) for r in xs],
+            [statistics.fmean(p[1] for p in per[r]) for r in xs],
+            marker="osv^Dxp*"[k % 8],
+            markersize=3,
+            ls=["-", "--", ":", "-.", (0, (5, 1))][k % 5],
+            lw=1.1,
+            label=f"{c.arm.method} ({len(series)} seeds)",
+        )
+    ax.set_xlabel("simulated wall clock (s; aggregation points of the simulated clients' uploads)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs simulated time (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_sim_time.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _mean_curve(
+    c: CellResult, col: str, scale: float = 1.0, *, finite: bool = False
+) -> tuple[list[int], list[float]]:
+    """``col`` per round, mean over the seeds that logged it, over the rounds every one of them
+    ran (times ``scale``; ``finite``: non-finite values count as missing)."""
+    series = [cv for cv in c.curves if cv.get(col)]
+    per: dict[int, list[float]] = {}
+    for cv in series:
+        for r, v in zip(cv["round"], cv[col]):
+            if v is not None and (not finite or math.isfinite(v)):
+                per.setdefault(r, []).append(v * scale)
+    xs = sorted(r for r in per if len(per[r]) == len(series))
+    return xs, [statistics.fmean(per[x]) for x in xs]
+
+
+def _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir: Path, plt) -> list[Path]:
+    """Accuracy vs round, one panel per paper ε (mean over seeds)."""
+    fig, axes = plt.subplots(
+        1, len(levels), figsize=(4.2 * len(levels) + 2.5, 4.2), dpi=110, squeeze=False
+    )
+    for ax, e in zip(axes[0], levels):
+        for k, c in enumerate([x for x in cells if x.arm.paper_epsilon == e] + [ref] * bool(ref)):
+            xs, ys = _mean_curve(c, "test/accuracy", 100.0)
+            if xs:
+                ax.plot(
+                    xs,
+                    ys,
+                    marker="osv^Dxp*"[k % 8],
+                    markersize=3,
+                    lw=1.1,
+                    ls="-" if c is ref else "--",
+                    label=c.arm.method,
+                )
+        ax.set_title(f"paper ε = {e:g}")
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy (%), mean over seeds")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Paper {defn.paper}, table {tname}: accuracy vs round")
+    fig.tight_layout()
+    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_round.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]
+
+
+def _paper_epsilon_plots(
+    defn, tname, slug, cells, ref, out_dir: Path, plt, kinds=PLOT_KINDS
+) -> list[Path]:
+    """For arms that stand for a paper ε (paper 000): accuracy vs round (one panel per ε),
+    accuracy vs the paper's ε per method, and the selected fraction vs the λ_t quantile where
+    the runs logged their sparse-vector selection."""
+    made: list[Path] = []
+    levels = sorted({c.arm.paper_epsilon for c in cells if c.arm.paper_epsilon is not None})
+    if "accuracy_vs_round" in kinds:
+        made += _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir, plt)
+    if len(levels) > 1 and "accuracy_vs_epsilon" in kinds:
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+        for method in dict.fromkeys(c.arm.method for c in cells):
+            pts = sorted(
+                (c.arm.paper_epsilon, c.mean, c.std or 0.0)
+                for c in cells
+                if c.arm.method == method and c.mean is not None
+            )
+            if pts:
+                ax.errorbar(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    yerr=[p[2] for p in pts],
+                    marker="o",
+                    capsize=3,
+                    label=method,
+                )
+        if ref is not None and ref.mean is not None:
+            ax.axhline(ref.mean, color="k", ls=":", lw=1, label=f"{ref.arm.method}")
+        ax.set_xscale("log")
+        ax.set_xlabel("the paper's ε (per round; our reading in the notes)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs ε (mean ± std over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png"
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    sel = [c for c in cells if any(cv.get("clients/selected_fraction") for cv in c.curves)]
+    if sel and "selection" in kinds:
+        fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+        grid = [i / 100 for i in range(0, 101)]
+        ax.plot(grid, [1 - r for r in grid], "k-", lw=1, label="a noiseless test: 1 − r_t")
+        for k, c in enumerate(sel):
+            xs, fr = _mean_curve(c, "clients/selected_fraction")
+            _, lv = _mean_curve(c, "strategy/threshold_level")
+            if xs and len(lv) == len(fr):
+                ax.plot(
+                    lv,
+                    fr,
+                    marker="osv^Dxp*"[k % 8],
+                    ls="--",
+                    lw=1,
+                    markersize=4,
+                    label=f"{c.arm.method}, paper ε {c.arm.paper_epsilon:g}",
+                )
+        ax.set_xlabel("quantile level r_t of λ_t (Eq. 14; rises with the round)")
+        ax.set_ylabel("selected fraction (mean over clients and seeds)")
+        ax.set_title(f"Paper {defn.paper}: does the sparse-vector test follow λ_t?")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{defn.paper}_{slug}_selected_fraction_vs_threshold.png"
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    return made

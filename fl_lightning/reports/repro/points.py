@@ -1,0 +1,182 @@
+"""The runs of a reproduction: the (arm, seed) points of its tables and of its tuning grid (a
+point's id hashes its parameters, arm and config files), the grid value each tuned arm takes,
+and the sweep runner that runs them and appends each finished point's curve to the store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fl_lightning.reports.repro.definition import Arm, Definition, ReproError, TableDef
+from fl_lightning.reports.repro.stored import _pct, read_audit, read_curve
+from fl_lightning.sweeps.runner import SweepRunner, logger_override
+from fl_lightning.sweeps.spec import Point, SweepSpec, build_command, point_id
+from fl_lightning.sweeps.store import ResultStore
+
+REPO = Path(__file__).resolve().parents[3]
+SEED_KEY = "seed_everything"
+
+
+def find_shared_data() -> Path | None:
+    """``shared/data`` with the MNIST test set: ``$FL_SHARED_DATA``, else the nearest
+    ``shared/data`` beside the checkout or one of its parents (as the tests find it)."""
+    marker = Path("MNIST", "raw", "t10k-images-idx3-ubyte.gz")
+    cands = [Path(os.environ["FL_SHARED_DATA"])] if "FL_SHARED_DATA" in os.environ else []
+    cands += [p / "shared" / "data" for p in [REPO, *REPO.parents]]
+    cands += [p / "shared" / "data" for p in Path.cwd().resolve().parents]
+    return next((c.resolve() for c in cands if (c / marker).exists()), None)
+
+
+def _file_digest(paths: list[str]) -> str:
+    h = hashlib.sha1()
+    for p in paths:
+        f = Path(p) if Path(p).is_absolute() else REPO / p
+        if not f.exists():
+            raise ReproError(f"config: {p} does not exist")
+        h.update(p.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+@dataclass
+class ReproPoint:
+    point: Point
+    arm: Arm
+    seed: int
+    configs: list[str]
+    variant: str = "{}"
+
+
+def _repro_point(
+    defn: Definition,
+    arm: Arm,
+    seed: int,
+    extra: dict[str, Any],
+    index: int,
+    view: TableDef | None = None,
+) -> ReproPoint:
+    """One run: the arm's configs and overrides over the view's (a table's own setting, e.g.
+    one epsilon column); an arm's own settings are the more specific ones."""
+    cfgs = defn.base + arm.configs
+    params = {**(view.overrides if view else {}), **arm.overrides, **extra, SEED_KEY: seed}
+    salt = f"{defn.paper}:{defn.profile}:{arm.name}:{_file_digest(cfgs)}"
+    pid = f"{arm.name}-s{seed}-{point_id(params, salt)}"
+    variant = view.variant if view else "{}"
+    return ReproPoint(Point(index, params, pid), arm, seed, cfgs, variant)
+
+
+def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]):
+    """The (arm, seed) points of ``tables``, seed-major (every arm's seed 0 first, so a
+    sweep stopped early has every arm)."""
+    names: list[tuple[str, TableDef]] = []
+    seen: set[tuple[str, str]] = set()
+    for t in tables:
+        for a in t.arms + ([t.reference] if t.reference else []):
+            if (a, t.variant) not in seen:
+                seen.add((a, t.variant))
+                names.append((a, t))
+    out: list[ReproPoint] = []
+    for seed in range(seeds):
+        for name, view in names:
+            out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out), view))
+    return out
+
+
+def tuning_points(defn: Definition, *, extra: dict[str, Any], arms: set[str] | None = None):
+    """The tuning grid's points (seed-major, then arm, then value); ``arms``: only these."""
+    tune = defn.tune
+    if tune is None:
+        return []
+    out: list[ReproPoint] = []
+    for seed in range(tune.seeds):
+        for name, values in tune.values.items():
+            if arms is not None and name not in arms:
+                continue
+            base = defn.arms[name]
+            for v in values:
+                arm = replace(base, overrides={**base.overrides, tune.param: v})
+                out.append(_repro_point(defn, arm, seed, extra, len(out)))
+    return out
+
+
+@dataclass
+class TuneResult:
+    arm: str
+    method: str
+    values: list[Any]
+    scores: dict[str, list[float]]  # repr(value) -> the metric (%) of each finished seed
+    chosen: Any = None
+
+    def mean(self, v: Any) -> float | None:
+        got = self.scores.get(repr(v)) or []
+        return statistics.fmean(got) if got else None
+
+
+def choose(defn: Definition, tpoints: list[ReproPoint], store: ResultStore) -> list[TuneResult]:
+    """Per tuned arm, the grid value with the best mean metric over its finished seeds (the
+    first in grid order on a tie; None where no value finished), applied to the arm and its
+    heirs in ``defn.arms`` (``defn.chosen`` records it)."""
+    tune = defn.tune
+    if tune is None:
+        return []
+    latest = store.latest()
+    out = []
+    for name, values in tune.values.items():
+        res = TuneResult(name, defn.arms[name].method, values, {})
+        for rp in tpoints:
+            if rp.arm.name != name:
+                continue
+            row = latest.get(rp.point.id)
+            v = _pct(((row or {}).get("metrics") or {}).get(tune.metric))
+            if row and row.get("status") == "finished" and v is not None:
+                res.scores.setdefault(repr(rp.arm.overrides[tune.param]), []).append(v)
+        scored = [(res.mean(v), -i, v) for i, v in enumerate(values) if res.mean(v) is not None]
+        if scored:
+            res.chosen = max(scored)[2]
+            for a in [name, *tune.inherit[name]]:
+                arm = defn.arms[a]
+                defn.arms[a] = replace(arm, overrides={**arm.overrides, tune.param: res.chosen})
+                defn.chosen[a] = res.chosen
+        out.append(res)
+    return out
+
+
+class ReproRunner(SweepRunner):
+    """The sweep runner with a command per arm and a curve per finished point."""
+
+    def __init__(
+        self, points: list[ReproPoint], store: ResultStore, *, name: str, data_root, **kw: Any
+    ) -> None:
+        self.by_id = {rp.point.id: rp for rp in points}
+        spec = SweepSpec(Path(name), "grid", {}, ["fl-lightning", "fit"], name=name)
+        super().__init__(spec, store, **kw)
+        self.data_root = data_root
+        self.curves = store.root / "curves.jsonl"
+
+    def command_for(self, point: Point, run_dir: Path) -> list[str]:
+        rp = self.by_id[point.id]
+        cmd = ["fl-lightning", "fit"]
+        for c in rp.configs:
+            cmd += ["--config", str(Path(c) if Path(c).is_absolute() else REPO / c)]
+        if self.data_root is not None:
+            cmd.append(f"--data.root={self.data_root}")
+        cmd.append("${args}")
+        spec = SweepSpec(self.spec.path, "grid", {}, cmd, name=self.spec.name)
+        argv = build_command(spec, point.params)
+        return argv + logger_override(run_dir, sweep=self.spec.name, point=point, wandb=False)
+
+    def run_point(self, point: Point, claimed: dict[str, Any] | None = None) -> dict[str, Any]:
+        row = super().run_point(point, claimed)
+        if row.get("status") == "finished":
+            curve: dict[str, Any] = read_curve(Path(row["run_dir"]))
+            audit = read_audit(Path(row["run_dir"]), self.curves.parent / "images", point.id)
+            if audit:  # metrics of an attack run at the end of fit (after summary.json)
+                curve["audit"] = audit  # type: ignore[assignment]
+            line = json.dumps({"id": point.id, "curve": curve}, sort_keys=True)
+            with self._lock, self.curves.open("a") as f:
+                f.write(line + "\n")
+        return row
