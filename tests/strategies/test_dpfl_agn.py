@@ -14,7 +14,6 @@ from scipy.special import logsumexp
 
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
-from fl_lightning.strategies.dpsgd_fl import DPSGDFL
 from tests.strategies.dpfl_agn_helpers import tiny_run
 
 DELTA = 1e-5
@@ -143,7 +142,13 @@ def test_integer_order_rdp_matches_the_corrected_formula():
 
 
 def test_constant_sigma_run_equals_opacus_rdp_accountant():
-    module, _ = tiny_run(DPSGDFL(), rounds=3, optimizer="sgd", sigma=1.2, local_steps=2)
+    module, _ = tiny_run(
+        DPFLAGN(adaptive_lr=False, anr=False, adam_state="reset"),
+        rounds=3,
+        optimizer="sgd",
+        sigma=1.2,
+        local_steps=2,
+    )
     acc = module.accountant
     sizes = module.data.client_sizes()
     assert set(acc.record_level) == set(range(len(sizes)))
@@ -306,3 +311,17 @@ def test_model_averaging_check_rejects_server_momentum():
     for bad in (ServerOptimizerSpec("sgd", 1.0, 0.9), ServerOptimizerSpec("adam", 1.0, 0.0)):
         with pytest.raises(ValueError, match="model.server_optimizer: x averages"):
             bad.require_model_averaging("x")
+
+
+def test_dpsgd_baseline_is_a_config_of_dpfl_agn_with_both_parts_off():
+    import importlib
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "configs/strategy/dpfl_agn/dpsgd.yaml"
+    raw = yaml.safe_load(path.read_text())
+    module, _, name = raw["class_path"].rpartition(".")
+    strategy = getattr(importlib.import_module(module), name)(**raw["init_args"])
+    assert type(strategy) is DPFLAGN
+    assert (strategy.adaptive_lr, strategy.anr, strategy.adam_state) == (False, False, "reset")

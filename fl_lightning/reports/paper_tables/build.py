@@ -671,7 +671,7 @@ def p004(text: str) -> dict[str, Any]:
         "notes": "shared/papers/004-adp-fl-async.notes.md",
         "methods": {
             "ADP-FL": ["adp_fl", "ADPFL"],
-            "Baseline": ["dp_fedavg", "DPFedAvg", "even_budget", "EvenBudget"],
+            "Baseline": ["dp_fedavg", "DPFedAvg", "even_budget", "EvenBudget", "AsyncLocalDP"],
             "FedAvg (no DP)": ["fedavg", "FedAvg", "none"],
         },
         "tables": tables,
