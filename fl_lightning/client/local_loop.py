@@ -98,6 +98,7 @@ class LocalTrainer:
             if prox_anchor is not None:
                 # FedProx (Li et al. 2020, Eq. 2): ∇(μ/2)‖w − w_t‖² = μ(w − w_t).
                 for p, anchor in zip(self.params, prox_anchor):
+                    assert p.grad is not None  # after compute_gradients
                     p.grad.add_(p.detach() - anchor, alpha=cfg.prox_mu)
             if plan.grad_hook is not None:
                 plan.grad_hook(self.params)

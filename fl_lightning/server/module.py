@@ -16,16 +16,12 @@ model is evaluated with torchmetrics.
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import math
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.loggers import WandbLogger
 
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
@@ -40,72 +36,30 @@ from fl_lightning.server.distributed import (
     check_ranks_agree,
     rank_and_world,
 )
-from fl_lightning.server.executor import AutoExecutor, Executor, SequentialExecutor
+from fl_lightning.server.evaluation import evaluate_split
+from fl_lightning.server.executor import Executor
+from fl_lightning.server.executor_choice import build_executor
 from fl_lightning.server.privacy_plan import (
     calibrate_client_noise,
     calibrate_strategy_noise,
     planned_privacy,
 )
 from fl_lightning.server.reduction import RoundUpdates, reduce_round
+from fl_lightning.server.run_files import (
+    run_summary,
+    summary_line,
+    write_label_histogram,
+    write_run_files,
+)
+from fl_lightning.server.run_identity import resolved_config
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.spec import FederationSpec, ServerOptimizerSpec
-from fl_lightning.utils.atomic import atomic_write
-from fl_lightning.utils.flat import flatten_into, layer_slices, load_flat_, trainable_parameters
-from fl_lightning.utils.redact import redact
+from fl_lightning.utils.flat import flatten_into, layer_slices, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 
 log = logging.getLogger(__name__)
-
-
-_SKIP = object()
-
-
-def describe_setting(value: Any, depth: int = 0) -> Any:
-    """A rank-independent description of a strategy attribute for the config hash (plain
-    values as they are, objects by their public attributes); ``_SKIP`` for what describes no
-    setting (callables, tensors, process-local handles whose repr carries a memory address)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if depth > 4 or callable(value) or isinstance(value, torch.Tensor):
-        return _SKIP
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = [describe_setting(v, depth + 1) for v in value]
-        items = [v for v in items if v is not _SKIP]
-        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
-    if isinstance(value, dict):
-        out = {repr(k): describe_setting(v, depth + 1) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v is not _SKIP}
-    if hasattr(value, "__dict__"):
-        public = {k: v for k, v in vars(value).items() if not k.startswith("_")}
-        return [type(value).__qualname__, describe_setting(public, depth + 1)]
-    text = repr(value)
-    return _SKIP if " at 0x" in text else text
-
-
-def auto_vectorizes(trainer: LocalTrainer) -> bool:
-    """Whether ``executor: auto`` considers the vectorised path at all: the model can be
-    stacked (``client/stacked.py: stack_blocker``, with or without DP-SGD). Which path runs is
-    then measured (``server/executor.py: AutoExecutor``)."""
-    from fl_lightning.server.vectorized_executor import model_blocker
-
-    dp = trainer.client.training_config.dp_sgd is not None
-    return model_blocker(trainer.client.net, dp=dp) is None
-
-
-def _build_executor(name: str, trainer: LocalTrainer) -> Executor:
-    from fl_lightning.server.vectorized_executor import VectorizedExecutor, model_blocker
-
-    if name == "vectorized":
-        return VectorizedExecutor(trainer)
-    if name == "auto":
-        dp = trainer.client.training_config.dp_sgd is not None
-        reason = model_blocker(trainer.client.net, dp=dp)
-        if reason is None:
-            return AutoExecutor(SequentialExecutor(trainer), VectorizedExecutor(trainer))
-        log.warning("executor auto: sequential training: %s", reason)
-    return SequentialExecutor(trainer)
 
 
 class FederatedModule(pl.LightningModule):
@@ -175,7 +129,7 @@ class FederatedModule(pl.LightningModule):
         self.server_optimizer = server_optimizer
         self.server_lr = server_lr
         self.server_momentum = server_momentum
-        self.server_betas = tuple(server_betas)
+        self.server_betas = (float(server_betas[0]), float(server_betas[1]))
         self.server_eps = server_eps
         self.eval_every = eval_every
         self.seed = seed
@@ -279,7 +233,7 @@ class FederatedModule(pl.LightningModule):
             self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
             self.accountant.not_private_reason = self.strategy.not_private_reason()
         self._local_trainer = LocalTrainer(self.client, self.device)
-        self._executor = _build_executor(self.executor_name, self._local_trainer)
+        self._executor = build_executor(self.executor_name, self._local_trainer)
         from fl_lightning.callbacks import ClientHooks
 
         self._executor.hooks = ClientHooks(self.trainer, self)
@@ -289,34 +243,20 @@ class FederatedModule(pl.LightningModule):
         self._log_partition()
 
     def resolved_config(self) -> dict[str, Any]:
-        """What every rank must agree on: round settings, local loop, strategy, data, rounds."""
-        public = {k: v for k, v in vars(self.strategy).items() if not k.startswith("_")}
-        strategy = describe_setting(public)
-        return {
-            "model": dict(self.hparams),
-            "client": repr(self.client.training_config),
-            "net": repr(self.client.net),
-            "strategy": [type(self.strategy).__qualname__, strategy],
-            "data": dict(self.data.hparams),
-            "rounds": int(self.trainer.max_steps),
-        }
+        """What every rank must agree on (``server/run_identity.py``)."""
+        return resolved_config(
+            hparams=dict(self.hparams),
+            training_config=self.client.training_config,
+            net=self.client.net,
+            strategy=self.strategy,
+            data_hparams=dict(self.data.hparams),
+            rounds=int(self.trainer.max_steps),
+        )
 
     def _log_partition(self) -> None:
         hist = self.data.label_histogram().cpu()
-        sizes = hist.sum(dim=1)
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
-        if self.trainer.is_global_zero and log_dir:
-            rows = ["client," + ",".join(f"label_{c}" for c in range(hist.shape[1]))]
-            rows += [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(hist)]
-            atomic_write(Path(log_dir) / "label_histogram.csv", "\n".join(rows) + "\n")
-        for logger in self.loggers:
-            logger.log_hyperparams(
-                {
-                    "partition/label_histogram": hist.tolist(),
-                    "partition/min_client_size": int(sizes.min()),
-                    "partition/max_client_size": int(sizes.max()),
-                }
-            )
+        write_label_histogram(hist, log_dir if self.trainer.is_global_zero else None, self.loggers)
 
     # -- one round ---------------------------------------------------------------------------
     def round_context(self, round_idx: int) -> RoundContext:
@@ -362,21 +302,7 @@ class FederatedModule(pl.LightningModule):
         start = time.perf_counter()
         round_idx = int(self.global_step)
         ctx = self.round_context(round_idx)
-        planned = self.planned_privacy(ctx) if self.accountant is not None else None
-        if self.accountant is not None and self.accountant.would_exceed(planned):
-            if self.rounds_completed == 0:
-                alone = self.accountant.report_alone(planned)
-                raise BudgetError(
-                    f"privacy.target_epsilon: {self.accountant.target_epsilon:g} cannot pay "
-                    f"for the first round, which costs ε = {alone['privacy/epsilon']:.4g} "
-                    f"({alone['privacy/guarantee']}); raise the target or add noise"
-                )
-            self.stopped_by_budget = True
-            self.print(
-                f"Stopping before round {round_idx}: it would exceed target ε = "
-                f"{self.accountant.target_epsilon}"
-            )
-            self.trainer.should_stop = True
+        if self._stop_for_budget(ctx):
             return
         assert self._executor is not None
         local = RoundUpdates(
@@ -402,9 +328,34 @@ class FederatedModule(pl.LightningModule):
         self.round_metrics = dict(metrics)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=1)
 
+    def _stop_for_budget(self, ctx: RoundContext) -> bool:
+        """Stops the run before a round that would exceed the target ε (what the round will
+        spend is known before any client trains); refuses a target that cannot pay for the
+        first round."""
+        if self.accountant is None:
+            return False
+        planned = self.planned_privacy(ctx)
+        if self.accountant.would_exceed(planned):
+            if self.rounds_completed == 0:
+                alone = self.accountant.report_alone(planned)
+                raise BudgetError(
+                    f"privacy.target_epsilon: {self.accountant.target_epsilon:g} cannot pay "
+                    f"for the first round, which costs ε = {alone['privacy/epsilon']:.4g} "
+                    f"({alone['privacy/guarantee']}); raise the target or add noise"
+                )
+            self.stopped_by_budget = True
+            self.print(
+                f"Stopping before round {ctx.round_idx}: it would exceed target ε = "
+                f"{self.accountant.target_epsilon}"
+            )
+            self.trainer.should_stop = True
+            return True
+        return False
+
     def _apply_server_step(self, aggregate: torch.Tensor) -> None:
         """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1)."""
         optimizer = self.optimizers()
+        assert not isinstance(optimizer, list)  # configure_optimizers returns one
         offset = 0
         for p in trainable_parameters(self.global_net):
             n = p.numel()
@@ -428,39 +379,22 @@ class FederatedModule(pl.LightningModule):
         return metrics
 
     # -- evaluation --------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate_global(self, split: str = "test") -> dict[str, float]:
-        """Metrics of the global model; under DDP each rank scores a strided slice, reduced."""
+        """Metrics of the global model (or of the strategy's own models) on a split
+        (``server/evaluation.py``)."""
         data = self.data
         ds = data.test if split == "test" else data.val
         if ds is None:
             return {}
-        rank, world = rank_and_world()
-        x, y = ds.x.to(self.device), ds.y.to(self.device)
-        bs = data.hparams.eval_batch_size
-        if world > 1:
-            x, y = x[rank::world], y[rank::world]
-        models = self.strategy.evaluation_models()
-        if models:
-            # The strategy's own models (e.g. Isolate's per-client ones): mean of their metrics.
-            net = copy.deepcopy(self.global_net)
-            per_model = []
-            for flat in models:
-                load_flat_(trainable_parameters(net), flat.to(self.device))
-                per_model.append(self._metrics_of(net, x, y, bs))
-            n = len(per_model)
-            self.last_eval = {k: sum(m[k] for m in per_model) / n for k in per_model[0]}
-            return self.last_eval
-        self.last_eval = self._metrics_of(self.global_net, x, y, bs)
+        self.last_eval = evaluate_split(
+            self.global_net,
+            ds.x.to(self.device),
+            ds.y.to(self.device),
+            batch_size=data.hparams.eval_batch_size,
+            num_classes=self.num_classes,
+            models=self.strategy.evaluation_models(),
+        )
         return self.last_eval
-
-    def _metrics_of(
-        self, net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bs: int
-    ) -> dict[str, float]:
-        net.eval()
-        logits = torch.cat([net(x[i : i + bs]) for i in range(0, len(x), bs)])
-        net.train()
-        return classification_metrics(logits, y, self.num_classes, sync=rank_and_world()[1] > 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.global_net(x)
@@ -491,46 +425,15 @@ class FederatedModule(pl.LightningModule):
     # -- end of training ---------------------------------------------------------------------
     def on_train_end(self) -> None:
         final = self.evaluate_global()
-        summary: dict[str, Any] = {
-            "rounds": self.rounds_completed,
-            "stopped_by_budget": self.stopped_by_budget,
-            **{f"test/{k}": v for k, v in final.items()},
-        }
-        if self.accountant is not None:
-            summary.update(self.accountant.report())
-        sound = self.strategy.round_metrics.get("epsilon_sound")
-        if sound is not None and math.isinf(summary.get("privacy/epsilon", 0.0)):
-            # A published variant without a guarantee: the sound figure of the same noise.
-            summary["privacy/epsilon_sound"] = float(sound)
+        summary = run_summary(
+            rounds=self.rounds_completed,
+            stopped_by_budget=self.stopped_by_budget,
+            final=final,
+            accountant=self.accountant,
+            strategy_metrics=self.strategy.round_metrics,
+        )
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if not self.trainer.is_global_zero:
             return
-        for logger in self.loggers:
-            if isinstance(logger, WandbLogger):
-                for k, v in summary.items():
-                    logger.experiment.summary[k] = v
-        if log_dir:  # atomic (utils/atomic.py), environment secrets redacted
-            path = Path(log_dir) / "summary.json"
-            atomic_write(path, json.dumps(redact(summary), indent=2, default=str) + "\n")
-            if self.accountant is not None:
-                # The events behind the printed ε, so that anyone can recompute it
-                # (fl_lightning.privacy.recompute, docs/privacy.md).
-                ledger = {
-                    "accountant": self.accountant.accountant,
-                    "delta": self.accountant.delta,
-                    **self.accountant.state_dict(),
-                }
-                atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
-        eps = summary.get("privacy/epsilon", math.inf)
-        print(
-            f"Finished {self.rounds_completed} rounds: test accuracy "
-            f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
-            f"(δ = {summary.get('privacy/delta', 0):g}); "
-            f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
-            + (
-                f"; sound ε of the same noise = {summary['privacy/epsilon_sound']:.3f}"
-                if "privacy/epsilon_sound" in summary
-                else ""
-            ),
-            flush=True,
-        )
+        write_run_files(summary, self.accountant, log_dir, self.loggers)
+        print(summary_line(summary, final), flush=True)

@@ -55,7 +55,7 @@ class CohortSampler:
 
     def sampling(self, num_clients: int) -> CohortSampling:
         """How this sampler draws cohorts from ``num_clients``, for the accountant."""
-        mode = "fixed" if self.mode == "fixed" else "poisson"
+        mode: Literal["poisson", "fixed"] = "fixed" if self.mode == "fixed" else "poisson"
         return CohortSampling(mode, self.sample_rate(num_clients), num_clients)
 
     def check_population(self, num_clients: int) -> None:

@@ -36,7 +36,7 @@ Method Based on Adaptive Differential Privacy", preprints.org 202506.2188).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -229,7 +229,7 @@ class ADPFL(AsyncLocalDP):
         return float(u.extras.get("epsilon", 1.0)) * self.lam(u.client_id) * u.num_examples
 
     def aggregate_arrivals(
-        self, arrivals: list[Arrival], ctx: RoundContext, *, generator: torch.Generator
+        self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
     ) -> torch.Tensor:
         weights = [self.arrival_weight(a) for a in arrivals]
         total = sum(weights)

@@ -28,6 +28,7 @@ could ever upload, and the paper defines no other split.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -276,7 +277,7 @@ class AsyncLocalDP(AsyncStrategy):
 
     # -- aggregation -------------------------------------------------------------------------
     def aggregate_arrivals(
-        self, arrivals: list[Arrival], ctx: RoundContext, *, generator: torch.Generator
+        self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
     ) -> torch.Tensor:
         return super().aggregate_arrivals(arrivals, ctx, generator=generator)
 

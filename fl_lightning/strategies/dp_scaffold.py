@@ -72,6 +72,7 @@ class DPScaffold(Strategy):
         offset = 0
         for p in params:
             n = p.numel()
+            assert p.grad is not None  # called after the backward pass
             p.grad.add_(correction[offset : offset + n].view_as(p))
             offset += n
 

@@ -9,6 +9,7 @@ aggregate is x_end − x_start (exact with the default server SGD, lr 1, no mome
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -51,7 +52,7 @@ class FedAsync(AsyncLocalDP):
         self.staleness_b = staleness_b
 
     def aggregate_arrivals(
-        self, arrivals: list[Arrival], ctx: RoundContext, *, generator: torch.Generator
+        self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
     ) -> torch.Tensor:
         x = ctx.global_params.clone()
         alphas = []

@@ -13,6 +13,7 @@ baselines' "same noise") comes from :class:`AsyncLocalDP` (``mechanism: none`` b
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -73,7 +74,7 @@ class FedBuff(AsyncLocalDP):
         self.buffer: list[Arrival] = []
 
     def aggregate_arrivals(
-        self, arrivals: list[Arrival], ctx: RoundContext, *, generator: torch.Generator
+        self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
     ) -> torch.Tensor:
         self.buffer.extend(arrivals)
         out = torch.zeros_like(ctx.global_params)

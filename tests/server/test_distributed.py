@@ -81,7 +81,7 @@ def test_config_hash_describes_strategy_settings_not_process_local_objects():
     """Closures, ledgers and other objects whose repr carries a memory address must not make
     the ranks disagree; a different setting must."""
     from fl_lightning.server.distributed import fingerprint
-    from fl_lightning.server.module import describe_setting
+    from fl_lightning.server.run_identity import describe_setting
     from fl_lightning.strategies.adp_fl import ADPFL
 
     def desc(strategy) -> str:  # noqa: ANN001

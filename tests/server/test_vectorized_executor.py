@@ -214,12 +214,12 @@ def test_reused_buffers_across_rounds() -> None:
 )
 def test_auto_executor_measures_stackable_models(net, dp_sgd, expected, caplog):
     from fl_lightning.server.executor import AutoExecutor
-    from fl_lightning.server.module import _build_executor, auto_vectorizes
+    from fl_lightning.server.executor_choice import auto_vectorizes, build_executor
 
     trainer = LocalTrainer(ClientModule(net, num_classes=10, dp_sgd=dp_sgd))
     assert auto_vectorizes(trainer) is expected
     with caplog.at_level(logging.WARNING):
-        executor = _build_executor("auto", trainer)
+        executor = build_executor("auto", trainer)
     assert isinstance(executor, AutoExecutor) is expected
     if not expected:
         assert isinstance(executor, SequentialExecutor)

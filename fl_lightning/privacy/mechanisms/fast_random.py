@@ -162,8 +162,8 @@ class ChunkedUniforms:
             np.multiply(raw, _ULP64, out=buf, casting="unsafe")
         else:  # two float32 uniforms per 64-bit word: high 23 bits of each half, [1, 2) - 1
             bits = buf.view(np.uint32)
-            raw = self._rng.bit_generator.random_raw((m + 1) // 2).view(np.uint32)[:m]
-            np.right_shift(raw, _SHIFT, out=bits)
+            halves = self._rng.bit_generator.random_raw((m + 1) // 2).view(np.uint32)[:m]
+            np.right_shift(halves, _SHIFT, out=bits)
             np.bitwise_or(bits, _ONE_BITS, out=bits)
             np.subtract(buf, _ONE, out=buf)
         return self._u[k][:m]

@@ -35,7 +35,8 @@ def variance_curves(epsilon: float, w: torch.Tensor) -> dict[str, torch.Tensor]:
         if name is None:
             out[label] = paper_claimed_variance(w, epsilon=epsilon)
         else:
-            out[label] = make_local_mechanism(name, epsilon=epsilon, variant=variant).variance(w)
+            mechanism = make_local_mechanism(name, epsilon=epsilon, variant=variant or "published")
+            out[label] = mechanism.variance(w)
     return out
 
 

@@ -1,0 +1,103 @@
+"""What a finished run leaves behind: ``summary.json``, ``privacy_ledger.json``, the label
+histogram of the partition, the W&B summary and the one line it prints.
+
+Every file is written atomically (``utils/atomic.py``) with environment secrets redacted, and
+only by the global-zero process; ``privacy_ledger.json`` holds the events behind the printed ε so
+that anyone can recompute it (``fl_lightning.privacy.recompute``, docs/privacy.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.loggers import WandbLogger
+
+from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.utils.atomic import atomic_write
+from fl_lightning.utils.redact import redact
+
+
+def write_label_histogram(hist: torch.Tensor, log_dir: str | None, loggers: Iterable[Any]) -> None:
+    """The partition's client × label counts, as ``label_histogram.csv`` and hyperparameters."""
+    sizes = hist.sum(dim=1)
+    if log_dir:
+        rows = ["client," + ",".join(f"label_{c}" for c in range(hist.shape[1]))]
+        rows += [f"{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(hist)]
+        atomic_write(Path(log_dir) / "label_histogram.csv", "\n".join(rows) + "\n")
+    for logger in loggers:
+        logger.log_hyperparams(
+            {
+                "partition/label_histogram": hist.tolist(),
+                "partition/min_client_size": int(sizes.min()),
+                "partition/max_client_size": int(sizes.max()),
+            }
+        )
+
+
+def run_summary(
+    *,
+    rounds: int,
+    stopped_by_budget: bool,
+    final: dict[str, float],
+    accountant: PrivacyAccountant | None,
+    strategy_metrics: dict[str, float],
+) -> dict[str, Any]:
+    """The run's final numbers: rounds, final test metrics, the accountant's report, and for a
+    published variant without a guarantee the sound ε of the same noise."""
+    summary: dict[str, Any] = {
+        "rounds": rounds,
+        "stopped_by_budget": stopped_by_budget,
+        **{f"test/{k}": v for k, v in final.items()},
+    }
+    if accountant is not None:
+        summary.update(accountant.report())
+    sound = strategy_metrics.get("epsilon_sound")
+    if sound is not None and math.isinf(summary.get("privacy/epsilon", 0.0)):
+        summary["privacy/epsilon_sound"] = float(sound)
+    return summary
+
+
+def write_run_files(
+    summary: dict[str, Any],
+    accountant: PrivacyAccountant | None,
+    log_dir: str | None,
+    loggers: Iterable[Any],
+) -> None:
+    """The summary to W&B and ``summary.json``, and the privacy ledger beside it."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            for k, v in summary.items():
+                logger.experiment.summary[k] = v
+    if not log_dir:
+        return
+    path = Path(log_dir) / "summary.json"
+    atomic_write(path, json.dumps(redact(summary), indent=2, default=str) + "\n")
+    if accountant is not None:
+        ledger = {
+            "accountant": accountant.accountant,
+            "delta": accountant.delta,
+            **accountant.state_dict(),
+        }
+        atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
+
+
+def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
+    """The line a finished run prints: rounds, accuracy, ε with δ and the guarantee sentence."""
+    eps = summary.get("privacy/epsilon", math.inf)
+    line = (
+        f"Finished {summary['rounds']} rounds: test accuracy "
+        f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
+        f"(δ = {summary.get('privacy/delta', 0):g}); "
+        f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
+    )
+    if "privacy/epsilon_sound" in summary:
+        line += f"; sound ε of the same noise = {summary['privacy/epsilon_sound']:.3f}"
+    return line
+
+
+__all__ = ["run_summary", "summary_line", "write_label_histogram", "write_run_files"]
