@@ -20,7 +20,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from fl_lightning.client.local_loop import LocalTrainer
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
+from fl_lightning.server.distributed import rank_and_world
+from fl_lightning.strategies.base import unsynced_state_problem
 from fl_lightning.utils.rng import generator_for
 
 if TYPE_CHECKING:
@@ -78,12 +80,23 @@ class SequentialExecutor:
             if hooks is not None:
                 hooks.start(client_id, ctx)
             plan = strategy.configure_client(client_id, ctx)
+            refuse_unsynced_state(plan, strategy)
             update = self.local_trainer.train(client_id, x, y, ctx, plan)
             g = generator_for(ctx.seed, ctx.round_idx, client_id, "client_mechanism")
             update = strategy.process_update(update, ctx, generator=g)
             if hooks is not None:
                 hooks.end(client_id, ctx, update)
             yield update
+
+
+def refuse_unsynced_state(plan: ClientPlan, strategy: Strategy) -> None:
+    """Under several processes, refuses a plan that keeps the client's optimizer state on this
+    process when the strategy does not sync per-client state: the process that trains the
+    client next would not have it. Every rank reaches the same plan, so all raise together."""
+    if plan.save_optimizer_state is None or strategy.has_client_state:
+        return
+    if rank_and_world()[1] > 1:
+        raise ValueError(f"strategy: {unsynced_state_problem(strategy)}")
 
 
 class AutoExecutor:

@@ -66,11 +66,11 @@ def vectorization_blocker(
     if reason:
         return reason
     cls = type(strategy)
-    for hook in ("adjust_local_gradients", "client_optimizer_state", "client_start_params"):
-        if getattr(cls, hook) is not getattr(Strategy, hook):
-            return f"{cls.__name__} overrides {hook} (per-client gradient or optimizer hooks)"
-    if strategy.persists_client_optimizer_state:
-        return f"{cls.__name__} persists client optimizer state"
+    if cls.configure_client is not Strategy.configure_client:
+        return (
+            f"{cls.__name__} overrides configure_client (per-client start weights, optimizer "
+            "state or gradient hooks)"
+        )
     if cfg.prox_mu > 0:
         return "client.prox_mu > 0 (FedProx) is only implemented in the sequential loop"
     if cfg.optimizer != "sgd":

@@ -8,7 +8,7 @@ everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
   strategy never reads the Lightning module).
 * ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
 * ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
-* ``adjust_local_gradients``: optional per-local-step gradient correction (SCAFFOLD, ...).
+* ``configure_client``: one client's plan (start weights, optimizer state, gradient hook).
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
 * ``aggregate``: server-side combination into the global delta (central noise included).
 * ``round_privacy``: what the round spent, for the accountant.
@@ -34,7 +34,7 @@ nothing gets ``"gather"``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -46,6 +46,16 @@ from fl_lightning.strategies.spec import FederationSpec
 
 Weighting = Literal["num_examples", "uniform"]
 Reduction = Literal["sum", "stream", "gather"]
+
+
+def unsynced_state_problem(strategy: Strategy) -> str:
+    """The reason a strategy that keeps per-client optimizer state without syncing it cannot be
+    sharded over processes (``Strategy.distributed_problem``, the executor's guard)."""
+    return (
+        f"{type(strategy).__name__} keeps per-client optimizer state on the process that "
+        "trained the client and does not sync it (has_client_state / client_state / "
+        "load_client_state), so it cannot be sharded over processes; run one process"
+    )
 
 
 class Strategy(Callback):
@@ -127,51 +137,19 @@ class Strategy(Callback):
         return {}
 
     def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:
-        """The plan of client ``client_id``'s local training this round, from the client hooks
-        below; the local loop runs it without seeing the strategy."""
-        overrides_hook = type(self).adjust_local_gradients is not Strategy.adjust_local_gradients
-
-        def grad_hook(params: Sequence[torch.nn.Parameter]) -> None:
-            self.adjust_local_gradients(client_id, params, ctx)
-
-        def save_optimizer_state(state: dict[str, Any]) -> None:
-            self.save_client_optimizer_state(client_id, state)
-
-        return ClientPlan(
-            start_params=self.client_start_params(client_id, ctx),
-            optimizer_state=self.client_optimizer_state(client_id),
-            grad_hook=grad_hook if overrides_hook else None,
-            save_optimizer_state=(
-                save_optimizer_state if self.persists_client_optimizer_state else None
-            ),
-        )
-
-    def adjust_local_gradients(
-        self, client_id: int, params: Sequence[torch.nn.Parameter], ctx: RoundContext
-    ) -> None:
-        """Called after each local backward pass, before the optimizer step. Default: no-op."""
-
-    def client_start_params(self, client_id: int, ctx: RoundContext) -> torch.Tensor:
-        """Flat weights client ``client_id`` starts local training from (and its delta is taken
-        against). Default: the global model; local-only baselines (Isolate) return their own."""
-        return ctx.global_params
-
-    def client_optimizer_state(self, client_id: int) -> dict[str, Any] | None:
-        """Optimizer state to restore for ``client_id`` (None: a fresh optimizer each round)."""
-        return None
-
-    def save_client_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
-        """Receives the client's optimizer state after local training when persisted."""
-
-    @property
-    def persists_client_optimizer_state(self) -> bool:
-        return False
+        """The plan of client ``client_id``'s local training this round (``records.py:
+        ClientPlan``): the weights it starts from, optimizer state to resume, a gradient hook
+        after each backward pass and where the optimizer state goes afterwards. The local loop
+        runs it without seeing the strategy. Default: start from the global model, a fresh
+        optimizer, no hook (SCAFFOLD adds a gradient hook, Isolate starts each client from its
+        own model, DPFL-AGN resumes a client's Adam state)."""
+        return ClientPlan(start_params=ctx.global_params)
 
     # -- per-client state kept by client-side hooks (synced across processes) ---------------
     @property
     def has_client_state(self) -> bool:
-        """True when client-side hooks (``process_update``, ``save_client_optimizer_state``,
-        ...) keep per-client state that a later round of the same client reads (SCAFFOLD's c_i,
+        """True when client-side hooks (``process_update``, the plans of ``configure_client``)
+        keep per-client state that a later round of the same client reads (SCAFFOLD's c_i,
         per-client Adam state). Under DDP the client may train on another process next time,
         so after every round the server copies each trained client's ``client_state`` to every
         other process (``load_client_state``), inside the round's existing gather."""
@@ -256,17 +234,9 @@ class Strategy(Callback):
 
     def distributed_problem(self) -> str | None:
         """Why this strategy cannot run with its clients spread over processes (None: it can).
-
-        Client state kept on the process that trained the client (per-client optimizer state)
-        would be missing on the process that trains the client next time, unless the strategy
-        syncs it (``has_client_state`` with ``client_state`` / ``load_client_state``).
-        """
-        if self.persists_client_optimizer_state and not self.has_client_state:
-            return (
-                f"{type(self).__name__} keeps per-client optimizer state on the process that "
-                "trained the client and does not sync it (has_client_state / client_state / "
-                "load_client_state), so it cannot be sharded over processes; run one process"
-            )
+        A strategy that keeps per-client state in its client plans (optimizer state, models)
+        syncs it with ``has_client_state`` / ``client_state`` / ``load_client_state`` (the
+        executor refuses a plan that saves state the strategy does not sync)."""
         return None
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
@@ -60,6 +60,14 @@ class DPScaffold(Strategy):
         return c_i.to(ctx.global_params.device)
 
     # -- client side -------------------------------------------------------------------------
+    def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:
+        """The global start, with the control-variate correction after each backward pass."""
+
+        def correct(params: Sequence[torch.nn.Parameter]) -> None:
+            self.adjust_local_gradients(client_id, params, ctx)
+
+        return ClientPlan(start_params=ctx.global_params, grad_hook=correct)
+
     def adjust_local_gradients(
         self, client_id: int, params: Sequence[torch.nn.Parameter], ctx: RoundContext
     ) -> None:

@@ -36,8 +36,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from fl_lightning.records import RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.records import ClientPlan, RoundContext
+from fl_lightning.strategies.base import Strategy, unsynced_state_problem
 from fl_lightning.strategies.spec import FederationSpec
 
 
@@ -189,17 +189,25 @@ class DPFLAGN(Strategy):
             )
 
     # -- per-client Adam state ---------------------------------------------------------------
-    @property
-    def persists_client_optimizer_state(self) -> bool:
-        return self.adam_state == "persist"
-
-    def client_optimizer_state(self, client_id: int) -> dict[str, Any] | None:
+    def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:
+        """``adam_state: persist`` resumes the client's Adam moments from its last round and
+        keeps them afterwards; ``reset`` starts a fresh optimizer every round."""
         if self.adam_state != "persist":
-            return None
-        return self.optimizer_states.get(client_id)
+            return super().configure_client(client_id, ctx)
 
-    def save_client_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
-        self.optimizer_states[client_id] = copy.deepcopy(state)
+        def save(state: dict[str, Any]) -> None:
+            self.optimizer_states[client_id] = copy.deepcopy(state)
+
+        return ClientPlan(
+            start_params=ctx.global_params,
+            optimizer_state=self.optimizer_states.get(client_id),
+            save_optimizer_state=save,
+        )
+
+    def distributed_problem(self) -> str | None:
+        if self.adam_state == "persist" and not self.has_client_state:
+            return unsynced_state_problem(self)
+        return None
 
     # Under DDP the client's Adam state is copied to every process after each round
     # (docs/distributed.md), so whichever process trains the client next resumes it.

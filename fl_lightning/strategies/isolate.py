@@ -2,7 +2,7 @@
 local-model training"), with the same record-level DP-SGD as the federated methods.
 
 Wiring: the strategy keeps one flat model per client (in ``state_dict``, so checkpointed),
-initialised from the common initial global model. ``client_start_params`` makes each client
+initialised from the common initial global model. ``configure_client`` makes each client
 continue from its own model, ``aggregate`` stores w_i ← w_i + Δ_i and returns a zero delta (the
 global model is not trained), and ``evaluation_models`` makes the server report the *mean* over
 clients of each client model's metrics on the global test set (accuracy, macro recall, macro F1
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.records import RoundContext
+from fl_lightning.records import ClientPlan, RoundContext
 from fl_lightning.strategies.base import Strategy
 
 
@@ -28,7 +28,12 @@ class Isolate(Strategy):
         super().__init__(weighting="uniform")
         self.client_models: dict[int, torch.Tensor] = {}
 
-    def client_start_params(self, client_id: int, ctx: RoundContext) -> torch.Tensor:
+    def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:
+        """Each client starts from (and takes its delta against) its own model."""
+        return ClientPlan(start_params=self.client_model(client_id, ctx))
+
+    def client_model(self, client_id: int, ctx: RoundContext) -> torch.Tensor:
+        """Client ``client_id``'s own flat model (the initial global model until it trains)."""
         if client_id not in self.client_models:
             self.client_models[client_id] = ctx.global_params.clone()
         model = self.client_models[client_id]
@@ -38,7 +43,7 @@ class Isolate(Strategy):
 
     def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
         for update in updates:
-            start = self.client_start_params(update.client_id, ctx)
+            start = self.client_model(update.client_id, ctx)
             self.client_models[update.client_id] = start + update.delta.to(start.device)
         return torch.zeros_like(ctx.global_params)
 

@@ -69,12 +69,22 @@ def test_launch_problems():
     )
     assert launch_problem(accelerator="cpu", devices=1, world_size=1, strategy=FedAvg()) is None
 
-    class Persisting(FedAvg):
-        persists_client_optimizer_state = True
 
-    problem = launch_problem(accelerator="cpu", devices=1, world_size=2, strategy=Persisting())
-    assert problem.startswith("strategy:")
-    assert launch_problem(accelerator="cpu", devices=1, world_size=1, strategy=Persisting()) is None
+def test_plans_that_keep_unsynced_client_state_are_refused_under_several_processes(monkeypatch):
+    from fl_lightning.records import ClientPlan
+    from fl_lightning.server import executor
+
+    plan = ClientPlan(start_params=torch.zeros(2), save_optimizer_state=lambda state: None)
+    executor.refuse_unsynced_state(plan, FedAvg())  # one process: nothing to lose
+    monkeypatch.setattr(executor, "rank_and_world", lambda: (0, 2))
+    with pytest.raises(ValueError, match="^strategy: FedAvg keeps per-client optimizer state"):
+        executor.refuse_unsynced_state(plan, FedAvg())
+
+    class Synced(FedAvg):
+        has_client_state = True
+
+    executor.refuse_unsynced_state(plan, Synced())
+    executor.refuse_unsynced_state(ClientPlan(start_params=torch.zeros(2)), FedAvg())
 
 
 def test_config_hash_describes_strategy_settings_not_process_local_objects():

@@ -16,7 +16,7 @@ from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
 from fl_lightning.models.mlp import MLP
-from fl_lightning.records import RoundContext
+from fl_lightning.records import ClientPlan, RoundContext
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
@@ -166,13 +166,13 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
     assert "falling back to sequential" in caplog.text
 
     class Scaffoldish(FedAvg):
-        def adjust_local_gradients(self, client_id, params, ctx):  # noqa: ANN001
-            pass
+        def configure_client(self, client_id, ctx):  # noqa: ANN001
+            return ClientPlan(start_params=ctx.global_params, grad_hook=lambda params: None)
 
     client = ClientModule(MLP(input_dim=64, hidden=(16,)), num_classes=10)
     executor = VectorizedExecutor(LocalTrainer(client))
     list(executor.run([0], _ctx(client, [0]), data, Scaffoldish()))
-    assert "adjust_local_gradients" in executor.last_fallback_reason
+    assert "overrides configure_client" in executor.last_fallback_reason
 
     bn_net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10))
     client = ClientModule(bn_net, num_classes=10)

@@ -28,7 +28,7 @@ def test_isolate_clients_continue_from_their_own_models() -> None:
     x0 = torch.tensor([1.0, 1.0])
     ctx = _ctx(x0.clone(), [0, 1])
     assert s.evaluation_models() is None
-    torch.testing.assert_close(s.client_start_params(0, ctx), x0)
+    torch.testing.assert_close(s.configure_client(0, ctx).start_params, x0)
     ups = [
         ClientUpdate(0, torch.tensor([1.0, 0.0]), 5, 0.0),
         ClientUpdate(1, torch.tensor([0.0, -1.0]), 5, 0.0),
@@ -36,7 +36,7 @@ def test_isolate_clients_continue_from_their_own_models() -> None:
     agg = s.aggregate(ups, ctx, generator=torch.Generator())
     assert torch.equal(agg, torch.zeros(2))  # the global model is not trained
     ctx2 = _ctx(x0.clone(), [1])
-    torch.testing.assert_close(s.client_start_params(1, ctx2), torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(s.configure_client(1, ctx2).start_params, torch.tensor([1.0, 0.0]))
     s.aggregate(
         [ClientUpdate(1, torch.tensor([0.5, 0.5]), 5, 0.0)], ctx2, generator=torch.Generator()
     )

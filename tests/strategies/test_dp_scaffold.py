@@ -36,10 +36,12 @@ def _ctx(x: torch.Tensor, round_idx: int, cohort: list[int]) -> RoundContext:
 
 def _local(strategy, cid: int, ctx: RoundContext) -> ClientUpdate:
     """Mirrors LocalTrainer: gradient, strategy correction, SGD step."""
-    w = torch.nn.Parameter(ctx.global_params.clone())
+    plan = strategy.configure_client(cid, ctx)
+    w = torch.nn.Parameter(plan.start_params.clone())
     for _ in range(K):
         w.grad = A[cid] * (w.detach() - B[cid])
-        strategy.adjust_local_gradients(cid, [w], ctx)
+        if plan.grad_hook is not None:
+            plan.grad_hook([w])
         with torch.no_grad():
             w -= LR * w.grad
     delta = w.detach() - ctx.global_params

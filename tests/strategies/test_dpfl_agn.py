@@ -3,6 +3,7 @@ gradient, per-client Adam state, configuration errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -245,10 +246,13 @@ class _Capture(DPFLAGN):
         super().__init__(anr=False, **kw)
         self.grads: list[tuple[int, int, torch.Tensor, torch.Tensor]] = []
 
-    def adjust_local_gradients(self, client_id, params, ctx) -> None:
-        flat_w = torch.cat([p.detach().reshape(-1) for p in params]).double()
-        flat_g = torch.cat([p.grad.reshape(-1) for p in params]).double()
-        self.grads.append((ctx.round_idx, client_id, flat_w, flat_g))
+    def configure_client(self, client_id, ctx):  # noqa: ANN001
+        def capture(params) -> None:  # noqa: ANN001
+            flat_w = torch.cat([p.detach().reshape(-1) for p in params]).double()
+            flat_g = torch.cat([p.grad.reshape(-1) for p in params]).double()
+            self.grads.append((ctx.round_idx, client_id, flat_w, flat_g))
+
+        return dataclasses.replace(super().configure_client(client_id, ctx), grad_hook=capture)
 
 
 @pytest.mark.parametrize("adam_state", ["persist", "reset"])
