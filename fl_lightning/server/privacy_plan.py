@@ -59,25 +59,6 @@ def say_sigma_caps(field: str, sigma: float | None, target: float | None) -> Non
     )
 
 
-def calibrate_noise(
-    strategy: Strategy,
-    config: LocalTrainingConfig,
-    *,
-    client_sizes: Sequence[int],
-    sampling: CohortSampling,
-    rounds: int,
-    accountant: PrivacyAccountant | None,
-) -> LocalTrainingConfig:
-    """Both calibrations in the server's order: the clients' DP-SGD σ
-    (:func:`calibrate_client_noise`), then the strategy's (:func:`calibrate_strategy_noise`);
-    returns the local-training config with its σ fixed."""
-    config = calibrate_client_noise(
-        config, client_sizes=client_sizes, sampling=sampling, rounds=rounds, accountant=accountant
-    )
-    calibrate_strategy_noise(strategy, sampling=sampling, rounds=rounds, accountant=accountant)
-    return config
-
-
 def calibrate_strategy_noise(
     strategy: Strategy,
     *,

@@ -13,7 +13,7 @@ from fl_lightning.privacy.analysis import epsilon
 from fl_lightning.privacy.budget import BudgetError, dp_sgd_event
 from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.records import RoundContext
-from fl_lightning.server.privacy_plan import calibrate_noise, planned_privacy
+from fl_lightning.server.privacy_plan import calibrate_client_noise, planned_privacy
 from fl_lightning.strategies.fedavg import FedAvg
 
 SIZES = [40, 80, 120, 160]
@@ -29,8 +29,8 @@ def dp_config(sigma: float | None) -> LocalTrainingConfig:
 def test_calibration_fixes_sigma_for_the_most_expensive_client_without_mutating():
     given = dp_config(None)
     acc = PrivacyAccountant("rdp", delta=1e-5, target_epsilon=4.0)
-    out = calibrate_noise(
-        FedAvg(), given, client_sizes=SIZES, sampling=SAMPLING, rounds=10, accountant=acc
+    out = calibrate_client_noise(
+        given, client_sizes=SIZES, sampling=SAMPLING, rounds=10, accountant=acc
     )
     assert given.dp_sgd is not None and given.dp_sgd.noise_multiplier is None  # untouched
     assert out.dp_sgd is not None and out.dp_sgd.noise_multiplier is not None
@@ -49,10 +49,9 @@ def test_calibration_fixes_sigma_for_the_most_expensive_client_without_mutating(
 def test_a_target_that_cannot_pay_for_one_round_is_refused_naming_the_client():
     acc = PrivacyAccountant("rdp", delta=1e-5, target_epsilon=0.5)
     with pytest.raises(BudgetError, match=r"client 0 \(40 examples"):
-        calibrate_noise(
-            FedAvg(), dp_config(0.6), client_sizes=SIZES, sampling=SAMPLING, rounds=3,
-            accountant=acc,
-        )  # fmt: skip
+        calibrate_client_noise(
+            dp_config(0.6), client_sizes=SIZES, sampling=SAMPLING, rounds=3, accountant=acc
+        )
 
 
 def test_planned_round_has_one_dp_sgd_event_per_cohort_client():

@@ -1,0 +1,67 @@
+"""The strategy's one set-up (strategies/spec.py): the server hands every strategy one frozen
+FederationSpec, once, before the first round, with the clients' DP-SGD σ already fixed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fl_lightning.client.config import LocalTrainingConfig
+from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.strategies.spec import FederationSpec, ServerOptimizerSpec, local_lr_in_force
+from tests.strategies.dpfl_agn_helpers import tiny_run
+
+
+class Recording(FedAvg):
+    """FedAvg that records every spec it is set up with and the rounds that ran before."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.specs: list[FederationSpec] = []
+        self.rounds_before_setup: list[int] = []
+        self.rounds_run = 0
+
+    def setup_federation(self, spec: FederationSpec) -> None:
+        super().setup_federation(spec)
+        self.specs.append(spec)
+        self.rounds_before_setup.append(self.rounds_run)
+
+    def after_round(self, ctx, aggregate) -> None:  # noqa: ANN001
+        self.rounds_run += 1
+
+
+def test_a_run_sets_the_strategy_up_once_with_the_federation_it_runs():
+    strategy = Recording()
+    module, _ = tiny_run(strategy, rounds=2, sigma=None, target_epsilon=8.0, num_clients=4)
+    assert len(strategy.specs) == 1 and strategy.rounds_before_setup == [0]
+    spec = strategy.specs[0]
+    assert spec.num_clients == 4 and spec.rounds == 2 and spec.seed == 0
+    assert list(spec.client_sizes) == module.data.client_sizes().tolist()
+    assert spec.num_parameters == sum(p.numel() for p in module.global_net.parameters())
+    assert list(spec.layer_slices) == [n for n, _ in module.global_net.named_parameters()]
+    # The clients' σ was calibrated from the target before the strategy saw the config.
+    assert spec.local.dp_sgd is not None and spec.local.dp_sgd.noise_multiplier is not None
+    assert spec.local == module.client.training_config
+    assert spec.server.averages_models and spec.has_validation_split
+    assert spec.global_model is module.global_net
+
+
+def test_spec_is_frozen_and_its_slices_read_only():
+    spec = FederationSpec(num_clients=2, num_parameters=3, layer_slices={"w": slice(0, 3)})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.num_clients = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.layer_slices["b"] = slice(3, 4)  # type: ignore[index]
+    assert spec.min_client_size == 0 and not spec.uses_dp_sgd
+
+
+def test_model_averaging_and_the_local_lr_in_force():
+    assert ServerOptimizerSpec().averages_models
+    assert not ServerOptimizerSpec("sgd", 0.5).averages_models
+    assert local_lr_in_force({}, 0.1) == 0.1
+    assert local_lr_in_force({"lr": 0.3}, 0.1) == 0.3  # a per-round override wins
+    with pytest.raises(ValueError, match="^strategy.lr: a positive local learning rate"):
+        local_lr_in_force({}, None, field="strategy.lr")
+    spec = FederationSpec(num_clients=1, num_parameters=1, local=LocalTrainingConfig(lr=0.2))
+    assert spec.local.lr == 0.2
