@@ -17,7 +17,8 @@ stacked layers need to know the clients:
   (measured: ``channels_last`` copies around it were not faster on the CPU);
 - ``nn.GroupNorm`` / ``nn.LayerNorm``: the normalisation is per example; the affine part uses
   each client's (γ, β);
-- ``nn.Embedding`` (without DP-SGD): one lookup in the (K·V, D) stacked table.
+- ``nn.Embedding``: one lookup in the (K·V, D) stacked table (under DP-SGD: ghost norms over
+  each example's tokens, clipped sums by one ``index_add_``).
 
 Backward is autograd's, so any graph built from these layers works (branches, shared
 parameter-free modules, custom losses). ``stack_blocker`` names what cannot be stacked (layers
@@ -340,7 +341,33 @@ class _Embedding(_StackedLayer):
         w = self._p(0)
         client = torch.arange(x.shape[0], device=x.device) % k
         offset = (client * w.shape[1]).view(-1, *[1] * (x.dim() - 1))
-        return F.embedding(x + offset, w.reshape(-1, w.shape[-1]))
+        rows = x + offset  # row of the (K·V, D) stacked table each token reads
+        y = F.embedding(rows, w.reshape(-1, w.shape[-1]))
+        if self.stack.book is not None and not y.requires_grad:
+            # DP-SGD books layer outputs in an activation-only backward: with integer tokens
+            # and weights outside the graph, the lookup starts the graph itself.
+            y.requires_grad_(True)
+        self._book(rows, y)
+        return y
+
+    def squared_norms(self, n: int, k: int) -> torch.Tensor:
+        """‖Σ_l e_{t_l} G_lᵀ‖² of each example's L tokens t and output gradients G, as the
+        ghost norm Σ_{l,l'} [t_l = t_l'] ⟨G_l, G_l'⟩ (Li et al. 2022, the same rule as Opacus'
+        ghost clipping of embeddings), without the per-example table gradient."""
+        rows = self.x.reshape(n * k, -1)  # (N·K, L), example-major like the folded batch
+        g = self.grad_out.reshape(n * k, rows.shape[1], -1)  # (N·K, L, D)
+        same = (rows.unsqueeze(2) == rows.unsqueeze(1)).to(g.dtype)
+        return (g @ g.transpose(1, 2)).mul_(same).sum((1, 2)).view(n, k)
+
+    def clipped_sums(self, factors: torch.Tensor) -> list[torch.Tensor]:
+        """Each client's Σ_n c_kn ∇ℓ_kn: every token's clipped output gradient added to the
+        row it read (rows of different clients never overlap in the stacked table)."""
+        w = self._p(0)
+        d = w.shape[-1]
+        g = self.grad_out.reshape(factors.numel(), -1, d) * factors.reshape(-1, 1, 1)
+        table = g.new_zeros(w.shape[0] * w.shape[1], d)
+        table.index_add_(0, self.x.reshape(-1), g.reshape(-1, d))
+        return [table.view_as(w)]
 
 
 def _stacked_layer(prefix: str, module: nn.Module, stack: _Stack, dp: bool) -> _StackedLayer | str:
@@ -354,8 +381,6 @@ def _stacked_layer(prefix: str, module: nn.Module, stack: _Stack, dp: bool) -> _
     if isinstance(module, (nn.GroupNorm, nn.LayerNorm)):
         return _Norm(prefix, module, stack)
     if isinstance(module, nn.Embedding):
-        if dp:
-            return "Embedding under DP-SGD"
         if module.padding_idx is not None or module.max_norm is not None:
             return "Embedding with padding_idx or max_norm"
         if module.scale_grad_by_freq or module.sparse:

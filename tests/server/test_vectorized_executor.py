@@ -290,6 +290,26 @@ def test_dp_sgd_cohort_of_a_user_model_equals_sequential(engine: str) -> None:
         assert v.loss == pytest.approx(s.loss, rel=1e-5, nan_ok=True)
 
 
+def test_dp_sgd_cohort_of_an_embedding_model_equals_sequential() -> None:
+    """Token inputs through nn.Embedding under DP-SGD (repeated tokens in a sequence: the
+    ghost norm's cross terms) give the sequential engine's updates."""
+    from tests.client.test_stacked import EmbedNet
+
+    torch.manual_seed(3)
+    data = _data([13, 30, 7, 22], shape=(5,))
+    tokens = torch.randint(0, 20, data.train.x.shape, generator=torch.Generator().manual_seed(1))
+    indices = data.client_indices
+    data.train.x = tokens
+    data.client_data = lambda c: (tokens[indices[c]], data.train.y[indices[c]])
+    dp = DPSGDConfig(noise_multiplier=0.7, max_grad_norm=0.3, engine="functorch")
+    cohort = [2, 0, 3, 1]
+    seq, vec, path = _both(EmbedNet(), FedAvg, data, cohort, lr=0.1, batch_size=6, dp_sgd=dp)
+    assert path == "stacked"
+    for s, v in zip(seq, vec):
+        assert s.client_id == v.client_id and s.dp_steps == v.dp_steps and s.dp_steps
+        torch.testing.assert_close(v.delta, s.delta, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dp", [False, True], ids=["sgd", "dp-sgd"])
 def test_no_host_sync_per_local_step(monkeypatch: pytest.MonkeyPatch, dp: bool) -> None:
     """GPU readiness: the stacked hot loop calls no ``.item()`` / ``.cpu()`` / ``.tolist()`` /
