@@ -17,7 +17,7 @@ import torch
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 from fl_lightning.strategies.asynchronous.buffer import Arrival
-from fl_lightning.strategies.fedbuff import StalenessFn, staleness_scale
+from fl_lightning.strategies.asynchronous.staleness import StalenessFn, staleness_scale
 
 
 class FedAsync(AsyncLocalDP):

@@ -12,7 +12,6 @@ baselines' "same noise") comes from :class:`AsyncLocalDP` (``mechanism: none`` b
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -21,24 +20,7 @@ import torch
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 from fl_lightning.strategies.asynchronous.buffer import Arrival, update_from_state, update_to_state
-
-StalenessFn = Literal["sqrt", "constant", "polynomial", "hinge"]
-
-
-def staleness_scale(fn: StalenessFn, tau: int, *, a: float = 0.5, b: int = 4) -> float:
-    """s(τ): ``sqrt`` 1/√(1+τ) (FedBuff), ``constant`` 1, ``polynomial`` (1+τ)^−a,
-    ``hinge`` 1 if τ ≤ b else 1/(a(τ−b)+1) (FedAsync, Xie et al. 2019, Sec. 5.2)."""
-    if tau < 0:
-        raise ValueError(f"staleness must be >= 0, got {tau}")
-    if fn == "sqrt":
-        return 1.0 / math.sqrt(1.0 + tau)
-    if fn == "constant":
-        return 1.0
-    if fn == "polynomial":
-        return (1.0 + tau) ** (-a)
-    if fn == "hinge":
-        return 1.0 if tau <= b else 1.0 / (a * (tau - b) + 1.0)
-    raise ValueError(f"strategy.staleness_fn: unknown {fn!r}")
+from fl_lightning.strategies.asynchronous.staleness import StalenessFn, staleness_scale
 
 
 class FedBuff(AsyncLocalDP):

@@ -8,9 +8,10 @@ from fl_lightning.client.module import ClientModule
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
 from fl_lightning.server.module import FederatedModule
+from fl_lightning.strategies.asynchronous.staleness import staleness_scale
 from fl_lightning.strategies.fedasync import FedAsync
 from fl_lightning.strategies.fedavg import FedAvg
-from fl_lightning.strategies.fedbuff import FedBuff, staleness_scale
+from fl_lightning.strategies.fedbuff import FedBuff
 from fl_lightning.utils.flat import flatten_into, trainable_parameters
 
 M = 4
