@@ -21,8 +21,8 @@ Variants, run on the same global weights, interleaved (ABC CBA ...), median of `
   their weights apart, so ``ceiling ÷ sequential`` bounds what any vectorisation can gain on this
   machine. In DP-SGD rows the shared model runs the sequential path's DP-SGD engine (``bk``:
   per-example clipping of all cohort × 10 examples, in physical chunks of at most 1000) and draws
-  the cohort's Gaussian noise (cohort × parameters normals a step, one ``randn``), i.e. the
-  privacy work every client must do too;
+  and adds the cohort's Gaussian noise (cohort × parameters normals a step, into one reused
+  buffer), i.e. the privacy work every client must do too;
 - ``ceiling_cl``: the same with the model and inputs in ``channels_last`` memory (faster oneDNN
   convolutions for some shapes; the honest bound is the faster of the two ceilings).
 
@@ -137,6 +137,7 @@ def ceiling_round(  # noqa: PLR0913
     opt = torch.optim.SGD(params, lr=LR)
     big = BATCH * cohort
     order = torch.randperm(len(y))
+    noise = [torch.empty_like(p) for p in params] if engine is not None else []
     for i in range(0, len(y), big):
         idx = order[i : i + big]
         opt.zero_grad(set_to_none=True)
@@ -149,13 +150,11 @@ def ceiling_round(  # noqa: PLR0913
             for lo in range(0, len(idx), 1000):
                 part = idx[lo : lo + 1000]
                 engine._clipped_sum_(x[part], y[part], F.cross_entropy, sums)
-            d = sum(s.numel() for s in sums)
-            noise = torch.randn(cohort, d).sum(0)  # every client's own N(0, σ²C²I) draw
-            offset = 0
+            for s, buf in zip(sums, noise):
+                for _ in range(cohort):  # every client's own N(0, σ²C²I) draw, added
+                    s.add_(buf.normal_())
             for p, s in zip(params, sums):
-                n = s.numel()
-                p.grad = s.add_(noise[offset : offset + n].view_as(s)).div_(len(idx)).clone()
-                offset += n
+                p.grad = s.div(len(idx))
         opt.step()
 
 
