@@ -395,7 +395,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory", action="store_true", help="peak RSS per path (subprocesses)")
     parser.add_argument("--skip", nargs="*", default=[], choices=VARIANTS[3:],
-                        help="ceiling variants left out (e.g. the cohort-wide batch at 1000)")  # fmt: skip
+                        help="ceiling variants left out (e.g. the cohort-wide batch)")  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
