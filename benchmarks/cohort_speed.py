@@ -14,14 +14,28 @@ Variants, run on the same global weights, interleaved (ABC CBA ...), median of `
 - ``bare``: a plain PyTorch loop written here (one reused model and ``torch.optim.SGD``, clients
   one by one, shuffled batches; non-private even with ``--dp-sgd``: the cost of privacy shows);
 - ``sequential``: ``SequentialExecutor`` (LocalTrainer, FedAvg ``process_update``);
-- ``vectorized``: ``VectorizedExecutor`` (stacked clients, ``client/stacked.py``).
+- ``vectorized``: ``VectorizedExecutor`` (stacked clients, ``client/stacked.py``);
+- ``ceiling``: not a federated round: ONE shared model trained on batches of cohort × 10
+  examples for as many steps as one client takes (the same training FLOPs as the round, none of
+  the cohort's separate weights). A perfect stacking of the clients does this work *plus* keeping
+  their weights apart, so ``ceiling ÷ sequential`` bounds what any vectorisation can gain on this
+  machine. In DP-SGD rows the shared model runs the sequential path's DP-SGD engine (``bk``:
+  per-example clipping of all cohort × 10 examples, in physical chunks of at most 1000) and draws
+  and adds the cohort's Gaussian noise (cohort × parameters normals a step, into one reused
+  buffer), i.e. the privacy work every client must do too;
+- ``ceiling_cl``: the same with the model and inputs in ``channels_last`` memory (faster oneDNN
+  convolutions for some shapes);
+- ``ceiling10`` / ``ceiling10_cl`` (cohorts above 10): the same shared model on batches of 10
+  clients × 10 examples (100), cohort ÷ 10 times as many steps: the same FLOPs, in batches that
+  stay in the caches (a batch of 1,000 or 10,000 examples does not, so one huge batch is not the
+  fastest way to do the work). The honest bound is the fastest of the ceilings.
 
-Printed and recorded per (model, DP, cohort): seconds a round, clients/s, each variant ÷ bare
-and vectorised ÷ sequential; achieved FLOP/s (the non-private training FLOPs of the round,
-counted by ``torch.utils.flop_counter``, ÷ seconds) ÷ the FLOP/s of one large matmul measured
-in the same run, between the rounds (the hardware's limit at this thread count); and, with
-``--memory``, each path's peak RSS above the RSS after setup, one round in a fresh subprocess
-per path. The machine's
+Printed and recorded per (model, DP, cohort): seconds a round, clients/s, each variant ÷ bare,
+vectorised ÷ sequential and ceiling ÷ sequential (the faster ceiling); achieved FLOP/s (the
+non-private training FLOPs of the round, counted by ``torch.utils.flop_counter``, ÷ seconds) ÷
+the FLOP/s of one large matmul measured in the same run, between the rounds (the hardware's
+limit at this thread count); and, with ``--memory``, each path's peak RSS above the RSS after
+setup, one round in a fresh subprocess per path (bare, sequential, vectorised). The machine's
 core count and load average (``os.getloadavg``, before and after) are measured, never typed in.
 
     PYTHONPATH=. python benchmarks/cohort_speed.py --cohorts 10 100 --reps 5 --memory \\
@@ -108,6 +122,47 @@ def bare_round(net: nn.Module, global_flat: torch.Tensor, data, clients) -> None
         flatten_into(params, buf).clone().sub_(global_flat)
 
 
+def ceiling_round(  # noqa: PLR0913
+    net: nn.Module,
+    global_flat: torch.Tensor,
+    data,  # noqa: ANN001
+    clients_per_step: int,
+    engine=None,  # noqa: ANN001
+    channels_last: bool = False,
+) -> None:
+    """One shared model, steps of clients_per_step × BATCH examples over the whole cohort's data:
+    the FLOPs of a perfectly stacked round without its cohort of weights; with a DP-SGD
+    ``engine`` (``bk``) its per-example clipping of every example and the noise of
+    clients_per_step clients a step (as many normals in all as the clients draw)."""
+    params = trainable_parameters(net)
+    load_flat_(params, global_flat)
+    x, y = data.train.x, data.train.y
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(params, lr=LR)
+    big = BATCH * clients_per_step
+    order = torch.randperm(len(y))
+    noise = [torch.empty_like(p) for p in params] if engine is not None else []
+    for i in range(0, len(y), big):
+        idx = order[i : i + big]
+        opt.zero_grad(set_to_none=True)
+        if engine is None:
+            F.cross_entropy(net(x[idx]), y[idx]).backward()
+        else:
+            sums = engine._sums
+            for s in sums:
+                s.zero_()
+            for lo in range(0, len(idx), 1000):
+                part = idx[lo : lo + 1000]
+                engine._clipped_sum_(x[part], y[part], F.cross_entropy, sums)
+            for s, buf in zip(sums, noise):
+                for _ in range(clients_per_step):  # each client's own N(0, σ²C²I), added
+                    s.add_(buf.normal_())
+            for p, s in zip(params, sums):
+                p.grad = s.div(len(idx))
+        opt.step()
+
+
 def train_flops(make_net) -> int:  # noqa: ANN001
     """FLOPs of one non-private training step (forward + backward) on a batch of BATCH."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -148,6 +203,24 @@ class Setup:
         seq_client = client()
         self.global_flat = flatten(trainable_parameters(seq_client.net))
         self.bare_net = self.make_net()
+        self.ceiling_nets = {"ceiling": self.make_net()}
+        cl_net = self.make_net().to(memory_format=torch.channels_last)
+        try:  # a user's ``x.view(x.size(0), -1)`` rejects channels_last activations
+            cl_net(torch.zeros(2, 1, 28, 28).contiguous(memory_format=torch.channels_last))
+            self.ceiling_nets["ceiling_cl"] = cl_net
+        except RuntimeError:
+            pass
+        self.ceiling_engines = dict.fromkeys(self.ceiling_nets)
+        # variant -> (net, clients a step); the nets are reloaded from the global weights
+        self.ceilings = {v: (v, cohort) for v in self.ceiling_nets}
+        if cohort > 10:
+            self.ceilings.update({v.replace("ceiling", "ceiling10"): (v, 10)
+                                  for v in self.ceiling_nets})  # fmt: skip
+        if dp:
+            from fl_lightning.client.dp_sgd import BookKeepingEngine
+
+            for v, net in self.ceiling_nets.items():
+                self.ceiling_engines[v] = BookKeepingEngine(net)
         self.executors = {
             "sequential": SequentialExecutor(LocalTrainer(seq_client)),
             "vectorized": VectorizedExecutor(LocalTrainer(client())),  # default buckets
@@ -170,28 +243,39 @@ class Setup:
         if variant == "bare":
             bare_round(self.bare_net, self.global_flat, self.data, self.clients)
             return []
+        if variant in self.ceilings:
+            net, per_step = self.ceilings[variant]
+            ceiling_round(self.ceiling_nets[net], self.global_flat, self.data, per_step,
+                          self.ceiling_engines[net], net == "ceiling_cl")  # fmt: skip
+            return []
         return list(self.executors[variant].run(self.clients, self.ctx(r), self.data,
                                                 self.strategy))  # fmt: skip
 
 
-VARIANTS = ("bare", "sequential", "vectorized")
+VARIANTS = ("bare", "sequential", "vectorized", "ceiling", "ceiling_cl", "ceiling10",
+            "ceiling10_cl")  # fmt: skip
+MEMORY_VARIANTS = VARIANTS[:3]
 
 
-def measure_row(model: str, dp: bool, cohort: int, reps: int) -> dict:
+def measure_row(model: str, dp: bool, cohort: int, reps: int, skip: tuple[str, ...] = ()) -> dict:
     s = Setup(model, dp, cohort)
-    for v in VARIANTS:
+    variants = [v for v in VARIANTS if (not v.startswith("ceiling") or v in s.ceilings)
+                and v not in skip]  # fmt: skip
+    for v in variants:
         s.run(v, 0)  # warm-up (and the vectorised path's one-time stacking and check)
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    times: dict[str, list[float]] = {v: [] for v in variants}
     updates: dict[str, list] = {}
     peaks = []  # the matmul limit, measured between the rounds (the load changes)
     for r in range(reps):
-        for v in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+        for v in variants if r % 2 == 0 else variants[::-1]:
             peaks.append(matmul_flops_per_s(reps=2))
             t = time.perf_counter()
             updates[v] = s.run(v, r + 1)
             times[v].append(time.perf_counter() - t)
     peak = statistics.median(peaks)
     med = {v: statistics.median(t) for v, t in times.items()}
+    fastest = min((v for v in med if v.startswith("ceiling")), key=med.__getitem__)
+    ceiling = med[fastest]
     assert s.executors["vectorized"].last_path == "stacked", "vectorised fell back"
     seq, vec = updates["sequential"], updates["vectorized"]  # the same round (last rep)
     max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec))
@@ -205,6 +289,9 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int) -> dict:
         "clients_per_s": {v: cohort / t for v, t in med.items()},
         "ratio_to_bare": {v: med["bare"] / t for v, t in med.items()},
         "vectorized_over_sequential": med["sequential"] / med["vectorized"],
+        "ceiling_over_sequential": med["sequential"] / ceiling,
+        "vectorized_over_ceiling": ceiling / med["vectorized"],
+        "fastest_ceiling": fastest,
         "flops_per_round": flops,
         "matmul_flops_per_s": peak,
         "fraction_of_matmul_peak": {v: flops / t / peak for v, t in med.items()},
@@ -234,7 +321,7 @@ def memory_child(model: str, dp: bool, cohort: int, variant: str) -> None:
 
 def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
     out = {}
-    for v in VARIANTS:
+    for v in MEMORY_VARIANTS:
         cmd = [sys.executable, __file__, "--memory-child", model, str(int(dp)), str(cohort), v,
                "--threads", str(threads), "--examples", str(EXAMPLES)]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -256,9 +343,15 @@ def machine(threads: int) -> dict:
     }
 
 
+def _cs(clients_per_s: dict, variant: str) -> str:
+    return f"{clients_per_s[variant]:.1f}" if variant in clients_per_s else "n/a"
+
+
 def table(rows: list[dict], memory: bool) -> str:
     head = "| model | DP-SGD | cohort | bare c/s | seq c/s | vec c/s | seq ÷ bare | vec ÷ bare "
-    head += "| **vec ÷ seq** | FLOP/s ÷ matmul (bare / seq / vec) |"
+    head += "| **vec ÷ seq** | ceiling c/s: cohort batch (cl) / 10-client batch (cl) "
+    head += "| **best ceiling ÷ seq** "
+    head += "| FLOP/s ÷ matmul (bare / seq / vec / ceil) |"
     if memory:
         head += " peak MiB above setup (total peak RSS), bare / seq / vec |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -269,8 +362,17 @@ def table(rows: list[dict], memory: bool) -> str:
             f"| {c['bare']:.1f} | {c['sequential']:.1f} | {c['vectorized']:.1f} "
             f"| {q['sequential']:.2f}x | {q['vectorized']:.2f}x "
             f"| **{r['vectorized_over_sequential']:.2f}x** "
-            f"| {f['bare']:.2f} / {f['sequential']:.2f} / {f['vectorized']:.2f} |"
         )
+        if "ceiling_over_sequential" in r:
+            best = max(v for k, v in f.items() if k.startswith("ceiling"))
+            line += (
+                f"| {_cs(c, 'ceiling')} ({_cs(c, 'ceiling_cl')}) / {_cs(c, 'ceiling10')} "
+                f"({_cs(c, 'ceiling10_cl')}) "
+                f"| **{r['ceiling_over_sequential']:.2f}x** "
+                f"| {f['bare']:.2f} / {f['sequential']:.2f} / {f['vectorized']:.2f} / {best:.2f} |"
+            )
+        else:  # runs before the ceiling was measured here
+            line += f"| — | — | {f['bare']:.2f} / {f['sequential']:.2f} / {f['vectorized']:.2f} |"
         if memory and "peak_mib" in r:
             m = r["peak_mib"].get("above_setup", r["peak_mib"])  # older runs: growth only
             line += f" {m['bare']:.0f} / {m['sequential']:.0f} / {m['vectorized']:.0f}"
@@ -292,6 +394,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=60, help="per client")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory", action="store_true", help="peak RSS per path (subprocesses)")
+    parser.add_argument("--skip", nargs="*", default=[], choices=VARIANTS[3:],
+                        help="ceiling variants left out (e.g. the cohort-wide batch)")  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -312,7 +416,7 @@ def main() -> None:
     for model in args.models:
         for dp in dps:
             for cohort in args.cohorts:
-                row = measure_row(model, dp, cohort, args.reps)
+                row = measure_row(model, dp, cohort, args.reps, tuple(args.skip))
                 if args.memory:
                     row["peak_mib"] = measure_memory(model, dp, cohort, args.threads)
                 row["load_average_after"] = os.getloadavg()
@@ -332,6 +436,7 @@ def main() -> None:
             "epochs": 1,
             "lr": LR,
             "reps": args.reps,
+            "skipped_variants": args.skip,
             "order": "interleaved, alternating",
         },  # fmt: skip
         "rows": rows,

@@ -18,12 +18,16 @@ the same run: its ratio is what the machine allows; ``--no-bare`` skips it.
 rank, where a round's time goes (local training, waiting for the slower rank, the collectives,
 accounting, logging, Lightning's loop between rounds).
 
-Each repeat runs engine 1 process, engine 2 processes, bare 1, bare 2 back to back (the VM's
-speed drifts by 20-30 % over minutes, so ratios are taken within a repeat); the result is the
-median ratio over ``--repeats`` (default 3) with its range.
+Each repeat runs engine 1 process, engine 2 processes, bare 1, bare 2 back to back, in the
+reverse order every other repeat (the VM's speed drifts by 20-30 % over minutes, so ratios are
+taken within a repeat); the result is the median ratio over ``--repeats`` (default 3) with its
+range. The machine's core count and its load average (``os.getloadavg``, before the run and
+after every repeat) are measured and printed, never typed in. ``--mnist-root`` (or
+``FL_MNIST_ROOT``) points at the offline MNIST files when the checkout is not next to
+``shared/data``. An existing ``--out`` file is kept: the new run is appended below it.
 
 Usage: ``python benchmarks/scaling.py [--workload digits|mnist] [--rounds 12] [--repeats 3]
-[--profile]``.
+[--cohort N] [--profile]``.
 Writes ``benchmarks/results/scaling_<workload>.md`` (``--out`` to change).
 """
 
@@ -43,6 +47,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's package (also in the spawned reference processes)
+if "--mnist-root" in sys.argv:  # before WORKLOADS reads it
+    os.environ["FL_MNIST_ROOT"] = sys.argv[sys.argv.index("--mnist-root") + 1]
 os.environ.setdefault("FL_MNIST_ROOT", str(REPO.parent / "shared" / "data"))
 
 WORKLOADS = {
@@ -124,7 +130,10 @@ def main() -> None:
     p.add_argument("--shared", action="store_true", help="note: the machine was shared")
     p.add_argument("--no-bare", action="store_true", help="skip the bare-PyTorch reference")
     p.add_argument("--out", default=None)
+    p.add_argument("--mnist-root", default=None, help="offline MNIST directory (mnist workload)")
     args = p.parse_args()
+    load_before = os.getloadavg()
+    loads = []
     cohort = args.cohort or WORKLOADS[args.workload]["cohort"]
     out = Path(args.out or REPO / f"benchmarks/results/scaling_{args.workload}.md")
     if not args.no_bare:
@@ -132,12 +141,17 @@ def main() -> None:
     repeats, prof_rows = [], []
     # Interleaved: a slow patch of a shared VM hits both sides of a ratio, not one.
     for rep in range(args.repeats):
-        engine = {procs: _engine_round(procs, args, cohort) for procs in (1, 2)}
-        bare = {}
-        if not args.no_bare:
-            for procs in (1, 2):
-                bare[procs] = _median(bare_round_times(args.workload, procs, args.rounds,
-                                                       cohort)[1:])  # fmt: skip
+        engine, bare = {}, {}
+        order = [("engine", 1), ("engine", 2)]
+        order += [] if args.no_bare else [("bare", 1), ("bare", 2)]
+        for kind, procs in order if rep % 2 == 0 else order[::-1]:
+            if kind == "engine":
+                engine[procs] = _engine_round(procs, args, cohort)
+            else:
+                times = bare_round_times(args.workload, procs, args.rounds, cohort)
+                bare[procs] = _median(times[1:])
+        engine = {procs: engine[procs] for procs in (1, 2)}
+        loads.append(os.getloadavg())
         repeats.append((engine, bare))
         for procs, (_, _, profiles) in engine.items():
             for rank, prof in sorted(profiles.items()):
@@ -145,19 +159,24 @@ def main() -> None:
                                   {k: statistics.fmean(prof[k]) for k in PARTS}))  # fmt: skip
         e1, e2 = engine[1][0], engine[2][0]
         line = f"repeat {rep + 1}: engine {e1:.3f} s -> {e2:.3f} s, {e1 / e2:.2f}x"
+        line += f" (load average after: {', '.join(f'{v:.1f}' for v in loads[-1])})"
         if bare:
             line += f"; bare {bare[1]:.3f} s -> {bare[2]:.3f} s, {bare[1] / bare[2]:.2f}x"
         print(line, flush=True)
     engine_speedups = [e[1][0] / e[2][0] for e, _ in repeats]
     bare_speedups = [b[1] / b[2] for _, b in repeats if b]
     shared = ("**The machine was shared with other agents' jobs while measuring**: absolute "
-              "numbers and the speed-up are noisy." if args.shared else
-              "Idle machine (no other jobs).")  # fmt: skip
+              "numbers and the speed-up are noisy." if args.shared else "")  # fmt: skip
+    load_text = (f"Load average (1/5/15 min, measured) before: "
+                 f"{', '.join(f'{v:.1f}' for v in load_before)}; after each repeat (1 min): "
+                 f"{', '.join(f'{v[0]:.1f}' for v in loads)}.")  # fmt: skip
     cmd = f"python benchmarks/scaling.py --workload {args.workload} --rounds {args.rounds}"
     cmd += f" --cohort {cohort} --repeats {args.repeats}" + (" --profile" if args.profile else "")
     cmd += " --no-bare" if args.no_bare else ""
     header = "| repeat | 1 process (s) | 2 processes (s) | engine speed-up |"
     rule = "|---:|---:|---:|---:|"
+    header += " load (1 min) after |"
+    rule += "---:|"
     if args.profile:
         header += " step to step, 1 / 2 (s) | speed-up |"
         rule += "---:|---:|"
@@ -168,22 +187,25 @@ def main() -> None:
         f"# Scaling ({args.workload}): clients per second with 1 and 2 processes (DDP, gloo, CPU)",
         "",
         f"Machine: {platform.node()}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, torch threads 1 per process; {datetime.date.today()}. {shared}",
+        f"{os.cpu_count()} cores (os.cpu_count), torch threads 1 per process; "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. {load_text}"
+        + (f" {shared}" if shared else ""),
         "",
         f"Workload: {WORKLOADS[args.workload]['text'].format(cohort=cohort)}. Per run: median "
         f"over rounds 2..{args.rounds} of rank 0's round wall time `round/time_s` (includes the "
         "all-reduce). Engine speed-up = 1-process round time / 2-process round time of the "
         "same repeat. Bare: the same local training in a plain loop, same shards, no "
-        "framework, no collectives (`benchmarks/_bare_reference.py`), measured right after: "
-        "its speed-up is what the machine allows. The four runs of a repeat are interleaved so "
-        "that a slow patch of the VM hits both sides of a ratio.",
+        "framework, no collectives (`benchmarks/_bare_reference.py`), in the same repeat: "
+        "its speed-up is what the machine allows. The four runs of a repeat are interleaved "
+        "(reversed every other repeat) so that a slow patch of the VM hits both sides of a "
+        "ratio.",
         "",
         header,
         rule,
     ]
     for rep, (engine, bare) in enumerate(repeats, 1):
         (e1, w1, _), (e2, w2, _) = engine[1], engine[2]
-        row = f"| {rep} | {e1:.3f} | {e2:.3f} | {e1 / e2:.2f}x |"
+        row = f"| {rep} | {e1:.3f} | {e2:.3f} | {e1 / e2:.2f}x | {loads[rep - 1][0]:.1f} |"
         if args.profile:
             row += f" {w1:.3f} / {w2:.3f} | {w1 / w2:.2f}x |" if w1 and w2 else " - | - |"
         if bare:
@@ -216,7 +238,10 @@ def main() -> None:
               for rep, procs, rank, t in prof_rows],
         ]  # fmt: skip
     lines += ["", f"Command: `{cmd}`", ""]
-    out.write_text("\n".join(lines))
+    text = "\n".join(lines)
+    if out.exists():  # keep the earlier runs: the new one goes below them
+        text = out.read_text().rstrip("\n") + "\n\n---\n\n#" + text
+    out.write_text(text)
     print("\n".join(lines))
 
 

@@ -1,13 +1,15 @@
 """FederatedDataModule: loads a dataset into memory and splits it among clients.
 
-Clients hold index views (``client_indices[i]``) into one training tensor, never copies. The
+Clients hold index views (``client_indices[i]``) into one training tensor, never copies; the
+views are cut on demand from one :class:`~fl_lightning.data.partitioners.ClientIndex` (two
+arrays for the whole population, no per-client object). The
 training "dataloader" yields round tokens: the FederatedModule runs one round per step.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -17,7 +19,12 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data import TensorDataset as TorchTensorDataset
 
 from fl_lightning.data.datasets import DATASETS, TensorDataset, stratified_split
-from fl_lightning.data.partitioners import PARTITIONERS, label_histogram
+from fl_lightning.data.partitioners import (
+    PARTITIONERS,
+    ClientIndex,
+    as_client_index,
+    label_histogram,
+)
 
 
 class RoundTokens(IterableDataset):
@@ -104,7 +111,17 @@ class FederatedDataModule(pl.LightningDataModule):
         self.train: TensorDataset | None = None
         self.val: TensorDataset | None = None
         self.test: TensorDataset | None = None
-        self.client_indices: list[torch.Tensor] = []
+        self._client_indices = ClientIndex(torch.zeros(0, dtype=torch.int64), np.zeros(1))
+
+    @property
+    def client_indices(self) -> ClientIndex:
+        """Every client's example indices; ``client_indices[i]`` is a view (see ClientIndex).
+        Assigning a list of per-client index tensors packs it into a ClientIndex."""
+        return self._client_indices
+
+    @client_indices.setter
+    def client_indices(self, parts: Sequence[torch.Tensor]) -> None:
+        self._client_indices = as_client_index(parts)
 
     # -- loading -----------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -135,21 +152,21 @@ class FederatedDataModule(pl.LightningDataModule):
                 f"data.num_clients: partition produced {len(self.client_indices)} clients"
             )
 
-    def partition(
-        self, labels: torch.Tensor, num_clients: int, partitioner: str
-    ) -> list[torch.Tensor]:
+    def partition(self, labels: torch.Tensor, num_clients: int, partitioner: str) -> ClientIndex:
         """Splits ``labels``' indices among ``num_clients`` with this module's partition options."""
         hp: Any = self.hparams  # an AttributeDict: attribute access is untyped
-        return PARTITIONERS[partitioner](
-            labels.cpu().numpy(),
-            num_clients,
-            hp.seed,
-            alpha=hp.alpha,
-            equal_size=hp.equal_size,
-            num_shards=hp.num_shards,
-            shards_per_client=hp.shards_per_client,
-            labels_per_client=hp.labels_per_client,
-            groups=hp.label_groups,
+        return as_client_index(
+            PARTITIONERS[partitioner](
+                labels.cpu().numpy(),
+                num_clients,
+                hp.seed,
+                alpha=hp.alpha,
+                equal_size=hp.equal_size,
+                num_shards=hp.num_shards,
+                shards_per_client=hp.shards_per_client,
+                labels_per_client=hp.labels_per_client,
+                groups=hp.label_groups,
+            )
         )
 
     @property
@@ -158,7 +175,7 @@ class FederatedDataModule(pl.LightningDataModule):
         return self.train.num_classes
 
     def client_sizes(self) -> np.ndarray:
-        return np.array([len(ix) for ix in self.client_indices])
+        return self.client_indices.sizes()
 
     def label_histogram(self) -> torch.Tensor:
         assert self.train is not None
@@ -175,7 +192,7 @@ class FederatedDataModule(pl.LightningDataModule):
         for split in (self.train, self.val, self.test):
             if split is not None:
                 split.x, split.y = split.x.to(device), split.y.to(device)
-        self.client_indices = [ix.to(device) for ix in self.client_indices]
+        self.client_indices = self.client_indices.to(device)
 
     # -- Lightning hooks ---------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 import torch
@@ -13,8 +15,8 @@ from fl_lightning.data.partitioners import PARTITIONERS, label_histogram
 LABELS = np.repeat(np.arange(10), 120)  # 1,200 examples, 10 balanced classes
 
 
-def _assert_disjoint_cover(parts: list[torch.Tensor], n: int) -> None:
-    allidx = torch.cat(parts)
+def _assert_disjoint_cover(parts: Sequence[torch.Tensor], n: int) -> None:
+    allidx = torch.cat(list(parts))
     assert len(allidx) == n, "partition must cover every example exactly once"
     assert len(torch.unique(allidx)) == n, "partition must be disjoint"
 
@@ -27,7 +29,7 @@ def test_partitions_are_disjoint_and_cover(name, num_clients, seed):
     assert len(parts) == num_clients
     if name == "label_k" and num_clients * 2 < 10:
         # Fewer label slots than labels: the unheld labels' examples are left out.
-        allidx = torch.cat(parts)
+        allidx = torch.cat(list(parts))
         assert len(torch.unique(allidx)) == len(allidx)
         return
     _assert_disjoint_cover(parts, len(LABELS))
@@ -57,7 +59,7 @@ def test_dirichlet_skew_grows_as_alpha_shrinks():
 def test_dirichlet_equal_size_gives_equal_clients():
     parts = PARTITIONERS["dirichlet"](LABELS, 12, 1, alpha=0.3, equal_size=True)
     assert {len(p) for p in parts} == {len(LABELS) // 12}
-    assert len(torch.unique(torch.cat(parts))) == sum(len(p) for p in parts)
+    assert len(torch.unique(torch.cat(list(parts)))) == sum(len(p) for p in parts)
 
 
 def test_shards_give_at_most_shards_per_client_labels():

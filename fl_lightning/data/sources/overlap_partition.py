@@ -15,9 +15,8 @@ package imports every module in it).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from fl_lightning.data.partitioners import register_partitioner
+from fl_lightning.data.partitioners import ClientIndex, register_partitioner
 
 
 @register_partitioner("overlap_label_k")
@@ -28,7 +27,7 @@ def overlap_label_k(
     labels_per_client: int = 2,
     fraction: float = 0.1,
     **_: object,
-) -> list[torch.Tensor]:
+) -> ClientIndex:
     """Each client: ``labels_per_client`` random labels, ``fraction`` of the data, overlapping."""
     classes = np.unique(labels)
     if not 1 <= labels_per_client <= len(classes):
@@ -51,5 +50,5 @@ def overlap_label_k(
             rng.choice(by_label[c], size=min(n, len(by_label[c])), replace=False)
             for c, n in zip(chosen, per)
         ]
-        parts.append(torch.as_tensor(np.sort(np.concatenate(take)), dtype=torch.int64))
-    return parts
+        parts.append(np.concatenate(take))
+    return ClientIndex.from_parts(parts, sort=True)
