@@ -41,6 +41,18 @@ def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
     return ctx, agg
 
 
+def calibrate(s, *, rounds: int, rate: float, population: int) -> None:  # noqa: ANN001
+    """The server's strategy calibration with no target: E = ``rounds``, fixed cohorts of
+    ``rate`` of ``population`` (what ``calibrate_strategy_noise`` passes)."""
+    s.calibrate_noise(
+        target_epsilon=None,
+        delta=1e-5,
+        accountant="rdp",
+        rounds=rounds,
+        sampling=CohortSampling("fixed", rate, population),
+    )
+
+
 def test_published_schedule_rises_and_cooling_falls():
     E, a = 20, 0.1
     pub = [schedule_factor("published", t, E, a) for t in range(1, E + 1)]
@@ -53,37 +65,19 @@ def test_published_schedule_rises_and_cooling_falls():
 @pytest.mark.parametrize("schedule", ["published", "cooling", "even"])
 def test_rescaled_schedule_spends_the_total_budget_in_expectation(schedule):
     s = ADPFL(epsilon=5.0, schedule=schedule, rescale=True, accuracy_drop=None)
-    s.calibrate_noise(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=30,
-        sampling=CohortSampling("fixed", 0.2, 100),
-    )
+    calibrate(s, rounds=30, rate=0.2, population=100)
     assert 0.2 * sum(s.scheduled_epsilon(r) for r in range(30)) == pytest.approx(5.0)
 
 
 def test_unscaled_base_is_the_even_budget_of_eq_10():
     s = EvenBudget(epsilon=10.0, mechanism="gaussian")
-    s.calibrate_noise(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=20,
-        sampling=CohortSampling("fixed", 10 / 50, 100),
-    )
+    calibrate(s, rounds=20, rate=10 / 50, population=100)
     assert s.even_budget() == pytest.approx(50 * 10.0 / (10 * 20))
 
 
 def test_accuracy_drop_keeps_the_previous_epsilon():
     s = ADPFL(epsilon=100.0, schedule="published", accuracy_drop=0.05)
-    s.calibrate_noise(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=20,
-        sampling=CohortSampling("fixed", 0.2, 100),
-    )
+    calibrate(s, rounds=20, rate=0.2, population=100)
     accs = iter([0.50, 0.60, 0.40, 0.41])
     s.accuracy_fn = lambda cid: next(accs)
     eps = [s.upload_budget(0, ctx_for(r, [0])) for r in range(4)]
@@ -195,20 +189,13 @@ def test_no_client_ever_exceeds_its_total_budget(
         aggregation_window=0.3,
     )
     s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
-    calibrate = dict(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=rounds,
-        sampling=CohortSampling("fixed", 0.5, 100),
-    )
     s.rounds, s.rate = rounds, 0.5
     if min(s.upload.charged_epsilon(epsilon=e) for e in s.planned_budgets()) > total:
         # refused (before training) exactly when no round's upload is affordable
         with pytest.raises(ValueError, match="model.clients_per_round"):
-            s.calibrate_noise(**calibrate)
+            calibrate(s, rounds=rounds, rate=0.5, population=100)
         return
-    s.calibrate_noise(**calibrate)
+    calibrate(s, rounds=rounds, rate=0.5, population=100)
     accs = data.draw(st.lists(st.floats(0, 1), min_size=rounds * n, max_size=rounds * n))
     it = iter(accs)
     s.accuracy_fn = lambda cid: next(it)
@@ -246,13 +233,7 @@ def test_baseline_switch_is_the_even_budget_strategy():
         None,
         "expected",
     )
-    s.calibrate_noise(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=30,
-        sampling=CohortSampling("fixed", 0.2, 100),
-    )
+    calibrate(s, rounds=30, rate=0.2, population=100)
     # the even schedule normalised to the expected spend is Eq. 10 exactly
     assert s.scheduled_epsilon(7) == pytest.approx(s.even_budget()) == pytest.approx(5.0 / 6)
 
@@ -267,13 +248,7 @@ def test_rounds_normalisation_spends_eps_over_the_rounds_and_no_client_exits(sch
         epsilon=3.0, schedule=schedule, rescale="rounds", accuracy_drop=None, mechanism="laplace"
     )
     s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
-    s.calibrate_noise(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=E,
-        sampling=CohortSampling("fixed", 0.25, n),
-    )
+    calibrate(s, rounds=E, rate=0.25, population=n)
     assert sum(s.planned_budgets()) == pytest.approx(3.0)
     for r in range(E):
         ctx, _ = play_round(s, r, list(range(n)), n=n, rounds=E, rate=1.0)
@@ -288,13 +263,7 @@ def test_unnormalised_published_schedule_exits_clients_before_the_end():
     E, n = 20, 10
     s = ADPFL(epsilon=5.0, schedule="published", rescale=False, accuracy_drop=None)
     s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
-    s.calibrate_noise(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=E,
-        sampling=CohortSampling("fixed", 0.5, n),
-    )
+    calibrate(s, rounds=E, rate=0.5, population=n)
     sizes = [
         len(play_round(s, r, list(range(n)), n=n, rounds=E, rate=0.5)[0].cohort) for r in range(E)
     ]
@@ -311,30 +280,13 @@ def test_cohort_too_small_for_the_even_budget_is_refused_before_training(cls):
         ValueError,
         match=r"^model\.clients_per_round: .*n·E/N = 0\.8 expected.*exceeds the total ε = 1,",
     ):
-        s.calibrate_noise(
-            target_epsilon=None,
-            delta=1e-5,
-            accountant="rdp",
-            rounds=20,
-            sampling=CohortSampling("fixed", 2 / 50, 50),
-        )
+        calibrate(s, rounds=20, rate=2 / 50, population=50)
     ok = cls(epsilon=1.0, mechanism="laplace", **kwargs)
-    ok.calibrate_noise(  # n·E = 2N: uploads at eps/2 (up to eps with Eq. 6's factor), allowed
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=50,
-        sampling=CohortSampling("fixed", 2 / 50, 50),
-    )
+    # n·E = 2N: uploads at eps/2 (up to eps with Eq. 6's factor), allowed
+    calibrate(ok, rounds=50, rate=2 / 50, population=50)
     too_big = EvenBudget(epsilon=1.0, upload_epsilon=2.0, mechanism="laplace")
     with pytest.raises(ValueError, match="^strategy.upload_epsilon: "):
-        too_big.calibrate_noise(
-            target_epsilon=None,
-            delta=1e-5,
-            accountant="rdp",
-            rounds=25,
-            sampling=CohortSampling("fixed", 0.5, 50),
-        )
+        calibrate(too_big, rounds=25, rate=0.5, population=50)
 
 
 def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee():
@@ -344,13 +296,7 @@ def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee():
     rec, cli = ADPFL(sensitivity="record", **kw), ADPFL(**kw)
     for s in (rec, cli):
         s.setup_federation(FederationSpec(num_clients=4, num_parameters=D, seed=0))
-        s.calibrate_noise(
-            target_epsilon=None,
-            delta=1e-5,
-            accountant="rdp",
-            rounds=4,
-            sampling=CohortSampling("fixed", 0.5, 4),
-        )
+        calibrate(s, rounds=4, rate=0.5, population=4)
     _, agg_r = play_round(rec, 0, [0], n=4, rounds=4, rate=0.5)
     _, agg_c = play_round(cli, 0, [0], n=4, rounds=4, rate=0.5)
     # same draws, noise 50 = |D_0| times smaller (the clipped delta is 0.1·1 in L1 = 0.6 < C)
