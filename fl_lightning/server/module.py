@@ -188,31 +188,32 @@ class FederatedModule(pl.LightningModule):
             # spec states what clients run), then the strategy's, once it knows the federation.
             sampling = self.sampler.sampling(data.num_clients)
             rounds = int(self.trainer.max_steps)
+            sizes = tuple(int(n) for n in data.client_sizes().tolist())
             self.client.training_config = calibrate_client_noise(
                 self.client.training_config,
-                client_sizes=[int(n) for n in data.client_sizes().tolist()],
+                client_sizes=sizes,
                 sampling=sampling,
                 rounds=rounds,
                 accountant=self.accountant,
             )
-            self.strategy.setup_federation(self.federation_spec())
+            self.strategy.setup_federation(self.federation_spec(sizes, rounds))
             calibrate_strategy_noise(
                 self.strategy, sampling=sampling, rounds=rounds, accountant=self.accountant
             )
 
-    def federation_spec(self) -> FederationSpec:
+    def federation_spec(self, client_sizes: tuple[int, ...], rounds: int) -> FederationSpec:
         """The federation as the strategy sees it (``strategies/spec.py``), before data moves."""
         data = self.data
         return FederationSpec(
             num_clients=data.num_clients,
             num_parameters=sum(p.numel() for p in trainable_parameters(self.global_net)),
             local=self.client.training_config,
-            client_sizes=tuple(int(n) for n in data.client_sizes().tolist()),
+            client_sizes=client_sizes,
             layer_slices=layer_slices(self.global_net),
             server=ServerOptimizerSpec(
                 self.server_optimizer, float(self.server_lr), float(self.server_momentum)
             ),
-            rounds=int(self.trainer.max_steps),
+            rounds=rounds,
             seed=self.seed,
             has_validation_split=data.val is not None,
             global_model=self.global_net,

@@ -59,6 +59,14 @@ def say_sigma_caps(field: str, sigma: float | None, target: float | None) -> Non
     )
 
 
+def privacy_target(accountant: PrivacyAccountant | None) -> tuple[float | None, float, str]:
+    """The run's target ε, δ and accountant backend (no target, δ = 1e-5 and RDP for a run
+    without an accountant), as both calibrations read them."""
+    if accountant is None:
+        return None, 1e-5, "rdp"
+    return accountant.target_epsilon, accountant.delta, accountant.accountant
+
+
 def calibrate_strategy_noise(
     strategy: Strategy,
     *,
@@ -68,9 +76,7 @@ def calibrate_strategy_noise(
 ) -> None:
     """Fixes the strategy's unset σ (in place, through ``Strategy.calibrate_noise``); refuses
     an accountant that cannot account the cohort sampling of a sampling-amplified strategy."""
-    target = accountant.target_epsilon if accountant else None
-    delta = accountant.delta if accountant else 1e-5
-    backend = accountant.accountant if accountant else "rdp"
+    target, delta, backend = privacy_target(accountant)
     if strategy.amplified_by_sampling and sampling.without_replacement:
         what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
         refuse_without_replacement(backend, what=what)
@@ -91,9 +97,7 @@ def calibrate_client_noise(
     """The local-training config with its DP-SGD σ fixed: calibrated so that the most
     expensive client stays within the target over its participations when unset; refuses a
     target that cannot pay for one round (``BudgetError``)."""
-    target = accountant.target_epsilon if accountant else None
-    delta = accountant.delta if accountant else 1e-5
-    backend = accountant.accountant if accountant else "rdp"
+    target, delta, backend = privacy_target(accountant)
     dp = config.dp_sgd
     if dp is None:
         return config
