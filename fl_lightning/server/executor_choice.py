@@ -17,24 +17,28 @@ from fl_lightning.server.vectorized_executor import VectorizedExecutor, model_bl
 log = logging.getLogger(__name__)
 
 
-def auto_vectorizes(trainer: LocalTrainer) -> bool:
-    """Whether ``executor: auto`` considers the vectorised path at all: the model can be
-    stacked (``client/stacked.py: stack_blocker``, with or without DP-SGD). Which path runs is
-    then measured (``server/executor.py: AutoExecutor``)."""
+def auto_blocker(trainer: LocalTrainer) -> str | None:
+    """Why ``executor: auto`` cannot consider the vectorised path (None when the model can be
+    stacked, ``client/stacked.py: stack_blocker``, with or without DP-SGD)."""
     dp = trainer.client.training_config.dp_sgd is not None
-    return model_blocker(trainer.client.net, dp=dp) is None
+    return model_blocker(trainer.client.net, dp=dp)
+
+
+def auto_vectorizes(trainer: LocalTrainer) -> bool:
+    """Whether ``executor: auto`` considers the vectorised path at all. Which path runs is
+    then measured (``server/executor.py: AutoExecutor``)."""
+    return auto_blocker(trainer) is None
 
 
 def build_executor(name: str, trainer: LocalTrainer) -> Executor:
     if name == "vectorized":
         return VectorizedExecutor(trainer)
     if name == "auto":
-        dp = trainer.client.training_config.dp_sgd is not None
-        reason = model_blocker(trainer.client.net, dp=dp)
+        reason = auto_blocker(trainer)
         if reason is None:
             return AutoExecutor(SequentialExecutor(trainer), VectorizedExecutor(trainer))
         log.warning("executor auto: sequential training: %s", reason)
     return SequentialExecutor(trainer)
 
 
-__all__ = ["auto_vectorizes", "build_executor"]
+__all__ = ["auto_blocker", "auto_vectorizes", "build_executor"]
