@@ -52,8 +52,7 @@ def run(config: str, extra: list[str]) -> dict:
         cli = build_cli_class()(args)
         seconds = time.perf_counter() - t0
     model = cli.model
-    s = model.strategy
-    m = s.round_metrics
+    m = model.strategy_metrics  # the last round's strategy/<key> metrics
     rep = model.accountant.report()
     return {
         "acc": model.last_eval.get("accuracy", float("nan")),

@@ -64,7 +64,7 @@ def run(extra: list[str], rounds: int, epsilon: float) -> dict:
     out = {"seconds": seconds, **cli.model.evaluate_global()}
     if cli.model.accountant is not None:
         out.update(cli.model.accountant.report())
-    out.update({f"strategy/{k}": v for k, v in cli.model.strategy.round_metrics.items()})
+    out.update({f"strategy/{k}": v for k, v in cli.model.strategy_metrics.items()})
     return out
 
 

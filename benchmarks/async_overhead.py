@@ -143,7 +143,7 @@ def bookkeeping_times(strategy, d: int = 50_890, rounds: int = 12) -> list[float
         ]
         if strategy.reduction == "gather":
             ups = list(ups)
-        agg = strategy.aggregate(ups, ctx, generator=generator_for(0, r))
+        agg, _ = strategy.aggregate(ups, ctx, generator=generator_for(0, r))
         strategy.after_round(ctx, agg)
         times.append(time.perf_counter() - t0)
     return times[2:]

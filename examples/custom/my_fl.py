@@ -36,4 +36,4 @@ class FedMedian(FedAvg):
     reduction = "gather"  # it needs every update at once, not their sum
 
     def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001, ANN201
-        return torch.stack([u.delta for u in updates]).median(dim=0).values
+        return torch.stack([u.delta for u in updates]).median(dim=0).values, {}  # (delta, metrics)

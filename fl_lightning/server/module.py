@@ -44,7 +44,7 @@ from fl_lightning.server.privacy_plan import (
     calibrate_strategy_noise,
     planned_privacy,
 )
-from fl_lightning.server.reduction import RoundUpdates, reduce_round
+from fl_lightning.server.reduction import RoundUpdates, hook_metrics, reduce_round
 from fl_lightning.server.run_files import (
     run_summary,
     summary_line,
@@ -54,7 +54,7 @@ from fl_lightning.server.run_files import (
 from fl_lightning.server.run_identity import resolved_config
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import assign_clients
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.strategies.spec import FederationSpec, ServerOptimizerSpec
 from fl_lightning.utils.flat import flatten_into, layer_slices, trainable_parameters
 from fl_lightning.utils.rng import generator_for
@@ -145,6 +145,8 @@ class FederatedModule(pl.LightningModule):
         # What the last round logged (round/*, train/*, privacy/*, test/* when evaluated):
         # public, for callbacks (fl_lightning.callbacks.RunPlots, user callbacks).
         self.round_metrics: dict[str, float] = {}
+        # What the strategy's hooks returned in the last round (logged as strategy/<key>).
+        self.strategy_metrics: Metrics = {}
         self.rounds_completed = 0
         self.stopped_by_budget = False
         self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
@@ -232,7 +234,9 @@ class FederatedModule(pl.LightningModule):
         data.to(self.device)
         if self.accountant is not None:
             self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
-            self.accountant.not_private_reason = self.strategy.not_private_reason()
+            self.accountant.not_private_reason = (
+                f"{type(self.strategy).__name__} uploads and aggregates updates without noise"
+            )
         self._local_trainer = LocalTrainer(self.client, self.device)
         self._executor = build_executor(self.executor_name, self._local_trainer)
         from fl_lightning.callbacks import ClientHooks
@@ -310,10 +314,14 @@ class FederatedModule(pl.LightningModule):
             self._executor.run(self.clients_of_this_process(ctx), ctx, self.data, self.strategy)
         )
         central = generator_for(self.seed, round_idx, "central", device=self.device)
-        aggregate, stats = reduce_round(self.strategy, local, ctx, central)
-        self._apply_server_step(aggregate)
-        self.strategy.after_round(ctx, aggregate)
+        reduced = reduce_round(self.strategy, local, ctx, central)
+        self._apply_server_step(reduced.delta)
+        observed = hook_metrics(
+            self.strategy.after_round(ctx, reduced.delta), self.strategy, "after_round"
+        )
+        self.strategy_metrics = reduced.metrics | observed
         self.rounds_completed = round_idx + 1
+        stats = reduced.updates
         metrics = self._round_metrics(ctx, stats, time.perf_counter() - start)
         if self.accountant is not None:
             spent = self.strategy.round_privacy(ctx)
@@ -375,7 +383,7 @@ class FederatedModule(pl.LightningModule):
             metrics["train/loss"] = sum(stats.losses) / len(stats.losses)
         for k, values in stats.metrics.items():
             metrics[f"clients/{k}"] = sum(values) / len(values)
-        for k, v in self.strategy.round_metrics.items():
+        for k, v in self.strategy_metrics.items():
             metrics[f"strategy/{k}"] = float(v)
         return metrics
 
@@ -431,7 +439,7 @@ class FederatedModule(pl.LightningModule):
             stopped_by_budget=self.stopped_by_budget,
             final=final,
             accountant=self.accountant,
-            strategy_metrics=self.strategy.round_metrics,
+            strategy_metrics=self.strategy_metrics,
         )
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if not self.trainer.is_global_zero:

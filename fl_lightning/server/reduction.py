@@ -31,7 +31,7 @@ from fl_lightning.server.distributed import (
     gather_updates,
     rank_and_world,
 )
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 
 
 @dataclass(frozen=True)
@@ -88,23 +88,35 @@ class RoundUpdates:
         return {r.client_id: list(r.dp_steps) for r in self.records if r.dp_steps}
 
 
+@dataclass(frozen=True)
+class ReducedRound:
+    """A round once its updates are reduced: the global delta, what the strategy's aggregation
+    observed (``strategy/<key>``) and the records of every update in the round."""
+
+    delta: torch.Tensor
+    metrics: Metrics
+    updates: RoundUpdates
+
+
 def reduce_round(
     strategy: Strategy, local: RoundUpdates, ctx: RoundContext, central: torch.Generator
-) -> tuple[torch.Tensor, RoundUpdates]:
+) -> ReducedRound:
     """The round's global delta from this process's updates (and, under DDP, every other
-    process's), and the records of every update in the round."""
+    process's), with the aggregation's metrics and the records of every update in the round."""
     if rank_and_world()[1] == 1:
         updates: Iterable[ClientUpdate] = local
         if strategy.reduction == "gather":
             updates = list(local)
-        return strategy.aggregate(updates, ctx, generator=central), local
+        out = strategy.aggregate(updates, ctx, generator=central)
+        return ReducedRound(*delta_and_metrics(out, strategy, "aggregate"), local)
     if strategy.reduction == "sum":
         partial = strategy.partial_aggregate(local, ctx)
-        aggregate = strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
+        out = strategy.finalize(all_reduce_sum_(partial), ctx, generator=central)
+        delta, metrics = delta_and_metrics(out, strategy, "finalize")
         gathered = gather_objects((local.records, _client_states(strategy, local.records)))
         _load_client_states(strategy, [states for _, states in gathered])
         records = [r for rank_records, _ in gathered for r in rank_records]
-        return aggregate, RoundUpdates.from_records(records)
+        return ReducedRound(delta, metrics, RoundUpdates.from_records(records))
     mine = list(local)
     everyone, states = gather_updates(
         mine,
@@ -114,7 +126,29 @@ def reduce_round(
     )
     _load_client_states(strategy, states)
     stats = RoundUpdates(everyone)
-    return strategy.aggregate(list(stats), ctx, generator=central), stats
+    out = strategy.aggregate(list(stats), ctx, generator=central)
+    return ReducedRound(*delta_and_metrics(out, strategy, "aggregate"), stats)
+
+
+def delta_and_metrics(out: Any, strategy: Strategy, hook: str) -> tuple[torch.Tensor, Metrics]:
+    """``out`` checked as the ``(delta, metrics)`` pair ``aggregate`` / ``finalize`` return: a
+    strategy written for the old interface (a bare tensor) gets one line naming the hook."""
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)):
+        raise TypeError(
+            f"strategy: {type(strategy).__name__}.{hook} returned {type(out).__name__}; it "
+            "returns (delta, metrics): the global delta and a dict of the round's metrics"
+        )
+    return out[0], hook_metrics(out[1], strategy, hook)
+
+
+def hook_metrics(out: Any, strategy: Strategy, hook: str) -> Metrics:
+    """``out`` checked as the metrics a strategy hook returns (a dict, ``{}`` for none)."""
+    if not isinstance(out, dict):
+        raise TypeError(
+            f"strategy: {type(strategy).__name__}.{hook} returned {type(out).__name__} as its "
+            "metrics; it returns a dict of the round's metrics ({} for none)"
+        )
+    return out
 
 
 def _client_states(strategy: Strategy, records: list[UpdateRecord]) -> dict[int, Any] | None:

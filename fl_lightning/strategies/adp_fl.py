@@ -44,6 +44,7 @@ import torch
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 from fl_lightning.strategies.asynchronous.buffer import Arrival
+from fl_lightning.strategies.base import Metrics
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
@@ -230,7 +231,7 @@ class ADPFL(AsyncLocalDP):
 
     def aggregate_arrivals(
         self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Metrics]:
         weights = [self.arrival_weight(a) for a in arrivals]
         total = sum(weights)
         out = torch.zeros_like(ctx.global_params)
@@ -239,10 +240,10 @@ class ADPFL(AsyncLocalDP):
                 out.add_(a.update.delta, alpha=w / total)
             self.model_version += 1
         self.update_staleness({a.update.client_id for a in arrivals}, ctx.num_clients)
-        self.round_metrics["frozen_total"] = float(self.frozen_total)
+        metrics = {"frozen_total": float(self.frozen_total)}
         if weights and total > 0:
-            self.round_metrics["weight_max"] = max(weights) / total
-        return out
+            metrics["weight_max"] = max(weights) / total
+        return out, metrics
 
     def update_staleness(self, participants: set[int], num_clients: int) -> None:
         """Alg. 2 step 6: λ ← 1 for participants, λ ← α_s·λ for every other client."""

@@ -9,8 +9,8 @@ client (``fl_lightning.privacy.local_budget``) and uploads it through the simula
 :class:`~fl_lightning.strategies.asynchronous.base.AsyncStrategy`.
 
 Accounting: the accountant receives, per upload, the ε basic composition can defend
-(``RoundPrivacy.local_epsilon`` / ``local_delta``, the paper's Thm. 2); ``round_metrics`` also
-logs the tighter RDP/PLD composition of the same events per participating client and the max
+(``RoundPrivacy.local_epsilon`` / ``local_delta``, the paper's Thm. 2); ``after_round`` also
+returns the tighter RDP/PLD composition of the same events per participating client and the max
 over clients of both (``strategy/eps_basic_max``, ``strategy/eps_tight_max``).
 
 ``sensitivity="record"`` calibrates the noise to Δ = 2C/|D_i| (the paper's record adjacency,
@@ -28,7 +28,6 @@ could ever upload, and the paper defines no other split.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -43,7 +42,7 @@ from fl_lightning.privacy.local_budget import (
 )
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
-from fl_lightning.strategies.asynchronous.buffer import Arrival
+from fl_lightning.strategies.base import Metrics
 
 RECORD_READING = (
     "noise calibrated to the record-level sensitivity 2C/|D_i| (the paper's Def. 2 adjacency "
@@ -220,7 +219,9 @@ class AsyncLocalDP(AsyncStrategy):
         self._mark = now
         return update
 
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:  # noqa: ANN001
+    def aggregate(  # noqa: ANN001
+        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, Metrics]:
         # Summed over the round's uploads on the server (under DDP: every rank's clients).
         updates = list(updates)
         self.client_time_total += sum(u.metrics.get("client_time_s", 0.0) for u in updates)
@@ -250,19 +251,20 @@ class AsyncLocalDP(AsyncStrategy):
     def is_private(self) -> bool:
         return self.upload.private
 
-    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
-        m = self.round_metrics
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
+        m: Metrics = {}
         m["clients_exited"] = float(len(self.exited))
         m["dispatched"] = float(len(ctx.cohort))
         m["client_time_total_s"] = self.client_time_total
         if self._round_eps:
             m["upload_epsilon_mean"] = sum(self._round_eps.values()) / len(self._round_eps)
         if not self.upload.private:
-            return
+            return m
         delta = self.upload.delta
         for cid in ctx.cohort:
             self._tight[cid] = self.ledger.tight(cid, delta=delta)
-            if self.log_clients:
+        if self.log_clients:  # every client dispatched so far: its budget spent to date
+            for cid in sorted(self._tight):
                 m[f"eps_basic/{cid}"] = self.ledger.basic(cid)[0]
                 m[f"eps_tight/{cid}"] = self._tight[cid]
                 m[f"eps_paper/{cid}"] = self.ledger.paper_spent(cid)
@@ -274,12 +276,7 @@ class AsyncLocalDP(AsyncStrategy):
         m["eps_tight_delta"] = delta
         if self.upload.sensitivity_kind == "record":
             m["epsilon_sound"] = max(self._sound.values(), default=0.0)
-
-    # -- aggregation -------------------------------------------------------------------------
-    def aggregate_arrivals(
-        self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        return super().aggregate_arrivals(arrivals, ctx, generator=generator)
+        return m
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

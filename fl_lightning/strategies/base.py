@@ -14,6 +14,11 @@ everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 * ``round_privacy``: what the round spent, for the accountant.
 * ``after_round``: bookkeeping once the global model moved.
 
+Hooks that observe something return it with their value, as pfl's postprocessors do:
+``aggregate`` and ``finalize`` return ``(delta, metrics)`` and ``after_round`` returns its
+metrics; the server logs them as ``strategy/<key>`` for that round only. A strategy keeps no
+metrics attribute, so nothing is overridden just to log and no value outlives its round.
+
 The default path is FedAvg: the weighted mean of the clients' deltas. Aggregation is split in
 two so that a round can be sharded over processes (docs/distributed.md):
 
@@ -46,6 +51,8 @@ from fl_lightning.strategies.spec import FederationSpec
 
 Weighting = Literal["num_examples", "uniform"]
 Reduction = Literal["sum", "stream", "gather"]
+Metrics = dict[str, float]
+"""What a hook observed this round (logged as ``strategy/<key>``)."""
 
 
 def unsynced_state_problem(strategy: Strategy) -> str:
@@ -91,7 +98,6 @@ class Strategy(Callback):
         self.num_clients = 0
         self.num_parameters = 0
         self.seed = 0
-        self.round_metrics: dict[str, float] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
@@ -118,10 +124,6 @@ class Strategy(Callback):
         """True when the strategy privatises what clients upload or what the server releases
         (a run that releases nothing yet then says "no release yet", not "not private")."""
         return False
-
-    def not_private_reason(self) -> str:
-        """Why the strategy gives no privacy, for the guarantee sentence."""
-        return f"{type(self).__name__} uploads and aggregates updates without noise"
 
     # -- client side -------------------------------------------------------------------------
     def select_clients(self, ctx: RoundContext) -> list[int]:
@@ -175,19 +177,15 @@ class Strategy(Callback):
 
     def aggregate(
         self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        """Returns the global delta (added to the global weights by the server optimizer)."""
+    ) -> tuple[torch.Tensor, Metrics]:
+        """The global delta (added to the global weights by the server optimizer) and what the
+        aggregation observed this round."""
         return self.finalize(self.partial_aggregate(updates, ctx), ctx, generator=generator)
-
-    def partial_buffer(self, ctx: RoundContext) -> torch.Tensor:
-        """A zero buffer of the partial-sum layout: [delta sum (d), statistics]."""
-        d = ctx.global_params.numel()
-        return torch.zeros(d + self.num_statistics, device=ctx.global_params.device)
 
     def partial_aggregate(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
         """This process's share: [Σ w_i Δ_i, Σ w_i] (summed over processes by one all-reduce)."""
-        buf = self.partial_buffer(ctx)
         d = ctx.global_params.numel()
+        buf = torch.zeros(d + self.num_statistics, device=ctx.global_params.device)
         total = buf[:d]
         for update in updates:
             w = self.client_weight(update)
@@ -197,13 +195,14 @@ class Strategy(Callback):
 
     def finalize(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        """The global delta from the all-process sum of ``partial_aggregate``: Σ w_i Δ_i / Σ w_i."""
+    ) -> tuple[torch.Tensor, Metrics]:
+        """The global delta from the all-process sum of ``partial_aggregate``, Σ w_i Δ_i / Σ w_i,
+        and what it observed (FedAvg: nothing)."""
         d = ctx.global_params.numel()
         total_weight = float(reduced[d])
         if total_weight == 0.0:
-            return torch.zeros_like(ctx.global_params)
-        return reduced[:d].div(total_weight)
+            return torch.zeros_like(ctx.global_params), {}
+        return reduced[:d].div(total_weight), {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Keeps ``reduction`` true to ``aggregate``: the all-reduce path calls only
@@ -243,8 +242,9 @@ class Strategy(Callback):
         """Client-level and local-DP spending of this round (record-level comes from clients)."""
         return RoundPrivacy()
 
-    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
-        """Called once the global model moved."""
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
+        """Called once the global model moved; returns what it observed this round."""
+        return {}
 
     def evaluation_models(self) -> list[torch.Tensor] | None:
         """Flat weight vectors whose test metrics are averaged in place of the global model's

@@ -35,7 +35,7 @@ from fl_lightning.privacy.mechanisms.binomial import (
     unrotate,
 )
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
@@ -168,21 +168,22 @@ class CPSGD(Strategy):
         return update
 
     # -- server ------------------------------------------------------------------------------
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
+    def aggregate(
+        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, Metrics]:
         total: torch.Tensor | None = None
         count = 0
         for update in updates:
             total = update.delta.clone() if total is None else total.add_(update.delta)
             count += 1
         if total is None:
-            return torch.zeros_like(ctx.global_params)
+            return torch.zeros_like(ctx.global_params), {}
         d = ctx.global_params.numel()
         mean = self.decode_sum(total, count, self._signs(ctx), d).div_(count)
-        self.round_metrics = {
+        return mean, {
             "trials": float(self.trials or 0),
             "epsilon_round": self.round_epsilon(count),
         }
-        return mean
 
     # -- privacy -----------------------------------------------------------------------------
     def round_epsilon(self, cohort_size: int) -> float:

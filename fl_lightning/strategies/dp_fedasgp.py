@@ -43,7 +43,7 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
     threshold_quantile,
 )
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 NO_NOISE_BELOW_THRESHOLD = (
@@ -216,10 +216,12 @@ class DPFedASGP(Strategy):
         return update
 
     # -- server ------------------------------------------------------------------------------
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
+    def aggregate(
+        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, Metrics]:
         updates = list(updates)
         if not updates:
-            return torch.zeros_like(ctx.global_params)
+            return torch.zeros_like(ctx.global_params), {}
         sizes = [float(u.num_examples) for u in updates]
         if self.loss_weighting:
             losses = [float(u.loss) for u in updates]
@@ -231,15 +233,15 @@ class DPFedASGP(Strategy):
         total = torch.zeros_like(ctx.global_params)
         for gamma, update in zip(gammas, updates):
             total.add_(update.delta, alpha=gamma)
-        self.round_metrics = {
+        metrics = {
             "threshold_level": self.threshold_level(ctx),
             "gamma_max": max(gammas),
             "gamma_min": min(gammas),
             "paper_epsilon_round": self.mechanism.paper_epsilon(),
         }
         if self.mechanism.noise_unselected:
-            self.round_metrics["epsilon_round_defensible"] = self.defensible_round_epsilon()
-        return total.mul_(-self._local_lr(ctx))  # −η Σ γ_i g_i (Alg. 1 line 10)
+            metrics["epsilon_round_defensible"] = self.defensible_round_epsilon()
+        return total.mul_(-self._local_lr(ctx)), metrics  # −η Σ γ_i g_i (Alg. 1 line 10)
 
     # -- privacy -----------------------------------------------------------------------------
     def defensible_round_epsilon(self) -> float:

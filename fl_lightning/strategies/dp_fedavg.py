@@ -18,7 +18,7 @@ from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.utils.rng import generator_for
 
 
@@ -82,17 +82,17 @@ class DPFedAvg(Strategy):
 
     def partial_aggregate(self, updates, ctx: RoundContext) -> torch.Tensor:  # noqa: ANN001
         """This process's sum of clipped deltas (Alg. 1's Σ Δ_k over its share of the cohort)."""
-        total = self.partial_buffer(ctx)
+        total = torch.zeros_like(ctx.global_params)  # num_statistics = 0: the sum alone
         for update in updates:
             total.add_(update.delta)
         return total
 
     def finalize(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Metrics]:
         """(Σ Δ_k + N(0, σ²C²)) / qN: one central Gaussian, from the generator all ranks share."""
         noisy = self.mechanism.privatize(reduced, generator=generator)
-        return noisy.div_(ctx.expected_cohort_size)
+        return noisy.div_(ctx.expected_cohort_size), {}
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         return RoundPrivacy(client_level=[self.mechanism.cohort_event(ctx.cohort_sampling())])

@@ -27,7 +27,7 @@ from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.strategies.spec import FederationSpec
 
 NoiseKind = Literal["laplace", "gaussian"]
@@ -123,9 +123,9 @@ class DPFedAvgLocal(Strategy):
 
     def finalize(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        self.round_metrics = {"paper_epsilon_round": self.epsilon}
-        return super().finalize(reduced, ctx, generator=generator)
+    ) -> tuple[torch.Tensor, Metrics]:
+        delta, metrics = super().finalize(reduced, ctx, generator=generator)
+        return delta, metrics | {"paper_epsilon_round": self.epsilon}
 
     @property
     def is_private(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from fl_lightning.records import RoundContext
-from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.base import Metrics, Strategy, Weighting
 
 
 def fedexp_step_size(mean_sq_norm: float, mean_delta_sq_norm: float, *, epsilon: float) -> float:
@@ -42,7 +42,9 @@ class DPFedExP(Strategy):
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
         self.epsilon = epsilon
 
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
+    def aggregate(
+        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, Metrics]:
         total = torch.zeros_like(ctx.global_params)
         sq_norms = 0.0
         total_weight = 0.0
@@ -52,10 +54,9 @@ class DPFedExP(Strategy):
             sq_norms += w * float(update.delta.square().sum())
             total_weight += w
         if total_weight == 0.0:
-            return total
+            return total, {}
         mean = total.div_(total_weight)
         eta_g = fedexp_step_size(
             sq_norms / total_weight, float(mean.square().sum()), epsilon=self.epsilon
         )
-        self.round_metrics = {"eta_g": eta_g}
-        return mean.mul_(eta_g)
+        return mean.mul_(eta_g), {"eta_g": eta_g}

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.base import Metrics, Strategy, Weighting
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 
@@ -111,7 +111,9 @@ class DPScaffold(Strategy):
             self.client_controls[client_id] = state
 
     # -- server side -------------------------------------------------------------------------
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
+    def aggregate(
+        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, Metrics]:
         total = torch.zeros_like(ctx.global_params)
         control_sum = torch.zeros_like(ctx.global_params)
         total_weight = 0.0
@@ -123,15 +125,15 @@ class DPScaffold(Strategy):
         # c ← c + (|S|/N) · mean_S Δc_i = c + Σ_S Δc_i / N, applied in after_round.
         self._pending_control = control_sum.div_(max(1, ctx.num_clients))
         if total_weight == 0.0:
-            return total
-        return total.div_(total_weight)
+            return total, {}
+        return total.div_(total_weight), {}
 
-    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         if self._pending_control is not None:
             self._server_control(ctx).add_(self._pending_control)
             self._pending_control = None
         self._correction = None
-        self.round_metrics = {"control_norm": float(self._server_control(ctx).norm())}
+        return {"control_norm": float(self._server_control(ctx).norm())}
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -36,8 +36,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
+import torch
+
 from fl_lightning.records import ClientPlan, RoundContext
-from fl_lightning.strategies.base import Strategy, unsynced_state_problem
+from fl_lightning.strategies.base import Metrics, Strategy, unsynced_state_problem
 from fl_lightning.strategies.spec import FederationSpec
 
 
@@ -174,19 +176,20 @@ class DPFLAGN(Strategy):
         self.prev_loss = loss
         return fired
 
-    def after_round(self, ctx: RoundContext, aggregate) -> None:  # noqa: ANN001
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         assert self.sigma is not None
         used = self.sigma
         self.sigma_history.append(used)
-        self.round_metrics = {"noise_multiplier": used}
+        metrics = {"noise_multiplier": used}
         if self.anr:
             loss = self.server_loss(ctx)
             fired = self.anr_step(loss)
             if fired:
                 self.decay_rounds.append(ctx.round_idx)
-            self.round_metrics.update(
+            metrics.update(
                 {"anr_loss": loss, "anr_fired": float(fired), "next_noise_multiplier": self.sigma}
             )
+        return metrics
 
     # -- per-client Adam state ---------------------------------------------------------------
     def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:

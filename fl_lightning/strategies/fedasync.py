@@ -18,6 +18,7 @@ from fl_lightning.records import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.asynchronous.staleness import StalenessFn, staleness_scale
+from fl_lightning.strategies.base import Metrics
 
 
 class FedAsync(AsyncLocalDP):
@@ -53,7 +54,7 @@ class FedAsync(AsyncLocalDP):
 
     def aggregate_arrivals(
         self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Metrics]:
         x = ctx.global_params.clone()
         alphas = []
         for a in arrivals:
@@ -65,9 +66,8 @@ class FedAsync(AsyncLocalDP):
             x.mul_(1.0 - alpha).add_(x_new, alpha=alpha)
             self.model_version += 1
             alphas.append(alpha)
-        if alphas:
-            self.round_metrics["fedasync/alpha_mean"] = sum(alphas) / len(alphas)
-        return x.sub_(ctx.global_params)
+        metrics = {"fedasync/alpha_mean": sum(alphas) / len(alphas)} if alphas else {}
+        return x.sub_(ctx.global_params), metrics
 
 
 __all__ = ["FedAsync"]

@@ -21,6 +21,7 @@ from fl_lightning.records import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 from fl_lightning.strategies.asynchronous.buffer import Arrival, update_from_state, update_to_state
 from fl_lightning.strategies.asynchronous.staleness import StalenessFn, staleness_scale
+from fl_lightning.strategies.base import Metrics
 
 
 class FedBuff(AsyncLocalDP):
@@ -57,7 +58,7 @@ class FedBuff(AsyncLocalDP):
 
     def aggregate_arrivals(
         self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Metrics]:
         self.buffer.extend(arrivals)
         out = torch.zeros_like(ctx.global_params)
         K = self.buffer_size
@@ -75,9 +76,10 @@ class FedBuff(AsyncLocalDP):
             out.add_(step.div_(total_w))
             self.model_version += 1
             steps += 1
-        self.round_metrics["fedbuff/server_steps"] = float(steps)
-        self.round_metrics["fedbuff/buffered"] = float(len(self.buffer))
-        return out
+        return out, {
+            "fedbuff/server_steps": float(steps),
+            "fedbuff/buffered": float(len(self.buffer)),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

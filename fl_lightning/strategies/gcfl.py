@@ -34,7 +34,7 @@ epoch (``client.local_epochs: 1``, the paper's "epochs" and Fig. 2), the mean of
 gradients whose noise variance is K times smaller. Either way the server only post-processes
 DP-SGD releases.
 
-Per round, ``round_metrics`` (logged as ``strategy/<key>``) holds the number of clients
+Per round, ``aggregate``'s metrics (logged as ``strategy/<key>``) hold the number of clients
 projected and of projections, and the statistics of the Eq. 11 cosines checked
 (``cosine_statistics``: mean cos, mean |cos|, the share below 0, and the pure-noise |cos|).
 
@@ -51,7 +51,7 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.base import Metrics, Strategy, Weighting
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 Variant = Literal["corrected", "published"]
@@ -247,21 +247,22 @@ class GCFL(Strategy):
         return out, stats
 
     # -- server side -------------------------------------------------------------------------
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
+    def aggregate(
+        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, Metrics]:
         updates = list(updates)
         if not updates:
-            self.round_metrics = {"projected": 0.0, "projections": 0.0}
-            return torch.zeros_like(ctx.global_params)
+            return torch.zeros_like(ctx.global_params), {"projected": 0.0, "projections": 0.0}
         scales = self._scales(updates, ctx)
         grads = [u.delta.div(-s) for u, s in zip(updates, scales)]
-        corrected, self.round_metrics = self.correct(grads, generator=generator)
+        corrected, metrics = self.correct(grads, generator=generator)
         total = torch.zeros_like(ctx.global_params)
         total_weight = 0.0
         for u, s, g in zip(updates, scales, corrected):
             w = self.client_weight(u)
             total.add_(g, alpha=-s * w)
             total_weight += w
-        return total.div_(total_weight)
+        return total.div_(total_weight), metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {}

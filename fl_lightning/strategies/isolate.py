@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fl_lightning.records import ClientPlan, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 
 
 class Isolate(Strategy):
@@ -41,11 +41,13 @@ class Isolate(Strategy):
             model = self.client_models[client_id] = model.to(ctx.global_params.device)
         return model
 
-    def aggregate(self, updates, ctx: RoundContext, *, generator: torch.Generator) -> torch.Tensor:
+    def aggregate(
+        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, Metrics]:
         for update in updates:
             start = self.client_model(update.client_id, ctx)
             self.client_models[update.client_id] = start + update.delta.to(start.device)
-        return torch.zeros_like(ctx.global_params)
+        return torch.zeros_like(ctx.global_params), {}
 
     def evaluation_models(self) -> list[torch.Tensor] | None:
         if not self.client_models:

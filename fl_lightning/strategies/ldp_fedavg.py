@@ -33,7 +33,7 @@ from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
 from fl_lightning.privacy.mechanisms.ranges import RangeConfig, privatize_by_layer
 from fl_lightning.privacy.mechanisms.registry import local_mechanism_names, make_local_mechanism
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.strategies.spec import FederationSpec
 
 
@@ -193,16 +193,15 @@ class LDPFedAvg(Strategy):
     def is_private(self) -> bool:
         return self.mechanism is not None
 
-    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         for cid in ctx.cohort:
             self.reports[int(cid)] = self.reports.get(int(cid), 0) + 1
         m = self.mechanism
         if m is None:
-            self.round_metrics = {}
-            return
+            return {}
         d = self.num_parameters
         most = max(self.reports.values(), default=0)
-        self.round_metrics = {
+        metrics = {
             "epsilon_per_coordinate": m.epsilon,
             "epsilon_per_report": d * m.epsilon,
             "epsilon_total": d * m.epsilon * most,
@@ -212,9 +211,10 @@ class LDPFedAvg(Strategy):
             "mean_factor": float(m.mean(1.0)) if not m.unit_input else 1.0,
         }
         if self.sign_only:
-            self.round_metrics["magnitude_factor"] = m.bound
-        if not all(math.isfinite(v) for v in self.round_metrics.values()):
+            metrics["magnitude_factor"] = m.bound
+        if not all(math.isfinite(v) for v in metrics.values()):
             raise FloatingPointError("ldp_fedavg: non-finite privacy metric")
+        return metrics
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

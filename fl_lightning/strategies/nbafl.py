@@ -38,7 +38,7 @@ from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.strategies.spec import FederationSpec
 
 EVERY_CLIENT = CohortSampling("poisson", 1.0, 1)
@@ -218,13 +218,13 @@ class NbAFL(Strategy):
     # -- server side -------------------------------------------------------------------------
     def finalize(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Metrics]:
         """The weighted mean of the uploads plus the downlink noise n_D ~ N(0, σ_D² I)
         (Theorem 2), drawn once from the generator every rank shares."""
-        mean = super().finalize(reduced, ctx, generator=generator)
+        mean, metrics = super().finalize(reduced, ctx, generator=generator)
         if self.sigma_d > 0:
             mean.add_(_gaussian(mean.shape, self.sigma_d, generator, mean))
-        return mean
+        return mean, metrics
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         assert self.sigma_u is not None and self.epsilon is not None
@@ -245,14 +245,15 @@ class NbAFL(Strategy):
     def is_private(self) -> bool:
         return True
 
-    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> None:
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         assert self.sigma_u is not None
         self.uploads += 1
-        self.round_metrics = {"sigma_uplink": self.sigma_u, "sigma_downlink": self.sigma_d}
+        metrics = {"sigma_uplink": self.sigma_u, "sigma_downlink": self.sigma_d}
         if self.variant == "published":
             events = [self.uplink_mechanism.cohort_event(EVERY_CLIENT, steps=self.uploads)]
-            self.round_metrics["epsilon_sound"] = epsilon(events, self.delta, "rdp")
-            self.round_metrics["epsilon_paper"] = float(self.epsilon or math.nan)
+            metrics["epsilon_sound"] = epsilon(events, self.delta, "rdp")
+            metrics["epsilon_paper"] = float(self.epsilon or math.nan)
+        return metrics
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def test_per_client_budget_holds(name, run_experiment):
     assert private == ("nonprivate" not in name)
     assert (report["privacy/epsilon"] < float("inf")) == private
     if private:
-        m = model.strategy.round_metrics
+        m = model.strategy_metrics  # the last round's strategy/<key> metrics
         assert m["eps_basic_max"] <= model.strategy.epsilon * (1 + 1e-9)
         # The per-client headline: basic composition, or the optimal one where tighter.
         assert report["privacy/epsilon"] == report["privacy/epsilon_local_per_client"]

@@ -24,7 +24,8 @@ def ctx_for(round_idx, cohort, n=10, rounds=20, rate=0.2, params=None):
 
 
 def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
-    """One round as FederatedModule runs it, with fixed deltas instead of local training."""
+    """One round as FederatedModule runs it, with fixed deltas instead of local training:
+    (ctx, aggregate, the strategy's metrics of the round)."""
     ctx = ctx_for(round_idx, cohort, n, rounds, rate)
     ctx.cohort = s.select_clients(ctx)
     ctx.client_config = s.configure_round(ctx)
@@ -36,9 +37,8 @@ def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
         )
         for c in ctx.cohort
     ]
-    agg = s.aggregate(ups, ctx, generator=generator_for(0, round_idx))
-    s.after_round(ctx, agg)
-    return ctx, agg
+    agg, metrics = s.aggregate(ups, ctx, generator=generator_for(0, round_idx))
+    return ctx, agg, metrics | s.after_round(ctx, agg)
 
 
 def calibrate(s, *, rounds: int, rate: float, population: int) -> None:  # noqa: ANN001
@@ -101,8 +101,9 @@ def test_weights_follow_eq_8():
         for i in range(3)
     ]
     ctx = ctx_for(3, [0, 1, 2], n=4)
-    out = s.aggregate_arrivals(arrivals, ctx, generator=generator_for(0))
+    out, metrics = s.aggregate_arrivals(arrivals, ctx, generator=generator_for(0))
     raw = [eps[i] * [1.0, 0.5, 0.25][i] * sizes[i] for i in range(3)]
+    assert metrics["weight_max"] == pytest.approx(max(raw) / sum(raw))
     expected = sum(w / sum(raw) * d for w, d in zip(raw, deltas))
     assert torch.allclose(out, expected, atol=1e-6)
     # λ: participants reset to 1, client 3 (absent) decays by α_s.
@@ -132,10 +133,10 @@ def test_budget_exhausted_clients_leave_and_are_logged():
     )
     s.setup_federation(FederationSpec(num_clients=10, num_parameters=D, seed=0))
     for r in range(5):
-        ctx, _ = play_round(s, r, [0, 1])
+        ctx, _, metrics = play_round(s, r, [0, 1])
         assert ctx.cohort == ([0, 1] if r < 3 else [])
     assert s.exited == {0, 1}
-    assert s.round_metrics["clients_exited"] == 2.0
+    assert metrics["clients_exited"] == 2.0
     assert s.ledger.paper_spent(0) == pytest.approx(3.0)
 
 
@@ -157,8 +158,8 @@ def test_a_straggler_arrives_with_decayed_lambda():
     play_round(s, 0, [slow])
     play_round(s, 1, [])
     assert s.lam(slow) == pytest.approx(0.25)  # not aggregated in rounds 0 and 1
-    play_round(s, 2, [])
-    assert s.round_metrics["async/staleness_max"] == 2.0 and s.lam(slow) == 1.0
+    _, _, metrics = play_round(s, 2, [])
+    assert metrics["async/staleness_max"] == 2.0 and s.lam(slow) == 1.0
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -251,9 +252,9 @@ def test_rounds_normalisation_spends_eps_over_the_rounds_and_no_client_exits(sch
     calibrate(s, rounds=E, rate=0.25, population=n)
     assert sum(s.planned_budgets()) == pytest.approx(3.0)
     for r in range(E):
-        ctx, _ = play_round(s, r, list(range(n)), n=n, rounds=E, rate=1.0)
+        ctx, _, metrics = play_round(s, r, list(range(n)), n=n, rounds=E, rate=1.0)
         assert ctx.cohort == list(range(n))  # every client still eligible, also in round E
-    assert not s.exited and s.round_metrics["clients_exited"] == 0.0
+    assert not s.exited and metrics["clients_exited"] == 0.0
     for c in range(n):
         assert s.ledger.paper_spent(c) == pytest.approx(3.0)
 
@@ -297,12 +298,12 @@ def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee():
     for s in (rec, cli):
         s.setup_federation(FederationSpec(num_clients=4, num_parameters=D, seed=0))
         calibrate(s, rounds=4, rate=0.5, population=4)
-    _, agg_r = play_round(rec, 0, [0], n=4, rounds=4, rate=0.5)
-    _, agg_c = play_round(cli, 0, [0], n=4, rounds=4, rate=0.5)
+    _, agg_r, metrics_r = play_round(rec, 0, [0], n=4, rounds=4, rate=0.5)
+    _, agg_c, metrics_c = play_round(cli, 0, [0], n=4, rounds=4, rate=0.5)
     # same draws, noise 50 = |D_0| times smaller (the clipped delta is 0.1·1 in L1 = 0.6 < C)
     assert torch.allclose((agg_r - 0.1) * 50, agg_c - 0.1, atol=1e-4)
     ctx = ctx_for(0, [0], n=4, rounds=4, rate=0.5)
     assert rec.round_privacy(ctx).no_guarantee and not cli.round_privacy(ctx).no_guarantee
     eps_t = rec.scheduled_epsilon(0)
-    assert rec.round_metrics["epsilon_sound"] == pytest.approx(50 * eps_t)  # Laplace: 2C/b
-    assert "epsilon_sound" not in cli.round_metrics
+    assert metrics_r["epsilon_sound"] == pytest.approx(50 * eps_t)  # Laplace: 2C/b
+    assert "epsilon_sound" not in metrics_c

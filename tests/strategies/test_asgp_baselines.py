@@ -35,7 +35,9 @@ def _cpsgd_round(s, xs, c, rep):
     for i, x in enumerate(xs):
         u = ClientUpdate(i, x.clone(), 1, 0.0)
         ups.append(s.process_update(u, c, generator=generator_for(rep, i, "c")))
-    return s.aggregate(ups, c, generator=generator_for(rep, "s"))
+    delta, metrics = s.aggregate(ups, c, generator=generator_for(rep, "s"))
+    assert metrics["epsilon_round"] == s.round_epsilon(len(xs))
+    return delta
 
 
 def test_cpsgd_matches_input_without_noise_with_many_levels():

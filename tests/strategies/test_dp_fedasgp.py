@@ -45,13 +45,13 @@ def test_strategy_gamma_with_equal_losses(reduction):
     ups = [
         ClientUpdate(i, torch.full((3,), float(i + 1)), n, 0.7) for i, n in enumerate([10, 30, 60])
     ]
-    agg = s.aggregate(ups, ctx(d=3), generator=generator_for(0, "s"))
+    agg, metrics = s.aggregate(ups, ctx(d=3), generator=generator_for(0, "s"))
     # sum: L_i = n_i × mean loss, so γ_i = n_i/n exactly; mean: ½ n_i/n + 1/(2k).
     mean_gam = [0.05 + 1 / 6, 0.15 + 1 / 6, 0.3 + 1 / 6]
     gam = [0.1, 0.3, 0.6] if reduction == "sum" else mean_gam
     expected = -sum(g * (i + 1) for i, g in enumerate(gam))
     assert torch.allclose(agg, torch.full((3,), expected))
-    assert s.round_metrics["gamma_max"] == pytest.approx(max(gam))
+    assert metrics["gamma_max"] == pytest.approx(max(gam))
 
 
 def test_process_update_recovers_gradient_and_clips():
@@ -85,7 +85,7 @@ def test_aggregate_is_minus_lr_weighted_sum():
     s = DPFedASGP(lr=0.5, loss_reduction="mean")
     g1, g2 = torch.ones(4), 2 * torch.ones(4)
     ups = [ClientUpdate(0, g1, 10, 1.0), ClientUpdate(1, g2, 30, 3.0)]
-    agg = s.aggregate(ups, ctx(d=4), generator=generator_for(0, "s"))
+    agg, metrics = s.aggregate(ups, ctx(d=4), generator=generator_for(0, "s"))
     gam = asgp_weights([10, 30], [1.0, 3.0])
     assert torch.allclose(agg, -0.5 * (gam[0] * g1 + gam[1] * g2))
 

@@ -41,7 +41,7 @@ def test_zero_updates_give_noise_of_predicted_variance():
     updates = [
         ClientUpdate(client_id=i, delta=torch.zeros(d), num_examples=1, loss=0.0) for i in range(m)
     ]
-    agg = s.aggregate(updates, _ctx(d, m), generator=torch.Generator().manual_seed(1))
+    agg, metrics = s.aggregate(updates, _ctx(d, m), generator=torch.Generator().manual_seed(1))
     predicted = (sigma * clip / m) ** 2
     assert float(agg.mean()) == pytest.approx(0.0, abs=5 * (predicted / d) ** 0.5)
     # var estimate has relative sd sqrt(2/d) ≈ 0.3%; 2% is > 6 sd.
@@ -56,7 +56,7 @@ def test_aggregate_divides_by_expected_cohort_size_not_actual():
     updates = [
         ClientUpdate(client_id=i, delta=torch.ones(d), num_examples=1, loss=0.0) for i in range(4)
     ]
-    agg = s.aggregate(updates, ctx, generator=torch.Generator())
+    agg, metrics = s.aggregate(updates, ctx, generator=torch.Generator())
     assert torch.allclose(agg, torch.full((d,), 4 / 5))
 
 

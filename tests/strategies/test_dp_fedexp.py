@@ -22,21 +22,21 @@ def test_step_size_formula() -> None:
     deltas = [torch.randn(20) for _ in range(5)]
     eps = 1e-3
     s = DPFedExP(epsilon=eps)
-    agg = s.aggregate(_ups(deltas), _ctx(20, 5), generator=torch.Generator())
+    agg, metrics = s.aggregate(_ups(deltas), _ctx(20, 5), generator=torch.Generator())
     mean = torch.stack(deltas).mean(0)
     eta = max(
         1.0, sum(float(d.norm() ** 2) for d in deltas) / (2 * 5 * (float(mean.norm() ** 2) + eps))
     )
     assert eta > 1.0  # random (noise-like) deltas extrapolate
-    assert s.round_metrics["eta_g"] == pytest.approx(eta, rel=1e-5)
+    assert metrics["eta_g"] == pytest.approx(eta, rel=1e-5)
     torch.testing.assert_close(agg, eta * mean)
 
 
 def test_aligned_updates_give_fedavg() -> None:
     d = torch.tensor([1.0, -2.0, 0.5])
     s = DPFedExP()
-    agg = s.aggregate(_ups([d, d, d]), _ctx(3, 3), generator=torch.Generator())
-    assert s.round_metrics["eta_g"] == 1.0
+    agg, metrics = s.aggregate(_ups([d, d, d]), _ctx(3, 3), generator=torch.Generator())
+    assert metrics["eta_g"] == 1.0
     torch.testing.assert_close(agg, d)
 
 

@@ -33,7 +33,7 @@ def test_isolate_clients_continue_from_their_own_models() -> None:
         ClientUpdate(0, torch.tensor([1.0, 0.0]), 5, 0.0),
         ClientUpdate(1, torch.tensor([0.0, -1.0]), 5, 0.0),
     ]
-    agg = s.aggregate(ups, ctx, generator=torch.Generator())
+    agg, metrics = s.aggregate(ups, ctx, generator=torch.Generator())
     assert torch.equal(agg, torch.zeros(2))  # the global model is not trained
     ctx2 = _ctx(x0.clone(), [1])
     torch.testing.assert_close(s.configure_client(1, ctx2).start_params, torch.tensor([1.0, 0.0]))

@@ -54,7 +54,7 @@ def _round(strategy, x: torch.Tensor, r: int, cohort: list[int]) -> torch.Tensor
         strategy.process_update(_local(strategy, c, ctx), ctx, generator=torch.Generator())
         for c in cohort
     ]
-    agg = strategy.aggregate(updates, ctx, generator=torch.Generator())
+    agg, metrics = strategy.aggregate(updates, ctx, generator=torch.Generator())
     x = x + agg
     strategy.after_round(ctx, agg)
     return x
@@ -81,7 +81,7 @@ def test_control_variates_follow_option_ii() -> None:
             torch.testing.assert_close(ups[-1].extras["delta_control"], new - c_i[cid])
             torch.testing.assert_close(s.client_controls[cid], new)
         delta_c = [u.extras["delta_control"] for u in ups]
-        agg = s.aggregate(ups, ctx, generator=torch.Generator())
+        agg, metrics = s.aggregate(ups, ctx, generator=torch.Generator())
         torch.testing.assert_close(agg, torch.stack([u.delta for u in ups]).mean(0))
         x = x + agg
         s.after_round(ctx, agg)

@@ -46,8 +46,7 @@ def test_anr_fires_exactly_when_the_decrease_is_below_mu():
         ctx = _ctx(t, losses)
         assert s.configure_round(ctx) == {"noise_multiplier": s.sigma}
         sigmas.append(s.sigma)
-        s.after_round(ctx, torch.zeros(3))
-        fired.append(bool(s.round_metrics["anr_fired"]))
+        fired.append(bool(s.after_round(ctx, torch.zeros(3))["anr_fired"]))
     assert fired == [False, False, True, True, False]
     assert sigmas == [4.0, 4.0, 4.0, 2.0, 1.0]
     assert s.sigma == 1.0 and s.decay_rounds == [2, 3] and s.sigma_history == sigmas
@@ -66,8 +65,7 @@ def test_anr_patience_measures_the_decrease_over_a_window_of_rounds():
         for t in range(6):
             ctx = _ctx(t, losses)
             s.configure_round(ctx)
-            s.after_round(ctx, torch.zeros(3))
-            fired.append(bool(s.round_metrics["anr_fired"]))
+            fired.append(bool(s.after_round(ctx, torch.zeros(3))["anr_fired"]))
         s.fired = fired
     assert published.fired == [True] * 6 and published.sigma == 4.0 * 0.5**6
     assert windowed.fired == [False] * 6 and windowed.sigma == 4.0
@@ -93,8 +91,8 @@ def test_anr_respects_the_noise_floor_and_off_switch():
     off.sigma = 4.0
     ctx = _ctx(0, [])  # evaluate would raise IndexError if called
     off.configure_round(ctx)
-    off.after_round(ctx, torch.zeros(3))
-    assert off.sigma == 4.0 and "anr_fired" not in off.round_metrics
+    metrics = off.after_round(ctx, torch.zeros(3))
+    assert off.sigma == 4.0 and metrics == {"noise_multiplier": 4.0}
 
 
 @pytest.mark.parametrize(

@@ -50,19 +50,20 @@ def fit(strategy, rounds=2, clients_per_round=M):
     )
     trainer.fit(model, datamodule=data)
     params = trainable_parameters(model.global_net)
-    return flatten_into(params, torch.empty(sum(p.numel() for p in params))), strategy
+    flat = flatten_into(params, torch.empty(sum(p.numel() for p in params)))
+    return flat, strategy, model.strategy_metrics  # the last round's strategy/<key> metrics
 
 
 def test_fedbuff_with_k_equal_to_the_cohort_and_no_delay_is_fedavg():
-    fedavg, _ = fit(FedAvg())
-    fedbuff, s = fit(FedBuff(buffer_size=M, weighting="num_examples"))
+    fedavg, _, _ = fit(FedAvg())
+    fedbuff, s, metrics = fit(FedBuff(buffer_size=M, weighting="num_examples"))
     assert torch.allclose(fedavg, fedbuff, atol=1e-6)
-    assert s.model_version == 2 and s.round_metrics["async/staleness_max"] == 0
+    assert s.model_version == 2 and metrics["async/staleness_max"] == 0
 
 
 def test_fedasync_without_delay_and_full_mixing_of_one_client_is_fedavg():
-    fedavg, _ = fit(FedAvg(), clients_per_round=1)
-    fedasync, _ = fit(FedAsync(mixing=1.0), clients_per_round=1)
+    fedavg, _, _ = fit(FedAvg(), clients_per_round=1)
+    fedasync, _, _ = fit(FedAsync(mixing=1.0), clients_per_round=1)
     assert torch.allclose(fedavg, fedasync, atol=1e-6)
 
 
@@ -75,10 +76,10 @@ def test_async_strategies_run_with_stragglers_and_local_noise():
         receive_window=1.0,
         aggregation_window=0.2,
     )
-    _, buff = fit(FedBuff(buffer_size=3, mechanism="gaussian", epsilon=50.0, **kw), rounds=4)
-    assert buff.round_metrics["async/model_version"] >= 1
-    assert buff.round_metrics["eps_basic_max"] <= 50.0 * (1 + 1e-9)
-    _, fa = fit(FedAsync(mixing=0.5, **kw), rounds=4)
+    _, _, metrics = fit(FedBuff(buffer_size=3, mechanism="gaussian", epsilon=50.0, **kw), rounds=4)
+    assert metrics["async/model_version"] >= 1
+    assert metrics["eps_basic_max"] <= 50.0 * (1 + 1e-9)
+    _, fa, _ = fit(FedAsync(mixing=0.5, **kw), rounds=4)
     in_flight = {a.dispatch_round for arr in fa.pending.values() for a in arr}
     assert set(fa.versions) <= in_flight
 

@@ -135,11 +135,11 @@ def test_identical_gradients_equal_fedavg(variant: str, weighting: str) -> None:
     fedavg = FedAvg(weighting=weighting)
     ctx = _ctx(50, [0, 1, 2, 3])
     gen = torch.Generator().manual_seed(1)
-    got = gcfl.aggregate(_updates(deltas, sizes), ctx, generator=gen)
-    want = fedavg.aggregate(_updates(deltas, sizes), ctx, generator=gen)
+    got, got_metrics = gcfl.aggregate(_updates(deltas, sizes), ctx, generator=gen)
+    want, _ = fedavg.aggregate(_updates(deltas, sizes), ctx, generator=gen)
     torch.testing.assert_close(got, want)
-    assert gcfl.round_metrics["projected"] == 0
-    assert gcfl.round_metrics["mean_cosine"] == pytest.approx(1.0)
+    assert got_metrics["projected"] == 0
+    assert got_metrics["mean_cosine"] == pytest.approx(1.0)
 
 
 def test_aggregate_corrects_against_the_reference_and_weights_by_n() -> None:
@@ -148,7 +148,7 @@ def test_aggregate_corrects_against_the_reference_and_weights_by_n() -> None:
     gcfl = GCFL(reference_clients=1)
     ctx = _ctx(2, [0, 1])
     gen = torch.Generator().manual_seed(3)
-    got = gcfl.aggregate(_updates([a, b], [1, 3]), ctx, generator=gen)
+    got, got_metrics = gcfl.aggregate(_updates([a, b], [1, 3]), ctx, generator=gen)
     ref = int(torch.randperm(2, generator=torch.Generator().manual_seed(3))[0])
     g = [a, b]
     other = g[1 - ref]
@@ -157,8 +157,8 @@ def test_aggregate_corrects_against_the_reference_and_weights_by_n() -> None:
     fixed[ref], fixed[1 - ref] = g[ref], corrected
     want = (1 * fixed[0] + 3 * fixed[1]) / 4
     torch.testing.assert_close(got, want)
-    assert gcfl.round_metrics["projected"] == 1
-    assert gcfl.round_metrics["mean_cosine"] == pytest.approx(-1 / math.sqrt(2), rel=1e-5)
+    assert got_metrics["projected"] == 1
+    assert got_metrics["mean_cosine"] == pytest.approx(-1 / math.sqrt(2), rel=1e-5)
 
 
 def test_reference_choice_follows_the_generator() -> None:
@@ -170,9 +170,9 @@ def test_reference_choice_follows_the_generator() -> None:
         gcfl.aggregate(_updates(deltas), ctx, generator=torch.Generator().manual_seed(s))
         for s in (5, 5, 6)
     ]
-    torch.testing.assert_close(outs[0], outs[1])
-    assert not torch.allclose(outs[0], outs[2])
-    assert 0 < gcfl.round_metrics["projected"] <= 7  # references are never projected
+    torch.testing.assert_close(outs[0][0], outs[1][0])
+    assert not torch.allclose(outs[0][0], outs[2][0])
+    assert 0 < outs[2][1]["projected"] <= 7  # references are never projected
 
 
 def test_per_layer_projection() -> None:
@@ -204,7 +204,7 @@ def test_deltas_are_read_as_gradients_through_local_lr_and_steps() -> None:
     gcfl.setup_federation(
         FederationSpec(num_clients=2, num_parameters=3, local=LocalTrainingConfig(lr=lr))
     )
-    got = gcfl.aggregate(updates, _ctx(3, [0, 1]), generator=torch.Generator())
+    got, got_metrics = gcfl.aggregate(updates, _ctx(3, [0, 1]), generator=torch.Generator())
     c1 = project_published(g1, [g2], threshold=0.0)[0]
     c2 = project_published(g2, [g1], threshold=0.0)[0]
     torch.testing.assert_close(got, -lr * steps * (c1 + c2) / 2)

@@ -42,7 +42,7 @@ def test_nodp_is_unweighted_mean_of_models():
     g = torch.zeros(4)
     ctx = _ctx(g)
     locals_ = [torch.full((4,), float(i)) for i in range(3)]
-    agg = s.aggregate(_updates(s, ctx, locals_), ctx, generator=torch.Generator())
+    agg, metrics = s.aggregate(_updates(s, ctx, locals_), ctx, generator=torch.Generator())
     assert torch.allclose(g + agg, torch.full((4,), 1.0))  # not weighted by n_i (would be 4/3)
 
 
@@ -53,7 +53,9 @@ def test_spm_model_upload_mean_is_unbiased(variant):
     g = torch.full((d,), 0.3)
     ctx = _ctx(g)
     local = torch.full((d,), 0.5)
-    agg = s.aggregate(_updates(s, ctx, [local, local, local]), ctx, generator=torch.Generator())
+    agg, metrics = s.aggregate(
+        _updates(s, ctx, [local, local, local]), ctx, generator=torch.Generator()
+    )
     new = g + agg
     se = math.sqrt(float(s.mechanism.variance(0.5)) / (3 * d))
     assert abs(float(new.mean()) - 0.5) < 5 * se
@@ -103,9 +105,9 @@ def test_privacy_statement():
     assert rp.local == {c: [LocalRelease(0.3, 0.0, "coordinate", 1000)] for c in (1, 3)}
     assert rp.no_guarantee is None
     s.after_round(ctx, torch.zeros(1000))
-    s.after_round(ctx, torch.zeros(1000))
-    assert s.round_metrics["epsilon_per_report"] == pytest.approx(300.0)
-    assert s.round_metrics["epsilon_total"] == pytest.approx(600.0)
+    metrics = s.after_round(ctx, torch.zeros(1000))
+    assert metrics["epsilon_per_report"] == pytest.approx(300.0)
+    assert metrics["epsilon_total"] == pytest.approx(600.0)
     spm = LDPFedAvg(mechanism="spm", epsilon=0.3)
     reason = spm.round_privacy(ctx).no_guarantee
     assert reason and "only the sign" in reason and "6.717" in reason

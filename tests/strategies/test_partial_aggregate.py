@@ -35,12 +35,13 @@ def updates() -> list[ClientUpdate]:
 def sharded(strategy: Strategy, shards: list[list[int]]) -> torch.Tensor:
     ups = updates()
     total = sum(strategy.partial_aggregate([ups[i] for i in s], ctx()) for s in shards)
-    return strategy.finalize(total, ctx(), generator=torch.Generator().manual_seed(9))
+    return strategy.finalize(total, ctx(), generator=torch.Generator().manual_seed(9))[0]
 
 
 def test_fedavg_sharded_equals_aggregate():
     s = FedAvg()
-    whole = s.aggregate(updates(), ctx(), generator=torch.Generator().manual_seed(9))
+    whole, metrics = s.aggregate(updates(), ctx(), generator=torch.Generator().manual_seed(9))
+    assert metrics == {}  # FedAvg observes nothing
     ups = updates()
     w = torch.tensor([u.num_examples for u in ups], dtype=torch.float32)
     expected = (torch.stack([u.delta for u in ups]) * w[:, None]).sum(0) / w.sum()
@@ -51,15 +52,15 @@ def test_fedavg_sharded_equals_aggregate():
 
 def test_dp_fedavg_sharded_equals_aggregate_noise_included():
     s = DPFedAvg(clip_norm=1.0, noise_multiplier=1.3)
-    whole = s.aggregate(updates(), ctx(), generator=torch.Generator().manual_seed(9))
+    whole, _ = s.aggregate(updates(), ctx(), generator=torch.Generator().manual_seed(9))
     torch.testing.assert_close(sharded(s, [[5], [0, 1], [2, 3, 4]]), whole)
     noiseless = torch.stack([u.delta for u in updates()]).sum(0) / 6.0
     assert not torch.allclose(whole, noiseless)  # the central noise is there
 
 
 def test_empty_round_is_zero():
-    out = FedAvg().aggregate([], ctx(), generator=torch.Generator())
-    assert torch.equal(out, torch.zeros(D))
+    out, metrics = FedAvg().aggregate([], ctx(), generator=torch.Generator())
+    assert torch.equal(out, torch.zeros(D)) and metrics == {}
 
 
 def all_strategies() -> list[type[Strategy]]:

@@ -27,8 +27,9 @@ class Recording(FedAvg):
         self.specs.append(spec)
         self.rounds_before_setup.append(self.rounds_run)
 
-    def after_round(self, ctx, aggregate) -> None:  # noqa: ANN001
+    def after_round(self, ctx, aggregate) -> dict:  # noqa: ANN001
         self.rounds_run += 1
+        return {}
 
 
 def test_a_run_sets_the_strategy_up_once_with_the_federation_it_runs():

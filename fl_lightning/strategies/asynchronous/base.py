@@ -35,7 +35,7 @@ from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.asynchronous.buffer import update_from_state as _update_from_state
 from fl_lightning.strategies.asynchronous.buffer import update_to_state as _update_to_state
 from fl_lightning.strategies.asynchronous.clock import AsyncClock, DelayKind, DelayModel
-from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.base import Metrics, Strategy, Weighting
 from fl_lightning.utils.rng import generator_for
 
 
@@ -128,7 +128,7 @@ class AsyncStrategy(Strategy):
     # -- arrival -----------------------------------------------------------------------------
     def aggregate(
         self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Metrics]:
         t = ctx.round_idx
         late = dropped = 0
         arrived: list[Arrival] = []
@@ -152,25 +152,22 @@ class AsyncStrategy(Strategy):
         for a in arrived:
             a.staleness = t - a.dispatch_round
         self.dropped_total += dropped
-        aggregate = self.aggregate_arrivals(arrived, ctx, generator=generator)
+        aggregate, metrics = self.aggregate_arrivals(arrived, ctx, generator=generator)
         self._release_versions()
         stale = [a.staleness for a in arrived]
-        self.round_metrics.update(
-            {
-                "async/arrived": float(len(arrived)),
-                "async/late_buffered": float(late),
-                "async/dropped": float(dropped),
-                "async/dropped_total": float(self.dropped_total),
-                "async/in_flight": float(sum(len(v) for v in self.pending.values())),
-                "async/staleness_mean": sum(stale) / len(stale) if stale else 0.0,
-                "async/staleness_max": float(max(stale, default=0)),
-                "async/model_version": float(self.model_version),
-                # The simulated wall clock at this round's aggregation point (end of its
-                # receive window): the time axis of the clients' simulated compute.
-                "async/sim_time": self.clock.dispatch_time(t) + self.clock.receive_window,
-            }
-        )
-        return aggregate
+        return aggregate, metrics | {
+            "async/arrived": float(len(arrived)),
+            "async/late_buffered": float(late),
+            "async/dropped": float(dropped),
+            "async/dropped_total": float(self.dropped_total),
+            "async/in_flight": float(sum(len(v) for v in self.pending.values())),
+            "async/staleness_mean": sum(stale) / len(stale) if stale else 0.0,
+            "async/staleness_max": float(max(stale, default=0)),
+            "async/model_version": float(self.model_version),
+            # The simulated wall clock at this round's aggregation point (end of its
+            # receive window): the time axis of the clients' simulated compute.
+            "async/sim_time": self.clock.dispatch_time(t) + self.clock.receive_window,
+        }
 
     def base_params(self, arrival: Arrival, ctx: RoundContext) -> torch.Tensor:
         """The global model ``arrival`` was computed from (needs ``keeps_versions``)."""
@@ -185,8 +182,9 @@ class AsyncStrategy(Strategy):
 
     def aggregate_arrivals(
         self, arrivals: Sequence[Arrival], ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        """The global delta from this round's arrivals. Default: weighted mean (FedAvg)."""
+    ) -> tuple[torch.Tensor, Metrics]:
+        """The global delta from this round's arrivals and what the policy observed. Default:
+        weighted mean (FedAvg)."""
         result = super().aggregate([a.update for a in arrivals], ctx, generator=generator)
         if arrivals:
             self.model_version += 1
