@@ -1,19 +1,12 @@
 """FederatedModule: the round loop as a LightningModule (one training step = one round).
 
 The Lightning ``Trainer`` gives the loop process launch, logging, progress, checkpoints and
-seeding; ``max_steps`` is the number of rounds. This module is the wiring between Lightning and
-the round (DESIGN.md, "One round"; docs/architecture.md):
-
-* ``__init__`` checks the settings (``server/settings.py``) and keeps the global model, the
-  only weights in the checkpoint (the server optimizer's state and the strategy's and
-  accountant's ``state_dict`` travel with it through Lightning);
-* ``setup("fit")`` fixes every σ and hands the strategy its ``FederationSpec`` before any data
-  moves (``server/federation.py``); ``on_fit_start`` builds the executor and binds the round
-  (``server/round.py: FederatedRound``);
-* ``training_step`` runs one round: context and cohort, the budget stop, local training and
-  reduction, the server step, metrics and accounting, and every ``eval_every`` rounds the
-  evaluation of the global model (``server/evaluation.py``, also behind ``validate``/``test``);
-* ``on_train_end`` writes the run's files (``server/run_files.py``).
+seeding; ``max_steps`` is the number of rounds. This module only wires Lightning's hooks to the
+parts that do the work (docs/architecture.md, "One round"): the settings (``settings.py``), the
+set-up before any data moves (``federation.py``), the round's steps (``round.py``), evaluation
+(``evaluation.py``, also behind ``validate``/``test``) and the run's files (``run_files.py``).
+The checkpoint holds the global model; Lightning adds the server optimizer's state and the
+strategy's and accountant's ``state_dict``.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import RoundContext
-from fl_lightning.server.distributed import check_ranks_agree, rank_and_world
+from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
 from fl_lightning.server.executor_choice import build_executor
 from fl_lightning.server.federation import set_up_federation
@@ -165,13 +158,7 @@ class FederatedModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         data = self.data
-        if rank_and_world()[1] > 1:
-            # Every rank raises the same error before any collective (no rank left waiting);
-            # the CLI checks this before launching, this covers runs built in Python.
-            problem = self.strategy.distributed_problem()
-            if problem:
-                raise ValueError(f"strategy: {problem}")
-            check_ranks_agree(self.resolved_config())
+        check_distributed_run(self.strategy, self.resolved_config)  # before any collective
         data.to(self.device)
         if self.accountant is not None:
             self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
@@ -205,16 +192,15 @@ class FederatedModule(pl.LightningModule):
         )
 
     def _log_partition(self) -> None:
-        hist = self.data.label_histogram().cpu()
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
-        write_label_histogram(hist, log_dir if self.trainer.is_global_zero else None, self.loggers)
+        where = log_dir if self.trainer.is_global_zero else None
+        write_label_histogram(self.data.label_histogram().cpu(), where, self.loggers)
 
     # -- one round (server/round.py) ---------------------------------------------------------
     @property
     def federated_round(self) -> FederatedRound:
-        """The round's steps, bound to this fit's parts (after ``on_fit_start``)."""
-        if self._round is None:
-            raise RuntimeError("FederatedModule: no round before the fit starts (on_fit_start)")
+        """The round's steps, bound to this fit's parts by ``on_fit_start``."""
+        assert self._round is not None, "FederatedModule: no round before on_fit_start"
         return self._round
 
     def round_context(self, round_idx: int) -> RoundContext:
@@ -301,7 +287,6 @@ class FederatedModule(pl.LightningModule):
             strategy_metrics=self.federated_round.strategy_metrics(),
         )
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
-        if not self.trainer.is_global_zero:
-            return
-        write_run_files(summary, self.accountant, log_dir, self.loggers)
-        print(summary_line(summary, final), flush=True)
+        if self.trainer.is_global_zero:
+            write_run_files(summary, self.accountant, log_dir, self.loggers)
+            print(summary_line(summary, final), flush=True)
