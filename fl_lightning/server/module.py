@@ -192,9 +192,9 @@ class FederatedModule(pl.LightningModule):
         )
 
     def _log_partition(self) -> None:
+        hist = self.data.label_histogram().cpu()
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
-        where = log_dir if self.trainer.is_global_zero else None
-        write_label_histogram(self.data.label_histogram().cpu(), where, self.loggers)
+        write_label_histogram(hist, log_dir if self.trainer.is_global_zero else None, self.loggers)
 
     # -- one round (server/round.py) ---------------------------------------------------------
     @property
