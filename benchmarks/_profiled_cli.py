@@ -31,6 +31,7 @@ import torch.distributed as dist
 from fl_lightning.cli import main
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.server import module as module_mod
+from fl_lightning.server import reduction as reduction_mod
 from fl_lightning.server.distributed import rank_and_world
 from fl_lightning.server.executor import SequentialExecutor
 
@@ -112,8 +113,8 @@ def install() -> None:
     SequentialExecutor.run = _timed_stream(SequentialExecutor.run)
     for name in ("record", "report", "would_exceed"):
         setattr(PrivacyAccountant, name, _timed("accounting", getattr(PrivacyAccountant, name)))
-    for name in ("all_reduce_sum_", "gather_objects", "gather_updates"):
-        setattr(module_mod, name, _with_barrier(getattr(module_mod, name)))
+    for name in ("all_reduce_sum_", "gather_objects", "gather_updates"):  # reduce_round's
+        setattr(reduction_mod, name, _with_barrier(getattr(reduction_mod, name)))
 
     original_end = fm.on_train_end
 

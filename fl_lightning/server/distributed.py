@@ -11,7 +11,9 @@ Lightning launches the processes (``--trainer.strategy ddp``, SLURM, torchrun) a
 * strategies with per-client state kept by client-side hooks (``Strategy.has_client_state``):
   the state of the clients a rank trained rides along in the same ``all_gather_object``.
 
-Every helper is a no-op with one process, so the single-process path is unchanged.
+Before the first round, :func:`check_distributed_run` has every rank refuse the same run (a
+strategy that cannot be sharded, ranks whose resolved configurations differ). Every helper is a
+no-op with one process, so the single-process path is unchanged.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -100,6 +102,18 @@ def check_ranks_agree(config: Any) -> None:
             "config: the processes disagree on the resolved configuration (hash per rank: "
             f"{', '.join(hashes)}); launch every rank with the same config and overrides"
         )
+
+
+def check_distributed_run(strategy: Any, config: Callable[[], Any]) -> None:
+    """Under DDP, before any other collective: the same ``ValueError`` on every rank for a
+    strategy that cannot run on several processes (the CLI checks it before launching; this
+    covers runs built in Python) or for ranks whose ``config()`` differ; nothing on one."""
+    if rank_and_world()[1] == 1:
+        return
+    problem = strategy.distributed_problem()
+    if problem:
+        raise ValueError(f"strategy: {problem}")
+    check_ranks_agree(config())
 
 
 def available_devices(accelerator: str) -> int:

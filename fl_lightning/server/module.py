@@ -1,16 +1,12 @@
 """FederatedModule: the round loop as a LightningModule (one training step = one round).
 
 The Lightning ``Trainer`` gives the loop process launch, logging, progress, checkpoints and
-seeding; ``max_steps`` is the number of rounds. Each step (DESIGN.md, "One round"):
-
-1. the strategy configures the round; 2. the sampler draws the cohort from (seed, round);
-3. the executor trains this process's clients on the one reused ClientModule; 4. client-side
-processing (clipping, local mechanisms) with generators keyed by (seed, round, client);
-5. the strategy aggregates (central noise from a generator keyed by (seed, round));
-6. the server optimizer applies the aggregate as a pseudo-gradient (SGD lr 1 = FedAvg,
-momentum = FedAvgM, Adam = FedAdam); 7. the accountant records the round and logs ε, stopping
-before a round that would exceed ``target_epsilon``; 8. every ``eval_every`` rounds the global
-model is evaluated with torchmetrics.
+seeding; ``max_steps`` is the number of rounds. This module only wires Lightning's hooks to the
+parts that do the work (docs/architecture.md, "One round"): the settings (``settings.py``), the
+set-up before any data moves (``federation.py``), the round's steps (``round.py``), evaluation
+(``evaluation.py``, also behind ``validate``/``test``) and the run's files (``run_files.py``).
+The checkpoint holds the global model; Lightning adds the server optimizer's state and the
+strategy's and accountant's ``state_dict``.
 """
 
 from __future__ import annotations
@@ -25,26 +21,14 @@ import torch
 
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.models.metrics import classification_metrics
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.budget import (
-    BudgetError,
-)
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import RoundContext
-from fl_lightning.server.distributed import (
-    check_ranks_agree,
-    rank_and_world,
-)
+from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
-from fl_lightning.server.executor import Executor
 from fl_lightning.server.executor_choice import build_executor
-from fl_lightning.server.privacy_plan import (
-    calibrate_client_noise,
-    calibrate_strategy_noise,
-    planned_privacy,
-)
-from fl_lightning.server.reduction import RoundUpdates, hook_metrics, reduce_round
+from fl_lightning.server.federation import set_up_federation
+from fl_lightning.server.round import FederatedRound
 from fl_lightning.server.run_files import (
     run_summary,
     summary_line,
@@ -53,11 +37,9 @@ from fl_lightning.server.run_files import (
 )
 from fl_lightning.server.run_identity import resolved_config
 from fl_lightning.server.sampling import CohortSampler
-from fl_lightning.server.sharding import assign_clients
+from fl_lightning.server.settings import ServerSettings
 from fl_lightning.strategies.base import Metrics, Strategy
-from fl_lightning.strategies.spec import FederationSpec, ServerOptimizerSpec
-from fl_lightning.utils.flat import flatten_into, layer_slices, trainable_parameters
-from fl_lightning.utils.rng import generator_for
+from fl_lightning.utils.flat import trainable_parameters
 
 log = logging.getLogger(__name__)
 
@@ -107,40 +89,25 @@ class FederatedModule(pl.LightningModule):
         executor: Literal["sequential", "vectorized", "auto"] = "sequential",
     ) -> None:
         super().__init__()
-        if executor not in ("sequential", "vectorized", "auto"):
-            raise ValueError(
-                f"model.executor: expected 'sequential', 'vectorized' or 'auto', got {executor!r}"
-            )
-        self.executor_name = executor
-        if server_optimizer not in ("sgd", "adam"):
-            raise ValueError(
-                f"model.server_optimizer: expected 'sgd' or 'adam', got {server_optimizer!r}"
-            )
-        if server_lr < 0:
-            raise ValueError(f"model.server_lr: learning rate must be >= 0, got {server_lr}")
-        if not 0 <= server_momentum < 1:
-            raise ValueError(f"model.server_momentum: must be in [0, 1), got {server_momentum}")
-        if eval_every < 0:
-            raise ValueError(f"model.eval_every: must be >= 0, got {eval_every}")
+        self.settings = ServerSettings(
+            executor=executor,
+            server_optimizer=server_optimizer,
+            server_lr=server_lr,
+            server_momentum=server_momentum,
+            server_betas=server_betas,
+            server_eps=server_eps,
+            eval_every=eval_every,
+        )
         self.automatic_optimization = False
         self.sampler = CohortSampler(sampling, clients_per_round, client_rate)
         self.strategy = strategy
         self.accountant = privacy
-        self.server_optimizer = server_optimizer
-        self.server_lr = server_lr
-        self.server_momentum = server_momentum
-        self.server_betas = (float(server_betas[0]), float(server_betas[1]))
-        self.server_eps = server_eps
-        self.eval_every = eval_every
         self.seed = seed
         self.global_net = copy.deepcopy(client.net)
         self.num_classes = client.num_classes
         # Not a registered submodule: the client's working copy is not part of the checkpoint.
         self._client = [client]
-        self._local_trainer: LocalTrainer | None = None
-        self._executor: Executor | None = None
-        self._global_flat: torch.Tensor | None = None
-        self._eval_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._round: FederatedRound | None = None  # bound to the fit's parts in on_fit_start
         self.last_eval: dict[str, float] = {}
         # What the last round logged (round/*, train/*, privacy/*, test/* when evaluated):
         # public, for callbacks (fl_lightning.callbacks.RunPlots, user callbacks).
@@ -159,21 +126,16 @@ class FederatedModule(pl.LightningModule):
     def uses_dp_sgd(self) -> bool:
         return self.client.training_config.dp_sgd is not None
 
+    @property
+    def data(self):  # noqa: ANN201 - the FederatedDataModule
+        return self.trainer.datamodule
+
     # -- set-up ------------------------------------------------------------------------------
     def configure_callbacks(self) -> list[pl.Callback]:
         return [cb for cb in (self.strategy, self.accountant) if cb is not None]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        params = trainable_parameters(self.global_net)
-        if self.server_optimizer == "adam":
-            return torch.optim.Adam(
-                params, lr=self.server_lr, betas=self.server_betas, eps=self.server_eps
-            )
-        return torch.optim.SGD(params, lr=self.server_lr, momentum=self.server_momentum)
-
-    @property
-    def data(self):  # noqa: ANN201 - the FederatedDataModule
-        return self.trainer.datamodule
+        return self.settings.optimizer(trainable_parameters(self.global_net))
 
     def setup(self, stage: str) -> None:
         data = self.data
@@ -183,67 +145,42 @@ class FederatedModule(pl.LightningModule):
                 f"client.num_classes: model has {self.num_classes} classes, dataset "
                 f"{data.dataset_name!r} has {data.num_classes}"
             )
-        if stage == "fit":
-            self.sampler.resolve(amplified_by_sampling=self.strategy.amplified_by_sampling)
-            self.sampler.check_population(data.num_clients)
-            # Every σ is fixed here, before any data moves: the clients' DP-SGD σ first (the
-            # spec states what clients run), then the strategy's, once it knows the federation.
-            sampling = self.sampler.sampling(data.num_clients)
-            rounds = int(self.trainer.max_steps)
-            sizes = tuple(int(n) for n in data.client_sizes().tolist())
-            self.client.training_config = calibrate_client_noise(
-                self.client.training_config,
-                client_sizes=sizes,
-                sampling=sampling,
-                rounds=rounds,
+        if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
+            set_up_federation(
+                strategy=self.strategy,
+                client=self.client,
                 accountant=self.accountant,
+                sampler=self.sampler,
+                data=data,
+                global_net=self.global_net,
+                server=self.settings.optimizer_spec,
+                rounds=int(self.trainer.max_steps),
+                seed=self.seed,
             )
-            self.strategy.setup_federation(self.federation_spec(sizes, rounds))
-            calibrate_strategy_noise(
-                self.strategy, sampling=sampling, rounds=rounds, accountant=self.accountant
-            )
-
-    def federation_spec(self, client_sizes: tuple[int, ...], rounds: int) -> FederationSpec:
-        """The federation as the strategy sees it (``strategies/spec.py``), before data moves."""
-        data = self.data
-        return FederationSpec(
-            num_clients=data.num_clients,
-            num_parameters=sum(p.numel() for p in trainable_parameters(self.global_net)),
-            local=self.client.training_config,
-            client_sizes=client_sizes,
-            layer_slices=layer_slices(self.global_net),
-            server=ServerOptimizerSpec(
-                self.server_optimizer, float(self.server_lr), float(self.server_momentum)
-            ),
-            rounds=rounds,
-            seed=self.seed,
-            has_validation_split=data.val is not None,
-            global_model=self.global_net,
-            client_data=data.client_data,
-        )
 
     def on_fit_start(self) -> None:
         data = self.data
-        if rank_and_world()[1] > 1:
-            # Every rank raises the same error before any collective (no rank left waiting);
-            # the CLI checks this before launching, this covers runs built in Python.
-            problem = self.strategy.distributed_problem()
-            if problem:
-                raise ValueError(f"strategy: {problem}")
-            check_ranks_agree(self.resolved_config())
+        check_distributed_run(self.strategy, self.resolved_config)  # before any collective
         data.to(self.device)
         if self.accountant is not None:
             self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
             self.accountant.not_private_reason = (
                 f"{type(self.strategy).__name__} uploads and aggregates updates without noise"
             )
-        self._local_trainer = LocalTrainer(self.client, self.device)
-        self._executor = build_executor(self.executor_name, self._local_trainer)
+        executor = build_executor(self.settings.executor, LocalTrainer(self.client, self.device))
         from fl_lightning.callbacks import ClientHooks
 
-        self._executor.hooks = ClientHooks(self.trainer, self)
-        self._global_flat = torch.empty(
-            sum(p.numel() for p in trainable_parameters(self.global_net)), device=self.device
+        executor.hooks = ClientHooks(self.trainer, self)
+        self._round = FederatedRound(
+            strategy=self.strategy,
+            accountant=self.accountant,
+            sampler=self.sampler,
+            executor=executor,
+            data=data,
+            client=self.client,
+            global_net=self.global_net,
+            seed=self.seed,
+            device=self.device,
         )
         self._log_partition()
 
@@ -263,129 +200,46 @@ class FederatedModule(pl.LightningModule):
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         write_label_histogram(hist, log_dir if self.trainer.is_global_zero else None, self.loggers)
 
-    # -- one round ---------------------------------------------------------------------------
+    # -- one round (server/round.py) ---------------------------------------------------------
+    @property
+    def federated_round(self) -> FederatedRound:
+        """The round's steps, bound to this fit's parts by ``on_fit_start``."""
+        assert self._round is not None, "FederatedModule: no round before on_fit_start"
+        return self._round
+
     def round_context(self, round_idx: int) -> RoundContext:
-        n = self.data.num_clients
-        assert self._global_flat is not None
-        flatten_into(trainable_parameters(self.global_net), self._global_flat)
-        ctx = RoundContext(
-            round_idx=round_idx,
-            total_rounds=int(self.trainer.max_steps),
-            seed=self.seed,
-            num_clients=n,
-            cohort=self.sampler.sample(self.seed, round_idx, n),
-            expected_cohort_size=self.sampler.expected_size(n),
-            sample_rate=self.sampler.sample_rate(n),
-            global_params=self._global_flat,
-            evaluate=self.evaluate_global,
-            sampling=self.sampler.sampling(n),
+        return self.federated_round.context(
+            round_idx, int(self.trainer.max_steps), self.evaluate_global
         )
-        ctx.cohort = self.strategy.select_clients(ctx)
-        ctx.client_config = self.strategy.configure_round(ctx)
-        return ctx
 
     def planned_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """What the round will spend, known before any client trains (for the budget stop)."""
-        return planned_privacy(
-            self.strategy, self.client.training_config, self.data.client_sizes(), ctx
-        )
-
-    def clients_of_this_process(self, ctx: RoundContext) -> list[int]:
-        """This rank's share of the cohort (all of it with one process); see ``sharding.py``."""
-        rank, world = rank_and_world()
-        if world == 1:
-            return list(ctx.cohort)
-        cfg = self.client.training_config.with_overrides(ctx.client_config)
-        sizes = self.data.client_sizes()
-        costs = {}
-        for cid in ctx.cohort:
-            n = int(sizes[cid])
-            costs[cid] = float(cfg.steps_for(n) * min(cfg.batch_size, n))
-        return assign_clients(ctx.cohort, costs, world)[rank]
+        return self.federated_round.planned_privacy(ctx)
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         start = time.perf_counter()
+        steps = self.federated_round
         round_idx = int(self.global_step)
         ctx = self.round_context(round_idx)
-        if self._stop_for_budget(ctx):
+        stop = steps.budget_stop(ctx, first_round=self.rounds_completed == 0)
+        if stop:
+            self.stopped_by_budget = True
+            self.print(stop)
+            self.trainer.should_stop = True
             return
-        assert self._executor is not None
-        local = RoundUpdates(
-            self._executor.run(self.clients_of_this_process(ctx), ctx, self.data, self.strategy)
-        )
-        central = generator_for(self.seed, round_idx, "central", device=self.device)
-        reduced = reduce_round(self.strategy, local, ctx, central)
-        self._apply_server_step(reduced.delta)
-        observed = hook_metrics(
-            self.strategy.after_round(ctx, reduced.delta), self.strategy, "after_round"
-        )
+        reduced = steps.train_and_reduce(ctx)
+        optimizer = self.optimizers()
+        assert not isinstance(optimizer, list)  # configure_optimizers returns one
+        observed = steps.server_step(optimizer, reduced.delta, ctx)
         self.strategy_metrics = reduced.metrics | observed
         self.rounds_completed = round_idx + 1
-        stats = reduced.updates
-        metrics = self._round_metrics(ctx, stats, time.perf_counter() - start)
-        if self.accountant is not None:
-            spent = self.strategy.round_privacy(ctx)
-            spent.record_level.update(stats.dp_steps)
-            self.accountant.record(spent)
-            metrics.update(
-                {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}
-            )
-        # Every eval_every rounds and at the last planned round, so a short run has an accuracy.
-        last = round_idx + 1 == int(self.trainer.max_steps)
-        if (self.eval_every and (round_idx + 1) % self.eval_every == 0) or last:
+        seconds = time.perf_counter() - start
+        metrics = steps.metrics(ctx, reduced.updates, self.strategy_metrics, seconds)
+        metrics.update(steps.account(ctx, reduced.updates))
+        if self.settings.evaluates_after(round_idx, int(self.trainer.max_steps)):
             metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
         self.round_metrics = dict(metrics)
         self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False, batch_size=1)
-
-    def _stop_for_budget(self, ctx: RoundContext) -> bool:
-        """Stops the run before a round that would exceed the target ε (what the round will
-        spend is known before any client trains); refuses a target that cannot pay for the
-        first round."""
-        if self.accountant is None:
-            return False
-        planned = self.planned_privacy(ctx)
-        if self.accountant.would_exceed(planned):
-            if self.rounds_completed == 0:
-                alone = self.accountant.report_alone(planned)
-                raise BudgetError(
-                    f"privacy.target_epsilon: {self.accountant.target_epsilon:g} cannot pay "
-                    f"for the first round, which costs ε = {alone['privacy/epsilon']:.4g} "
-                    f"({alone['privacy/guarantee']}); raise the target or add noise"
-                )
-            self.stopped_by_budget = True
-            self.print(
-                f"Stopping before round {ctx.round_idx}: it would exceed target ε = "
-                f"{self.accountant.target_epsilon}"
-            )
-            self.trainer.should_stop = True
-            return True
-        return False
-
-    def _apply_server_step(self, aggregate: torch.Tensor) -> None:
-        """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1)."""
-        optimizer = self.optimizers()
-        assert not isinstance(optimizer, list)  # configure_optimizers returns one
-        offset = 0
-        for p in trainable_parameters(self.global_net):
-            n = p.numel()
-            p.grad = -aggregate[offset : offset + n].view_as(p).to(p.dtype)
-            offset += n
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    def _round_metrics(self, ctx: RoundContext, stats: RoundUpdates, seconds: float) -> dict:
-        metrics: dict[str, float] = {
-            "round/time_s": seconds,
-            "round/cohort_size": float(len(ctx.cohort)),
-            "round/index": float(ctx.round_idx),
-        }
-        if stats.losses:
-            metrics["train/loss"] = sum(stats.losses) / len(stats.losses)
-        for k, values in stats.metrics.items():
-            metrics[f"clients/{k}"] = sum(values) / len(values)
-        for k, v in self.strategy_metrics.items():
-            metrics[f"strategy/{k}"] = float(v)
-        return metrics
 
     # -- evaluation --------------------------------------------------------------------------
     def evaluate_global(self, split: str = "test") -> dict[str, float]:
@@ -408,28 +262,25 @@ class FederatedModule(pl.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.global_net(x)
 
-    def _eval_step(self, batch: Any) -> None:
-        x, y = batch
-        self._eval_outputs.append((self.global_net(x), y))
-
-    def _eval_epoch_end(self, prefix: str) -> None:
-        logits = torch.cat([o[0] for o in self._eval_outputs])
-        y = torch.cat([o[1] for o in self._eval_outputs])
-        self._eval_outputs.clear()
-        metrics = classification_metrics(logits, y, self.num_classes)
-        self.log_dict({f"{prefix}/{k}": v for k, v in metrics.items()}, batch_size=len(y))
-
+    # ``validate`` and ``test`` score the whole split once, at the end of Lightning's loop, by
+    # the same path as the rounds (``evaluate_global``: eval batches, the strategy's models,
+    # DDP-reduced metrics); the loop's batches are not needed, so the steps keep nothing.
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch)
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
+        return None
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch)
+        return None
+
+    def on_validation_epoch_end(self) -> None:
+        # The datamodule's validation loader falls back to the test split.
+        self._log_split("val" if self.data.val is not None else "test", prefix="val")
 
     def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
+        self._log_split("test", prefix="test")
+
+    def _log_split(self, split: str, *, prefix: str) -> None:
+        metrics = self.evaluate_global(split)
+        self.log_dict({f"{prefix}/{k}": v for k, v in metrics.items()}, batch_size=1)
 
     # -- end of training ---------------------------------------------------------------------
     def on_train_end(self) -> None:
@@ -442,7 +293,6 @@ class FederatedModule(pl.LightningModule):
             strategy_metrics=self.strategy_metrics,
         )
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
-        if not self.trainer.is_global_zero:
-            return
-        write_run_files(summary, self.accountant, log_dir, self.loggers)
-        print(summary_line(summary, final), flush=True)
+        if self.trainer.is_global_zero:
+            write_run_files(summary, self.accountant, log_dir, self.loggers)
+            print(summary_line(summary, final), flush=True)

@@ -9,9 +9,11 @@ spend of a round stated before any client trains (the budget stop reads it).
   (``Strategy.calibrate_noise``), once the strategy knows the federation.
 * :func:`planned_privacy` — the strategy's round events plus one DP-SGD event per client of the
   cohort, from the same rule (``dp_sgd_event``) the local loop uses.
+* :func:`budget_stop` — whether recording the planned round would pass the target ε: the run
+  stops before that round, or is refused when the first round alone cannot be paid.
 
-Both are functions of the strategy, the local-training config and the client sizes, so the
-federated module only wires them (docs/architecture.md, review P3).
+They are functions of the strategy, the accountant, the local-training config and the client
+sizes, so the round loop only wires them (docs/architecture.md, review P3).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.privacy.analysis import refuse_without_replacement
 from fl_lightning.privacy.budget import (
+    BudgetError,
     ClientCost,
     calibrate_dp_sgd,
     dp_sgd_event,
@@ -167,3 +170,23 @@ def planned_privacy(
                 )
             ]
     return spent
+
+
+def budget_stop(
+    accountant: PrivacyAccountant, planned: RoundPrivacy, *, round_idx: int, first_round: bool
+) -> str | None:
+    """Why the run stops before round ``round_idx`` (None: recording ``planned`` stays within
+    ``privacy.target_epsilon``). What a round spends is known before any client trains, so the
+    stop is exact; a target that cannot pay for the first round is refused (``BudgetError``)."""
+    if not accountant.would_exceed(planned):
+        return None
+    if first_round:
+        alone = accountant.report_alone(planned)
+        raise BudgetError(
+            f"privacy.target_epsilon: {accountant.target_epsilon:g} cannot pay "
+            f"for the first round, which costs ε = {alone['privacy/epsilon']:.4g} "
+            f"({alone['privacy/guarantee']}); raise the target or add noise"
+        )
+    return (
+        f"Stopping before round {round_idx}: it would exceed target ε = {accountant.target_epsilon}"
+    )

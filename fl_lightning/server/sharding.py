@@ -15,6 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import torch
+
+from fl_lightning.client.config import LocalTrainingConfig
+from fl_lightning.records import RoundContext
+from fl_lightning.server.distributed import rank_and_world
+
 
 def assign_clients(
     cohort: Sequence[int], costs: Mapping[int, float], world_size: int
@@ -38,6 +44,22 @@ def assign_clients(
         shards[rank].append(cid)
         loads[rank] += float(costs.get(cid, 1.0))
     return [sorted(s) for s in shards]
+
+
+def clients_of_this_process(
+    ctx: RoundContext, config: LocalTrainingConfig, client_sizes: torch.Tensor
+) -> list[int]:
+    """This rank's share of the round's cohort (all of it with one process), each client
+    costed with the round's local-training config (``config`` with ``ctx.client_config``)."""
+    rank, world = rank_and_world()
+    if world == 1:
+        return list(ctx.cohort)
+    cfg = config.with_overrides(ctx.client_config)
+    costs = {}
+    for cid in ctx.cohort:
+        n = int(client_sizes[cid])
+        costs[cid] = float(cfg.steps_for(n) * min(cfg.batch_size, n))
+    return assign_clients(ctx.cohort, costs, world)[rank]
 
 
 def shard_loads(shards: Sequence[Sequence[int]], costs: Mapping[int, float]) -> list[float]:

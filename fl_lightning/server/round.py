@@ -1,0 +1,191 @@
+"""One federated round, in the order it runs, with nothing of Lightning in it.
+
+``FederatedModule.on_fit_start`` binds a :class:`FederatedRound` to the run's parts (strategy,
+accountant, sampler, executor, data, client, global model); ``FederatedModule.training_step``
+then calls its steps in this order (docs/architecture.md, "One round"):
+
+1. :meth:`~FederatedRound.context` — flatten the global model, draw the cohort from a generator
+   keyed (seed, round), let the strategy select the clients and configure the round;
+2. :meth:`~FederatedRound.budget_stop` — what the round will spend, before any client trains,
+   against the target ε (``privacy_plan.py``);
+3. :meth:`~FederatedRound.train_and_reduce` — this process's share of the cohort
+   (``sharding.py``) through the executor, reduced into the aggregate with central noise from a
+   generator keyed (seed, round) (``reduction.py``);
+4. :meth:`~FederatedRound.server_step` — the aggregate as the pseudo-gradient −Δ of the server
+   optimizer (Reddi et al. 2021, Alg. 1), then ``Strategy.after_round`` (whose metrics join
+   those ``aggregate`` returned: the round's ``strategy/*``);
+5. :meth:`~FederatedRound.metrics` and :meth:`~FederatedRound.account` — what the round logs, and
+   the accountant recording what it spent.
+
+What Lightning owns stays in the module: the round index (``global_step``), the number of rounds
+(``max_steps``), the server optimizer's checkpointed state, logging and stopping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from fl_lightning.client.module import ClientModule
+from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.records import RoundContext
+from fl_lightning.server.executor import Executor
+from fl_lightning.server.privacy_plan import budget_stop, planned_privacy
+from fl_lightning.server.reduction import ReducedRound, RoundUpdates, hook_metrics, reduce_round
+from fl_lightning.server.sampling import CohortSampler
+from fl_lightning.server.sharding import clients_of_this_process
+from fl_lightning.strategies.base import Metrics, Strategy
+from fl_lightning.utils.flat import flatten_into, trainable_parameters
+from fl_lightning.utils.rng import generator_for
+
+
+class ServerOptimizer(Protocol):
+    """The server optimizer as a round uses it (a torch optimizer or Lightning's wrapper)."""
+
+    def step(self, closure: Any = None) -> Any: ...
+
+    def zero_grad(self, set_to_none: bool = True) -> None: ...
+
+
+class FederatedRound:
+    """The steps of a round, bound to one fit's parts (see the module docstring).
+
+    Args:
+        strategy: the aggregation strategy.
+        accountant: the privacy accountant; None for a run without accounting.
+        sampler: draws each round's cohort.
+        executor: trains a list of clients and yields their processed updates.
+        data: the FederatedDataModule (client sizes and data, on the run's device).
+        client: the one ClientModule every client trains (its ``training_config`` is read at
+            each use: the server calibrates its DP-SGD σ before training).
+        global_net: the global model, updated in place by :meth:`server_step`.
+        seed: the seed every generator of the run is keyed by.
+        device: where the global model lives.
+    """
+
+    def __init__(
+        self,
+        *,
+        strategy: Strategy,
+        accountant: PrivacyAccountant | None,
+        sampler: CohortSampler,
+        executor: Executor,
+        data: Any,
+        client: ClientModule,
+        global_net: torch.nn.Module,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.strategy = strategy
+        self.accountant = accountant
+        self.sampler = sampler
+        self.executor = executor
+        self.data = data
+        self.client = client
+        self.global_net = global_net
+        self.seed = seed
+        self.device = device
+        # The global model as one flat buffer (RoundContext.global_params), refilled each round.
+        self._global_flat = torch.empty(
+            sum(p.numel() for p in trainable_parameters(global_net)), device=device
+        )
+
+    def context(
+        self, round_idx: int, total_rounds: int, evaluate: Callable[..., dict[str, float]]
+    ) -> RoundContext:
+        """The round's context: the global parameters, the cohort (keyed (seed, round)), then
+        the strategy's ``select_clients`` and ``configure_round``."""
+        n = self.data.num_clients
+        flatten_into(trainable_parameters(self.global_net), self._global_flat)
+        ctx = RoundContext(
+            round_idx=round_idx,
+            total_rounds=total_rounds,
+            seed=self.seed,
+            num_clients=n,
+            cohort=self.sampler.sample(self.seed, round_idx, n),
+            expected_cohort_size=self.sampler.expected_size(n),
+            sample_rate=self.sampler.sample_rate(n),
+            global_params=self._global_flat,
+            evaluate=evaluate,
+            sampling=self.sampler.sampling(n),
+        )
+        ctx.cohort = self.strategy.select_clients(ctx)
+        ctx.client_config = self.strategy.configure_round(ctx)
+        return ctx
+
+    def planned_privacy(self, ctx: RoundContext) -> RoundPrivacy:
+        """What the round will spend, known before any client trains."""
+        return planned_privacy(
+            self.strategy, self.client.training_config, self.data.client_sizes(), ctx
+        )
+
+    def budget_stop(self, ctx: RoundContext, *, first_round: bool) -> str | None:
+        """Why the run stops before this round (None: it goes on, or nothing is accounted)."""
+        if self.accountant is None:
+            return None
+        return budget_stop(
+            self.accountant,
+            self.planned_privacy(ctx),
+            round_idx=ctx.round_idx,
+            first_round=first_round,
+        )
+
+    def train_and_reduce(self, ctx: RoundContext) -> ReducedRound:
+        """The round's aggregate, what the strategy's aggregation observed and the records of
+        every update (every rank's, under DDP)."""
+        clients = clients_of_this_process(
+            ctx, self.client.training_config, self.data.client_sizes()
+        )
+        local = RoundUpdates(self.executor.run(clients, ctx, self.data, self.strategy))
+        central = generator_for(self.seed, ctx.round_idx, "central", device=self.device)
+        return reduce_round(self.strategy, local, ctx, central)
+
+    def server_step(
+        self, optimizer: ServerOptimizer, aggregate: torch.Tensor, ctx: RoundContext
+    ) -> Metrics:
+        """Applies the aggregate as the pseudo-gradient −Δ (Reddi et al. 2021, Alg. 1), then
+        lets the strategy see the round's result (``Strategy.after_round``); returns what the
+        strategy observed there."""
+        offset = 0
+        for p in trainable_parameters(self.global_net):
+            n = p.numel()
+            p.grad = -aggregate[offset : offset + n].view_as(p).to(p.dtype)
+            offset += n
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        observed = self.strategy.after_round(ctx, aggregate)
+        return hook_metrics(observed, self.strategy, "after_round")
+
+    def metrics(
+        self, ctx: RoundContext, stats: RoundUpdates, strategy_metrics: Metrics, seconds: float
+    ) -> dict[str, float]:
+        """What the round logs: its time and cohort, the clients' mean loss and metrics, and
+        what the strategy's hooks returned this round (``strategy/*``)."""
+        metrics: dict[str, float] = {
+            "round/time_s": seconds,
+            "round/cohort_size": float(len(ctx.cohort)),
+            "round/index": float(ctx.round_idx),
+        }
+        if stats.losses:
+            metrics["train/loss"] = sum(stats.losses) / len(stats.losses)
+        for k, values in stats.metrics.items():
+            metrics[f"clients/{k}"] = sum(values) / len(values)
+        for k, v in strategy_metrics.items():
+            metrics[f"strategy/{k}"] = float(v)
+        return metrics
+
+    def account(self, ctx: RoundContext, stats: RoundUpdates) -> dict[str, float]:
+        """Records what the round spent (the strategy's events plus the DP-SGD clients' own)
+        and returns the accountant's numeric report (ε per level); empty without one."""
+        if self.accountant is None:
+            return {}
+        spent = self.strategy.round_privacy(ctx)
+        spent.record_level.update(stats.dp_steps)
+        self.accountant.record(spent)
+        return {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}
+
+
+__all__ = ["FederatedRound"]
