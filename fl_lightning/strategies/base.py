@@ -23,7 +23,8 @@ The default path is FedAvg: the weighted mean of the clients' deltas. Aggregatio
 two so that a round can be sharded over processes (docs/distributed.md):
 
 * ``partial_aggregate(updates, ctx)``: this process's clients summed into one flat buffer
-  (the weighted delta sum followed by ``num_statistics`` scalars, e.g. the total weight);
+  (FedAvg: the weighted delta sum followed by the total weight; a strategy that overrides both
+  halves chooses its own layout, e.g. DP-FedAvg's plain sum);
 * ``finalize(reduced, ctx, generator=)``: the global delta from the buffer summed over all
   processes (central noise from the generator every rank shares).
 
@@ -86,9 +87,6 @@ class Strategy(Callback):
       streams them without holding the cohort; DDP gathers them to every rank);
     * ``"gather"``: ``aggregate`` needs every update at once (it gets a list).
     """
-
-    num_statistics: ClassVar[int] = 1
-    """Scalars after the delta sum in the ``partial_aggregate`` buffer (default: total weight)."""
 
     def __init__(self, *, weighting: Weighting = "num_examples") -> None:
         super().__init__()
@@ -185,7 +183,7 @@ class Strategy(Callback):
     def partial_aggregate(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
         """This process's share: [Σ w_i Δ_i, Σ w_i] (summed over processes by one all-reduce)."""
         d = ctx.global_params.numel()
-        buf = torch.zeros(d + self.num_statistics, device=ctx.global_params.device)
+        buf = torch.zeros(d + 1, device=ctx.global_params.device)
         total = buf[:d]
         for update in updates:
             w = self.client_weight(update)

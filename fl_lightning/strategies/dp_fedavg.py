@@ -78,11 +78,9 @@ class DPFedAvg(Strategy):
         update.metrics["clipped"] = float(norm > self.clip_norm)
         return update
 
-    num_statistics = 0
-
     def partial_aggregate(self, updates, ctx: RoundContext) -> torch.Tensor:  # noqa: ANN001
         """This process's sum of clipped deltas (Alg. 1's Σ Δ_k over its share of the cohort)."""
-        total = torch.zeros_like(ctx.global_params)  # num_statistics = 0: the sum alone
+        total = torch.zeros_like(ctx.global_params)  # the sum alone: finalize divides by qN
         for update in updates:
             total.add_(update.delta)
         return total
