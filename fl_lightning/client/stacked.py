@@ -11,7 +11,10 @@ stacked layers need to know the clients:
 - ``nn.Linear``: one batched GEMM over the client axis (``baddbmm``); with plain SGD (no
   momentum, no weight decay) its backward applies the update in place (``_FusedSGDLinear``), so
   the clients × weights gradient is never written (MNIST CNN, 10 clients: 35 ms instead of
-  49 ms a client-step on the CPU);
+  49 ms a client-step on the CPU); with plain SGD from shared start weights and a small
+  history (``LowRankSteps``) it keeps the steps as factors W₀ − η Σ G_sᵀ X_s instead, so the
+  forward and input-gradient products run against the one shared W₀ and the clients' weights
+  are written once per bucket;
 - ``nn.Conv1d`` / ``nn.Conv2d``: the folded batch ``(N·K, C, ...)`` *is* ``(N, K·C, ...)`` in
   memory, so one grouped convolution with ``K·groups`` groups does every client's convolution
   (measured: ``channels_last`` copies around it were not faster on the CPU);
@@ -61,6 +64,7 @@ class _Stack:
         self.params: dict[str, torch.Tensor] = {}
         self.book: list[_StackedLayer] | None = None
         self.fused_lr: float | None = None  # plain SGD fused into Linear backward passes
+        self.low_rank: LowRankSteps | None = None  # plain SGD of Linear layers as factors
 
 
 class _StackedLayer(nn.Module):
@@ -136,6 +140,116 @@ class _FusedSGDLinear(torch.autograd.Function):
         return gx, None, None, None
 
 
+class LowRankSteps:
+    """Plain SGD steps of stacked Linear layers kept as low-rank factors over a bucket.
+
+    Every client of a bucket starts from the same weights W₀ (the global model), and a plain
+    SGD step on a Linear layer is W ← W − η Gᵀ X (G: the output gradients, X: the inputs of the
+    step's R rows), so after t steps W_t = W₀ − η Σ_{s<t} G_sᵀ X_s. Its forward
+    X W_tᵀ = X W₀ᵀ − η Σ_s (X X_sᵀ) G_s is then one matmul with the *shared* W₀ for all clients
+    plus products with the R·t rows of history, and likewise the input gradient
+    G W_t = G W₀ − η Σ_s (G G_sᵀ) X_s; ``finish_`` writes W_t into the stacked weights once.
+    The K clients × weights are then streamed once per bucket instead of about four times per
+    step (forward, input gradient, in-place update), which is what bounds stacked Linear
+    layers at small batches. Exact in real arithmetic; float rounding differs from the step
+    by step update (the sums are ordered differently).
+
+    A layer uses it when its history stays small: the bucket's rows per client R_total
+    (predicted at its first step) satisfy R_total · (in + out) ≤ ``ratio`` · in · out.
+
+    Args:
+        start: per weight key, the (out, in) weights every client starts from.
+        lr: the SGD learning rate η (no momentum, no weight decay).
+        clients: the bucket's K (later steps run a suffix of its clients).
+        examples: examples per client over the bucket's steps (the widest client).
+        ratio: the history-size rule above.
+    """
+
+    def __init__(
+        self,
+        start: dict[str, torch.Tensor],
+        lr: float,
+        *,
+        clients: int,
+        examples: int,
+        ratio: float = 0.5,
+    ) -> None:
+        self.start, self.lr, self.clients = start, lr, clients
+        self.examples, self.ratio = examples, ratio
+        self.use: dict[str, bool] = {}
+        self.history: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def applies(self, key: str, rows: int, examples: int, w: torch.Tensor) -> bool:
+        """Whether the layer ``key`` (weights ``w``: (K, out, in)) runs as factors this bucket,
+        decided on its first step (``rows`` per client of ``examples`` per client)."""
+        if key not in self.use:
+            out_f, in_f = w.shape[1], w.shape[2]
+            total = rows * self.examples / max(examples, 1)
+            self.use[key] = key in self.start and total * (in_f + out_f) <= (
+                self.ratio * in_f * out_f
+            )
+            self.history[key] = []
+        return self.use[key]
+
+    def finish_(self, weights: dict[str, torch.Tensor]) -> None:
+        """W ← W₀ − η Σ_s G_sᵀ X_s for every factored layer (``weights``: the (K, out, in)
+        stacked weights, still W₀), in one batched GEMM each (the clients that left the bucket
+        early have zero rows in the later steps)."""
+        for key, steps in self.history.items():
+            if not steps:
+                continue
+            w = weights[key]
+            k = w.shape[0]
+            xs, gs = [], []
+            for x, g in steps:
+                if x.shape[0] < k:  # a suffix of the clients took this step
+                    pad = k - x.shape[0]
+                    x = torch.cat([x.new_zeros(pad, *x.shape[1:]), x])
+                    g = torch.cat([g.new_zeros(pad, *g.shape[1:]), g])
+                xs.append(x)
+                gs.append(g)
+            w.baddbmm_(  # w still holds W₀: the factored steps never wrote it
+                torch.cat(gs, 1).transpose(1, 2), torch.cat(xs, 1), alpha=-self.lr
+            )
+        self.history = {key: [] for key in self.history}
+
+
+class _LowRankLinear(torch.autograd.Function):
+    """y_k = x_k W_tᵀ + b_k with W_t = W₀ − η Σ_s G_sᵀ X_s (``LowRankSteps``); the backward
+    returns the input gradient through W_t, records (X, G) as the step's update and steps the
+    bias in place; no weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x, b, steps, key):  # noqa: ANN001, ANN205
+        k = x.shape[0]
+        w0 = steps.start[key]
+        past = [(hx[-k:], hg[-k:]) for hx, hg in steps.history[key]]
+        y = torch.mm(x.reshape(-1, x.shape[-1]), w0.t()).view(k, x.shape[1], -1)  # shared W₀
+        if b is not None:
+            y += b.unsqueeze(1)
+        for hx, hg in past:
+            y.baddbmm_(torch.bmm(x, hx.transpose(1, 2)), hg, alpha=-steps.lr)
+        ctx.save_for_backward(x)
+        ctx.steps, ctx.key, ctx.past, ctx.bias = steps, key, past, b
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):  # noqa: ANN001, ANN205
+        (x,) = ctx.saved_tensors
+        steps = ctx.steps
+        gy = gy.contiguous()
+        gx = None
+        if ctx.needs_input_grad[0]:
+            w0 = steps.start[ctx.key]
+            gx = torch.mm(gy.view(-1, gy.shape[-1]), w0).view(*gy.shape[:2], -1)
+            for hx, hg in ctx.past:
+                gx.baddbmm_(torch.bmm(gy, hg.transpose(1, 2)), hx, alpha=-steps.lr)
+        steps.history[ctx.key].append((x.detach(), gy))
+        if ctx.bias is not None:
+            ctx.bias.detach().add_(gy.sum(1), alpha=-steps.lr)
+        return gx, None, None, None
+
+
 class _Linear(_StackedLayer):
     param_names = ("weight", "bias")
 
@@ -146,7 +260,10 @@ class _Linear(_StackedLayer):
         n = x.shape[0] // k
         xk = x.reshape(n, k, -1, d).transpose(0, 1).reshape(k, -1, d)  # (K, N·R, in)
         bias = self._p(1) if self.has_bias else None
-        if self.stack.fused_lr is not None:
+        steps = self.stack.low_rank
+        if steps is not None and steps.applies(self.keys[0], xk.shape[1], n, w):
+            y = _LowRankLinear.apply(xk, bias, steps, self.keys[0])
+        elif self.stack.fused_lr is not None:
             y = _FusedSGDLinear.apply(xk, w, bias, self.stack.fused_lr)
         elif bias is not None:
             y = torch.baddbmm(bias.unsqueeze(1), xk, w.transpose(1, 2))
@@ -450,20 +567,29 @@ class StackedNet:
             raise ValueError("the stacked layers do not own exactly the trainable parameters")
 
     def forward(
-        self, params: dict[str, torch.Tensor], x: torch.Tensor, *, fused_lr: float | None = None
+        self,
+        params: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        *,
+        fused_lr: float | None = None,
+        low_rank: LowRankSteps | None = None,
     ) -> torch.Tensor:
         """The folded outputs of K = len(params[...]) clients on the folded batch ``x``. With
         ``fused_lr``, the backward pass of every Linear layer takes the plain SGD step
         W ← W − η·∇W on ``params`` in place and yields no gradient for it (memory traffic:
-        the clients' weight gradients are never stored)."""
+        the clients' weight gradients are never stored). With ``low_rank`` (plain SGD from
+        shared start weights), the Linear layers it selects keep their steps as factors
+        instead (their ``params`` stay W₀ until ``low_rank.finish_``)."""
         self.stack.params = params
         self.stack.k = next(iter(params.values())).shape[0]
         self.stack.fused_lr = fused_lr
+        self.stack.low_rank = low_rank
         try:
             return self.net(x)
         finally:
             self.stack.params = {}
             self.stack.fused_lr = None
+            self.stack.low_rank = None
 
     def train(self, mode: bool = True) -> StackedNet:
         self.net.train(mode)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.client.dp_sgd import build_engine
-from fl_lightning.client.stacked import StackedNet, stack_blocker
+from fl_lightning.client.stacked import LowRankSteps, StackedNet, stack_blocker
 
 
 class UserCNN(nn.Module):
@@ -133,6 +133,61 @@ def test_fused_sgd_step_equals_the_plain_step() -> None:
         else:
             p.sub_(lr * g)
         torch.testing.assert_close(p, want[n], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["user_cnn", "seq", "embed"])
+def test_low_rank_steps_equal_the_fused_steps(name: str) -> None:
+    """Three plain SGD steps from shared start weights, the last one by a suffix of the
+    clients (one left early): the Linear layers kept as factors (LowRankSteps, any size) end
+    where the fused step-by-step update ends, and so do the layers updated as usual."""
+    net, names, stacked, _, x, y, mask = _setup(name)
+    start = {n: p.detach().clone() for n, p in net.named_parameters()}
+    lr = 0.3
+
+    def run(low_rank: LowRankSteps | None) -> dict[str, torch.Tensor]:
+        params = {n: p.unsqueeze(0).repeat(K, *[1] * p.dim()) for n, p in start.items()}
+        for t in range(3):
+            j0 = 1 if t == 2 else 0  # client 0 has two steps, clients 1 and 2 three
+            rows = (torch.arange(N * K) % K) >= j0
+            xt, yt, mt = x[rows], y[rows], mask[rows]
+            active = {n: p[j0:] for n, p in params.items()}
+            leaves = {n: p.data.requires_grad_(True) for n, p in active.items()}
+            out = stacked.forward(leaves, xt, fused_lr=lr, low_rank=low_rank)
+            per = F.cross_entropy(out, yt, reduction="none") * mt
+            grads = torch.autograd.grad(per.sum(), list(leaves.values()), allow_unused=True)
+            with torch.no_grad():
+                for p, g in zip(active.values(), grads):
+                    if g is not None:
+                        p.sub_(lr * g)
+        if low_rank is not None:
+            low_rank.finish_(params)
+        return params
+
+    want = run(None)
+    views = {n: p for n, p in start.items() if p.dim() == 2}
+    low_rank = LowRankSteps(views, lr, clients=K, examples=3 * N, ratio=float("inf"))
+    got = run(low_rank)
+    linear = [n for n, m in net.named_modules() if isinstance(m, nn.Linear)]
+    assert sorted(k for k, used in low_rank.use.items() if used) == sorted(
+        f"{n}.weight" for n in linear
+    )
+    for n in names:
+        torch.testing.assert_close(got[n], want[n], rtol=1e-5, atol=1e-6)
+        assert not torch.equal(want[n], start[n].expand_as(want[n]))
+
+
+def test_low_rank_rule_keeps_small_layers_stacked() -> None:
+    """The history rule: rows · (in + out) ≤ ratio · in · out picks the wide Linear layer
+    and leaves a narrow head (more history than weights) to the stacked update."""
+    net = nn.Sequential(nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 2))
+    stacked = StackedNet(net, [n for n, _ in net.named_parameters()])
+    start = {n: p.detach() for n, p in net.named_parameters() if p.dim() == 2}
+    low_rank = LowRankSteps(start, 0.1, clients=2, examples=20)
+    params = {
+        n: p.detach().unsqueeze(0).repeat(2, *[1] * p.dim()) for n, p in net.named_parameters()
+    }
+    stacked.forward(params, torch.randn(2 * 5, 256), fused_lr=0.1, low_rank=low_rank)
+    assert low_rank.use == {"0.weight": True, "2.weight": False}
 
 
 @pytest.mark.parametrize("name", ["user_cnn", "seq", "embed"])

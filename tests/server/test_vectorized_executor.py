@@ -52,18 +52,24 @@ def _ctx(client: ClientModule, cohort: list[int], round_idx: int = 3) -> RoundCo
     )
 
 
-def _both(net: nn.Module, strategy_factory, data, cohort, **client_kw):
+def _both(net: nn.Module, strategy_factory, data, cohort, low_rank_ratio=0.5, **client_kw):
     out = {}
     for name, cls in (("seq", SequentialExecutor), ("vec", VectorizedExecutor)):
         torch.manual_seed(0)
         client = ClientModule(copy.deepcopy(net), num_classes=10, **client_kw)
         trainer = LocalTrainer(client)
-        executor = cls(trainer)
+        if cls is VectorizedExecutor:
+            executor = cls(trainer, low_rank_ratio=low_rank_ratio)
+        else:
+            executor = cls(trainer)
         ctx = _ctx(client, cohort)
         out[name] = list(executor.run(cohort, ctx, data, strategy_factory()))
         if cls is VectorizedExecutor:
             assert executor.last_fallback_reason is None
             out["path"] = executor.last_path
+            out["low_rank"] = executor.last_low_rank
+    if low_rank_ratio != 0.5:
+        return out["seq"], out["vec"], out["low_rank"]
     return out["seq"], out["vec"], out["path"]
 
 
@@ -151,6 +157,28 @@ def test_same_updates_as_sequential(case: str) -> None:
         torch.testing.assert_close(v.delta, s.delta, rtol=1e-4, atol=2e-5)
         assert v.loss == pytest.approx(s.loss, rel=1e-4, nan_ok=True)
         assert s.delta.abs().sum() > 0
+
+
+@pytest.mark.parametrize("case", ["fedavg_mlp", "fedavg_user_cnn_fused_sgd", "fedavg_residual"])
+@pytest.mark.parametrize("ratio", [float("inf"), 0.0])
+def test_low_rank_linear_steps_equal_sequential(case: str, ratio: float) -> None:
+    """Plain SGD with every Linear layer kept as low-rank factors over the bucket (ratio ∞;
+    clients of 1 to 5 steps, so later steps run a suffix of the bucket), or none (0): the
+    sequential executor's updates."""
+    make_net, strategy, _ = CASES[case]
+    torch.manual_seed(1)
+    net = make_net()
+    sizes = [13, 30, 7, 30, 22]
+    data = _data(sizes, shape=(1, 16, 16)) if "user_cnn" in case else _data(sizes)
+    cohort = [3, 0, 4, 1]
+    seq, vec, low_rank = _both(
+        net, strategy, data, cohort, low_rank_ratio=ratio, lr=0.1, batch_size=6
+    )
+    linear = [f"{n}.weight" for n, m in net.named_modules() if isinstance(m, nn.Linear)]
+    assert sorted(low_rank) == (sorted(linear) if ratio > 0 else [])
+    for s, v in zip(seq, vec):
+        torch.testing.assert_close(v.delta, s.delta, rtol=1e-4, atol=2e-5)
+        assert v.loss == pytest.approx(s.loss, rel=1e-4)
 
 
 def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
