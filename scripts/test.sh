@@ -16,6 +16,4 @@ if [ "${1:-}" = "--all" ]; then
   shift
 fi
 # Two workers: the suite is dominated by short CLI runs that parallelise well on 2 cores.
-# loadgroup: the tests marked xdist_group("ddp") share one worker, which launches their runs
-# once (tests/server/conftest.py).
-.venv/bin/python -m pytest -n "${FL_TEST_WORKERS:-2}" --dist loadgroup "${select[@]}" "$@"
+.venv/bin/python -m pytest -n "${FL_TEST_WORKERS:-2}" "${select[@]}" "$@"

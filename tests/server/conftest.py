@@ -11,13 +11,14 @@ tiny run here; the DDP tests used to start 20 such processes, now 5 (side by sid
 * ``one``: one process running the 1-process references, in the reverse order of RUNS, so that
   state leaking from one run into the next in a process would show as a difference.
 
-Every test asserts on its own steps: a failing step fails only the tests that read it. The
-tests that read these runs carry ``xdist_group("ddp")`` so that, under ``--dist loadgroup``
-(scripts/test.sh), one worker runs the batches once.
+Every test asserts on its own steps: a failing step fails only the tests that read it. Under
+pytest-xdist the first worker to need the runs launches them, any other waits for them
+(``ddp_runs``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -185,9 +186,7 @@ def _two_process_steps(root: Path) -> tuple[list[dict], list[dict]]:
     return lightning, torchrun
 
 
-@pytest.fixture(scope="session")
-def ddp_runs(tmp_path_factory) -> DDPRuns:
-    root = tmp_path_factory.mktemp("ddp_runs")
+def _launch(root: Path) -> DDPRuns:
     one_steps = [
         {"name": name, "port": free_port(), "cli": fit_args(root / f"{name}_1", rounds, *extra)}
         for name, (rounds, extra) in [*RUNS.items(), ("sum_3", (3, SUM_BASED))]
@@ -214,3 +213,40 @@ def ddp_runs(tmp_path_factory) -> DDPRuns:
     runs.one.exits, runs.lightning.exits = [procs[0].returncode], [procs[1].returncode]
     runs.torchrun.exits = [procs[2].returncode, procs[3].returncode]
     return runs
+
+
+def _save(runs: DDPRuns, path: Path) -> None:
+    batches = {k: {"ranks": b.ranks, "exits": b.exits}
+               for k, b in (("one", runs.one), ("lightning", runs.lightning),
+                            ("torchrun", runs.torchrun))}  # fmt: skip
+    path.write_text(json.dumps(batches))
+
+
+def _load(root: Path, path: Path) -> DDPRuns:
+    saved = json.loads(path.read_text())
+
+    def batch(name: str) -> Batch:
+        ranks = [{k: (rc, out) for k, (rc, out) in r.items()} for r in saved[name]["ranks"]]
+        return Batch(root / f"{name}.json", ranks, saved[name]["exits"])
+
+    return DDPRuns(root, batch("one"), batch("lightning"), batch("torchrun"))
+
+
+@pytest.fixture(scope="session")
+def ddp_runs(tmp_path_factory) -> DDPRuns:
+    """Launched once per test run: under pytest-xdist the workers share one folder, the first
+    one to get here launches the batches while holding a lock, any other waits and reads what
+    it saved (xdist's ``--dist loadgroup`` would do this, but cannot name groups under
+    pytest 9)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return _launch(tmp_path_factory.mktemp("ddp_runs"))
+    shared = tmp_path_factory.getbasetemp().parent  # this run's, common to its workers
+    root, saved = shared / "ddp_runs", shared / "ddp_runs.json"
+    with open(shared / "ddp_runs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not saved.exists():
+            if root.exists():
+                pytest.fail("the DDP runs failed to launch on another worker (its error)")
+            root.mkdir()
+            _save(_launch(root), saved)
+    return _load(root, saved)

@@ -17,8 +17,7 @@ from fl_lightning.strategies.dpfl_agn import DPFLAGN
 from tests.server.conftest import CLIENT_STATE_ROUNDS as ROUNDS
 from tests.server.test_ddp_equivalence import assert_same_run
 
-# The runs (SCAFFOLD, AGN, ADP, UNSYNCED in tests/server/conftest.py) are the session's
-# ddp_runs batches; xdist_group("ddp") keeps every test reading them on one worker.
+# The runs (SCAFFOLD, AGN, ADP, UNSYNCED in tests/server/conftest.py): the session's ddp_runs.
 
 
 class UnsyncedAdam(DPFLAGN):
@@ -72,7 +71,6 @@ def strategy_state(root, key: str) -> dict:  # noqa: ANN001
 
 
 @pytest.mark.ddp
-@pytest.mark.xdist_group("ddp")
 def test_scaffold_two_processes_match_one(ddp_runs):
     one, two = ddp_runs.run("scaffold", 1), ddp_runs.run("scaffold", 2)
     assert_same_run(one, two)
@@ -85,7 +83,6 @@ def test_scaffold_two_processes_match_one(ddp_runs):
 
 
 @pytest.mark.ddp
-@pytest.mark.xdist_group("ddp")
 def test_dpfl_agn_persisted_adam_two_processes_match_one(ddp_runs):
     one, two = ddp_runs.run("agn", 1), ddp_runs.run("agn", 2)
     assert_same_run(one, two)
@@ -100,7 +97,6 @@ def test_dpfl_agn_persisted_adam_two_processes_match_one(ddp_runs):
 
 
 @pytest.mark.ddp
-@pytest.mark.xdist_group("ddp")
 def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(ddp_runs):
     """torchrun-style launch (every rank runs the CLI): every rank exits 2, rank 0 says why.
     A hang would leave the step unfinished (the batch is killed after its timeout)."""
@@ -116,7 +112,6 @@ def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(ddp_runs)
 
 
 @pytest.mark.ddp
-@pytest.mark.xdist_group("ddp")
 def test_async_adp_fl_two_processes_match_one(ddp_runs):
     """Async state (clock, buffered late uploads, per-client budgets, staleness, accuracy
     callback) is written by server-side hooks that run on every rank with every update, so it

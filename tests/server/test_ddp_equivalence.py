@@ -17,7 +17,7 @@ import pytest
 import torch
 
 # Every test here reads runs launched on two processes (the session's ddp_runs batches).
-pytestmark = [pytest.mark.ddp, pytest.mark.xdist_group("ddp")]
+pytestmark = pytest.mark.ddp
 
 
 def global_weights(root: Path) -> dict[str, torch.Tensor]:

@@ -37,7 +37,6 @@ def collectives(rank: int, world: int) -> dict:
 
 
 @pytest.mark.ddp
-@pytest.mark.xdist_group("ddp")
 def test_two_ranks_agree_disagree_and_gather(ddp_runs):
     ddp_runs.torchrun.step("collectives")
     for rank in (0, 1):
