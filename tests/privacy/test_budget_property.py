@@ -33,7 +33,6 @@ Assumptions (the lead's accountant rewrite may change them; adapt ``round_events
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 
@@ -105,15 +104,6 @@ OPACUS_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 
 
 def _history_epsilon(events: list[SampledGaussian], delta: float, accountant: str) -> float:
-    return _history_epsilon_of(tuple(events), delta, accountant)
-
-
-@functools.lru_cache(maxsize=4096)
-def _history_epsilon_of(
-    events: tuple[SampledGaussian, ...], delta: float, accountant: str
-) -> float:
-    """Memoised (a pure function of frozen events): the check of a refused round recomputes
-    every client's history, and the clients outside that round's cohort have the same one."""
     if not events:
         return 0.0
     if any(e.population for e in events):
