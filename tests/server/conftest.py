@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -143,8 +144,9 @@ def _env(**extra: str) -> dict[str, str]:
 def _start(spec: Path, steps: list[dict], env: dict[str, str]) -> subprocess.Popen:
     spec.write_text(json.dumps(steps))
     cmd = [sys.executable, "-m", "tests.server.ddp_batch", str(spec)]
+    # Its own session: a hung batch is killed with the ranks Lightning launched for it.
     return subprocess.Popen(cmd, cwd=REPO, env=env, text=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
+                            stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
 
 
 def _finish(procs: list[subprocess.Popen], timeout_s: float) -> list[str]:
@@ -156,7 +158,7 @@ def _finish(procs: list[subprocess.Popen], timeout_s: float) -> list[str]:
         try:
             _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
             _, err = p.communicate()
         outs.append(err)
     return outs
