@@ -10,28 +10,14 @@ stale there). A strategy that keeps such state without syncing it is refused on 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
-from tests.conftest import QUICKSTART, REPO, TINY
-from tests.server.test_ddp_equivalence import assert_same_run, fit
+from tests.server.conftest import CLIENT_STATE_ROUNDS as ROUNDS
+from tests.server.test_ddp_equivalence import assert_same_run
 
-ROUNDS = 3
-LOCAL = ["--client.local_steps", "3", "--client.dp_sgd.noise_multiplier", "1.0",
-         "--client.dp_sgd.max_grad_norm", "1.0"]  # fmt: skip
-SCAFFOLD = ["--strategy", "fl_lightning.strategies.dp_scaffold.DPScaffold", *LOCAL]
-AGN = [
-    "--strategy",
-    '{"class_path": "fl_lightning.strategies.dpfl_agn.DPFLAGN", "init_args": '
-    '{"adam_state": "persist", "anr": true, "mu": 10.0, "rho": 0.5}}',
-    "--client.optimizer", "adam", "--client.lr", "0.01", "--data.val_fraction", "0.1",
-    *LOCAL,
-]  # fmt: skip
+# The runs (SCAFFOLD, AGN, ADP, UNSYNCED in tests/server/conftest.py): the session's ddp_runs.
 
 
 class UnsyncedAdam(DPFLAGN):
@@ -85,9 +71,8 @@ def strategy_state(root, key: str) -> dict:  # noqa: ANN001
 
 
 @pytest.mark.ddp
-def test_scaffold_two_processes_match_one(tmp_path):
-    one = fit(tmp_path / "one", *SCAFFOLD, rounds=ROUNDS)
-    two = fit(tmp_path / "two", *SCAFFOLD, rounds=ROUNDS, ddp=True)
+def test_scaffold_two_processes_match_one(ddp_runs):
+    one, two = ddp_runs.run("scaffold", 1), ddp_runs.run("scaffold", 2)
     assert_same_run(one, two)
     # Rank 0's checkpoint holds every client's latest c_i, also those last trained on rank 1
     # (without the sync they would be missing or stale there).
@@ -98,9 +83,8 @@ def test_scaffold_two_processes_match_one(tmp_path):
 
 
 @pytest.mark.ddp
-def test_dpfl_agn_persisted_adam_two_processes_match_one(tmp_path):
-    one = fit(tmp_path / "one", *AGN, rounds=ROUNDS)
-    two = fit(tmp_path / "two", *AGN, rounds=ROUNDS, ddp=True)
+def test_dpfl_agn_persisted_adam_two_processes_match_one(ddp_runs):
+    one, two = ddp_runs.run("agn", 1), ddp_runs.run("agn", 2)
     assert_same_run(one, two)
     s1, s2 = strategy_state(one, "optimizer_states"), strategy_state(two, "optimizer_states")
     assert s1.keys() == s2.keys() and len(s1) > 5
@@ -113,52 +97,30 @@ def test_dpfl_agn_persisted_adam_two_processes_match_one(tmp_path):
 
 
 @pytest.mark.ddp
-def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(tmp_path):
-    """torchrun-style launch (every rank runs the CLI): every rank exits 2, rank 0 says why."""
-    strategy = ('{"class_path": "tests.server.test_ddp_client_state.UnsyncedAdam", '
-                '"init_args": {"adam_state": "persist"}}')  # fmt: skip
-    cmd = [sys.executable, "-m", "fl_lightning.cli", "fit", "--config", str(QUICKSTART), *TINY,
-           "--strategy", strategy, "--client.optimizer", "adam", "--trainer.strategy", "ddp",
-           "--trainer.accelerator", "cpu", "--trainer.devices", "2",
-           "--trainer.default_root_dir", str(tmp_path)]  # fmt: skip
-    base = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "29533", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
-            "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "refusal-test"}  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
-        )  # fmt: skip
-        for r in (0, 1)
-    ]
+def test_unsynced_client_state_is_refused_on_every_rank_without_a_hang(ddp_runs):
+    """torchrun-style launch (every rank runs the CLI): every rank exits 2, rank 0 says why.
+    A hang would leave the step unfinished (the batch is killed after its timeout)."""
     errs = []
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 2, err[-2000:]
-        errs.append([line for line in err.splitlines() if line.startswith("error:")])
+    for rank in (0, 1):
+        rc, out = ddp_runs.torchrun.ranks[rank].get("refused", (None, "step never started"))
+        assert rc == 2, out[-2000:]
+        errs.append([line for line in out.splitlines() if line.startswith("error:")])
     # The one line comes from rank 0 only; rank 1 exits with the same status, silently.
     assert len(errs[0]) == 1 and errs[1] == [], errs
     assert errs[0][0].startswith("error: strategy:") and "UnsyncedAdam" in errs[0][0]
-    assert not list(tmp_path.rglob("*.ckpt"))
+    assert not list((ddp_runs.root / "refused").rglob("*.ckpt"))
 
 
 @pytest.mark.ddp
-def test_async_adp_fl_two_processes_match_one(tmp_path):
+def test_async_adp_fl_two_processes_match_one(ddp_runs):
     """Async state (clock, buffered late uploads, per-client budgets, staleness, accuracy
     callback) is written by server-side hooks that run on every rank with every update, so it
-    needs no sync; this checks it (ADP-FL with stragglers: late uploads cross rounds)."""
+    needs no sync; this checks it (ADP-FL with stragglers: late uploads cross rounds; the
+    strategy's settings: ADP in tests/server/conftest.py)."""
     from fl_lightning.strategies.adp_fl import ADPFL
 
     assert ADPFL.reduction == "gather" and not ADPFL(epsilon=1.0).has_client_state
-    # A budget horizon of 30 rounds keeps every upload affordable in this 3-round run (with
-    # E = 3, N·ε/(n·E) times Eq. 6's factor exceeds ε: no client could upload, now refused).
-    adp = ["--strategy", str(REPO / "configs" / "strategy" / "adp_fl.yaml"),
-           "--strategy.init_args.epsilon", "50.0", "--strategy.init_args.rounds", "30",
-           "--client.local_steps", "3"]  # fmt: skip
-    one = fit(tmp_path / "one", *adp, rounds=ROUNDS)
-    two = fit(tmp_path / "two", *adp, rounds=ROUNDS, ddp=True)
-    assert_same_run(one, two)
+    assert_same_run(ddp_runs.run("adp", 1), ddp_runs.run("adp", 2))
+    # The batch's last run: both ranks then exit without a crash (a successful 2-process
+    # ADP-FL run once died with SIGABRT at exit).
+    ddp_runs.torchrun.exited_cleanly()

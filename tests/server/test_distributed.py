@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import socket
+import json
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from fl_lightning.records import ClientUpdate
 from fl_lightning.server.distributed import (
@@ -20,43 +17,31 @@ from fl_lightning.server.distributed import (
 from fl_lightning.strategies.fedavg import FedAvg
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, port: int, results) -> None:  # noqa: ANN001
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def collectives(rank: int, world: int) -> dict:
+    """Runs on every rank of a gloo group of 2 (tests/server/ddp_batch.py, launched torchrun
+    style by the ``ddp_runs`` fixture): what each rank saw."""
+    out: dict = {"world": list(rank_and_world())}
+    check_ranks_agree({"lr": 0.1})
     try:
-        out: dict = {"world": rank_and_world()}
-        check_ranks_agree({"lr": 0.1})
-        try:
-            check_ranks_agree({"lr": 0.1 if rank == 0 else 0.2})
-            out["mismatch"] = None
-        except ValueError as err:
-            out["mismatch"] = str(err)
-        mine = [ClientUpdate(client_id=c, delta=torch.full((3,), float(c)), num_examples=c,
-                             loss=float(c)) for c in ([4, 0] if rank == 0 else [2])]  # fmt: skip
-        everyone, payloads = gather_updates(
-            mine, dim=3, device=torch.device("cpu"), payload=rank * 10
-        )
-        out["payloads"] = payloads
-        out["ids"] = [u.client_id for u in everyone]
-        out["deltas"] = [u.delta.tolist() for u in everyone]
-        results[rank] = out
-    finally:
-        dist.destroy_process_group()
+        check_ranks_agree({"lr": 0.1 if rank == 0 else 0.2})
+        out["mismatch"] = None
+    except ValueError as err:
+        out["mismatch"] = str(err)
+    mine = [ClientUpdate(client_id=c, delta=torch.full((3,), float(c)), num_examples=c,
+                         loss=float(c)) for c in ([4, 0] if rank == 0 else [2])]  # fmt: skip
+    everyone, payloads = gather_updates(mine, dim=3, device=torch.device("cpu"), payload=rank * 10)
+    out["payloads"] = payloads
+    out["ids"] = [u.client_id for u in everyone]
+    out["deltas"] = [u.delta.tolist() for u in everyone]
+    return out
 
 
 @pytest.mark.ddp
-def test_two_ranks_agree_disagree_and_gather():
-    results = mp.Manager().dict()
-    mp.spawn(_worker, args=(_free_port(), results), nprocs=2, join=True)
+def test_two_ranks_agree_disagree_and_gather(ddp_runs):
+    ddp_runs.torchrun.step("collectives")
     for rank in (0, 1):
-        r = results[rank]
-        assert r["world"] == (rank, 2)
+        r = json.loads((ddp_runs.root / f"collectives.rank{rank}.json").read_text())
+        assert r["world"] == [rank, 2]
         assert r["mismatch"] is not None and r["mismatch"].startswith("config:")
         assert r["ids"] == [0, 2, 4]
         assert r["deltas"] == [[0.0] * 3, [2.0] * 3, [4.0] * 3]
