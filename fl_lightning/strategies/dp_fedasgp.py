@@ -178,8 +178,7 @@ class DPFedASGP(Strategy):
     # -- setup -------------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
         super().setup_federation(spec)
-        if spec.uses_dp_sgd:
-            raise ValueError("client.dp_sgd: DP-FedASGP privatises the upload; leave dp_sgd unset")
+        spec.refuse_dp_sgd("DP-FedASGP privatises the upload")
         if self.lr is None:
             self.lr = float(spec.local.lr)
 

@@ -91,8 +91,7 @@ class DPFedAvgLocal(Strategy):
 
     def setup_federation(self, spec: FederationSpec) -> None:
         super().setup_federation(spec)
-        if spec.uses_dp_sgd:
-            raise ValueError("client.dp_sgd: dp_fedavg_local adds local noise; leave dp_sgd unset")
+        spec.refuse_dp_sgd("dp_fedavg_local adds local noise")
 
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator

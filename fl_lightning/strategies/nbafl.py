@@ -146,11 +146,7 @@ class NbAFL(Strategy):
     # -- set-up ------------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
         super().setup_federation(spec)
-        if spec.uses_dp_sgd:
-            raise ValueError(
-                "client.dp_sgd: NbAFL perturbs the uploaded parameters, not the gradients; "
-                "set client.dp_sgd: null"
-            )
+        spec.refuse_dp_sgd("NbAFL perturbs the uploaded parameters, not the gradients")
         spec.server.require_model_averaging("NbAFL")
         self._min_size = spec.min_client_size
 

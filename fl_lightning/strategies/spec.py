@@ -99,6 +99,12 @@ class FederationSpec:
         """Whether clients run sample-level DP-SGD."""
         return self.local.dp_sgd is not None
 
+    def refuse_dp_sgd(self, why: str) -> None:
+        """Raises ``ValueError`` naming ``client.dp_sgd`` when clients run DP-SGD, for an
+        algorithm that privatises something else (``why``: what it privatises instead)."""
+        if self.uses_dp_sgd:
+            raise ValueError(f"client.dp_sgd: {why}; leave dp_sgd unset")
+
 
 def local_lr_in_force(
     client_config: Mapping[str, Any], configured: float | None, *, field: str = "client.lr"

@@ -66,3 +66,29 @@ def test_model_averaging_and_the_local_lr_in_force():
         local_lr_in_force({}, None, field="strategy.lr")
     spec = FederationSpec(num_clients=1, num_parameters=1, local=LocalTrainingConfig(lr=0.2))
     assert spec.local.lr == 0.2
+
+
+@pytest.mark.parametrize(
+    ("path", "kwargs", "why"),
+    [
+        ("fl_lightning.strategies.nbafl.NbAFL", {"clip_norm": 1.0}, "NbAFL perturbs the uploaded"),
+        ("fl_lightning.strategies.dp_fedasgp.DPFedASGP", {}, "DP-FedASGP privatises the upload"),
+        ("fl_lightning.strategies.dp_fedavg_local.DPFedAvgLocal", {}, "dp_fedavg_local adds"),
+    ],
+)
+def test_upload_privatising_strategies_refuse_dp_sgd_clients_in_one_line(path, kwargs, why):
+    """Algorithms whose noise is on the upload refuse DP-SGD clients at set-up, naming the
+    field (FederationSpec.refuse_dp_sgd), and accept the same federation without it."""
+    import importlib
+
+    from fl_lightning.client.config import DPSGDConfig
+
+    module, name = path.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    plain = FederationSpec(num_clients=4, num_parameters=10, client_sizes=(5, 5, 5, 5), seed=0)
+    dp = dataclasses.replace(
+        plain, local=LocalTrainingConfig(dp_sgd=DPSGDConfig(noise_multiplier=1.0))
+    )
+    with pytest.raises(ValueError, match=rf"^client\.dp_sgd: {why}.*; leave dp_sgd unset$"):
+        cls(**kwargs).setup_federation(dp)
+    cls(**kwargs).setup_federation(plain)
