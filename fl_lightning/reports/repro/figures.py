@@ -15,6 +15,16 @@ from fl_lightning.reports.repro.points import TuneResult
 TUNING_FIGURES = "__tuning__"
 
 
+def _save(fig, path: Path) -> Path:  # noqa: ANN001 (a matplotlib Figure, imported lazily)
+    """Lays ``fig`` out, writes it to ``path`` and closes it: how every report figure ends."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plots(
     defn: Definition, results, out_dir: Path, tuning: list[TuneResult] | None = None
 ) -> dict[str, list[Path]]:
@@ -70,11 +80,9 @@ def plots(
                 )
                 ax.grid(alpha=0.3)
                 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-                fig.tight_layout()
-                path = out_dir / f"{defn.paper}_{slug}_{stem}.png"
-                fig.savefig(path)
-                made.append(path)
-            plt.close(fig)
+                made.append(_save(fig, out_dir / f"{defn.paper}_{slug}_{stem}.png"))
+            else:
+                plt.close(fig)
         sim = _sim_time_plot(defn, tname, slug, cells + ([ref] if ref else []), out_dir, plt)
         if sim is not None:
             made.append(sim)
@@ -95,10 +103,7 @@ def plots(
             ax.set_ylabel("test accuracy (%)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png"
-            fig.savefig(path)
-            plt.close(fig)
+            path = _save(fig, out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png")
             made.append(path)
         for pl in defn.plots:
             drawn_at = _curve_plot(defn, pl, tname, slug, cells + ([ref] if ref else []), out_dir)
@@ -129,11 +134,10 @@ def plots(
             )
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-            fig.tight_layout()
-            path = out_dir / f"{defn.paper}_tuning_{defn.tune.param.replace('.', '_')}.png"
-            fig.savefig(path)
-            figs[TUNING_FIGURES] = [path]
-        plt.close(fig)
+            param = defn.tune.param.replace(".", "_")
+            figs[TUNING_FIGURES] = [_save(fig, out_dir / f"{defn.paper}_tuning_{param}.png")]
+        else:
+            plt.close(fig)
     return figs
 
 
@@ -187,11 +191,7 @@ def _curve_plot(
     ax.set_title(f"Paper {defn.paper}, table {tname}: {pl.ylabel}\n(mean over seeds, per round)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    path = out_dir / f"{defn.paper}_{slug}_{pl.stem}.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir / f"{defn.paper}_{slug}_{pl.stem}.png")
 
 
 def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path, plt):
@@ -225,11 +225,7 @@ def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path
     ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs simulated time (mean over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_sim_time.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir / f"{defn.paper}_{slug}_accuracy_vs_sim_time.png")
 
 
 def _mean_curve(
@@ -271,10 +267,7 @@ def _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir: Path, plt) 
     axes[0][0].set_ylabel("test accuracy (%), mean over seeds")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"Paper {defn.paper}, table {tname}: accuracy vs round")
-    fig.tight_layout()
-    path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_round.png"
-    fig.savefig(path)
-    plt.close(fig)
+    path = _save(fig, out_dir / f"{defn.paper}_{slug}_accuracy_vs_round.png")
     return [path]
 
 
@@ -313,10 +306,7 @@ def _paper_epsilon_plots(
         ax.set_title(f"Paper {defn.paper}, table {tname}: accuracy vs ε (mean ± std over seeds)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png"
-        fig.savefig(path)
-        plt.close(fig)
+        path = _save(fig, out_dir / f"{defn.paper}_{slug}_accuracy_vs_epsilon.png")
         made.append(path)
     sel = [c for c in cells if any(cv.get("clients/selected_fraction") for cv in c.curves)]
     if sel and "selection" in kinds:
@@ -343,9 +333,6 @@ def _paper_epsilon_plots(
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / f"{defn.paper}_{slug}_selected_fraction_vs_threshold.png"
-        fig.savefig(path)
-        plt.close(fig)
+        path = _save(fig, out_dir / f"{defn.paper}_{slug}_selected_fraction_vs_threshold.png")
         made.append(path)
     return made
