@@ -263,15 +263,17 @@ class AsyncLocalDP(AsyncStrategy):
         delta = self.upload.delta
         for cid in ctx.cohort:
             self._tight[cid] = self.ledger.tight(cid, delta=delta)
+        # Each client's basic composition and paper sum, once (per client and for the maxima).
+        basics = {c: self.ledger.basic(c) for c in self.ledger.spent}
+        papers = {c: self.ledger.paper_spent(c) for c in self.ledger.spent}
         if self.log_clients:  # every client dispatched so far: its budget spent to date
             for cid in sorted(self._tight):
-                m[f"eps_basic/{cid}"] = self.ledger.basic(cid)[0]
+                m[f"eps_basic/{cid}"] = basics.get(cid, (0.0, 0.0))[0]
                 m[f"eps_tight/{cid}"] = self._tight[cid]
-                m[f"eps_paper/{cid}"] = self.ledger.paper_spent(cid)
-        basics = [self.ledger.basic(c) for c in self.ledger.spent]
-        m["eps_paper_max"] = max((self.ledger.paper_spent(c) for c in self.ledger.spent), default=0)
-        m["eps_basic_max"] = max((b[0] for b in basics), default=0.0)
-        m["delta_basic_max"] = max((b[1] for b in basics), default=0.0)
+                m[f"eps_paper/{cid}"] = papers.get(cid, 0.0)
+        m["eps_paper_max"] = max(papers.values(), default=0)
+        m["eps_basic_max"] = max((b[0] for b in basics.values()), default=0.0)
+        m["delta_basic_max"] = max((b[1] for b in basics.values()), default=0.0)
         m["eps_tight_max"] = max(self._tight.values(), default=0.0)
         m["eps_tight_delta"] = delta
         if self.upload.sensitivity_kind == "record":
