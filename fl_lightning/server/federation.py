@@ -3,10 +3,10 @@ step 1): the cohort sampling resolved for the strategy, every σ fixed from the 
 and the strategy handed its one :class:`~fl_lightning.strategies.spec.FederationSpec`.
 
 The order is the point: the clients' DP-SGD σ is calibrated first, so that
-``FederationSpec.local`` states what the clients will run; the strategy's own σ is calibrated
-after ``Strategy.setup_federation``, once the strategy knows the federation
-(``privacy_plan.py``). Nothing here reads the Lightning module, so when σ is fixed does not
-depend on Lightning's hook order.
+``FederationSpec.local`` states what the clients will run; the strategy calibrates its own σ in
+``Strategy.setup_federation``, to the target the spec carries (``FederationSpec.privacy``,
+``privacy_plan.py: privacy_target``). Nothing here reads the Lightning module, so when σ is
+fixed does not depend on Lightning's hook order.
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.server.privacy_plan import calibrate_client_noise, calibrate_strategy_noise
+from fl_lightning.server.privacy_plan import (
+    calibrate_client_noise,
+    check_strategy_target,
+    privacy_target,
+)
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.spec import FederationSpec, ServerOptimizerSpec
+from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget, ServerOptimizerSpec
 from fl_lightning.utils.flat import layer_slices, trainable_parameters
 
 
@@ -38,7 +42,7 @@ def set_up_federation(
     seed: int,
 ) -> None:
     """Resolves and checks the sampler, fixes the clients' DP-SGD σ (in
-    ``client.training_config``), sets the strategy up and fixes its σ (in place)."""
+    ``client.training_config``) and sets the strategy up, its σ fixed to the target."""
     sampler.resolve(amplified_by_sampling=strategy.amplified_by_sampling)
     sampler.check_population(data.num_clients)
     sampling = sampler.sampling(data.num_clients)
@@ -50,11 +54,19 @@ def set_up_federation(
         rounds=rounds,
         accountant=accountant,
     )
+    target = privacy_target(accountant, sampling)
+    check_strategy_target(strategy, target)
     spec = federation_spec(
-        data, global_net, client.training_config, server, sizes=sizes, rounds=rounds, seed=seed
+        data,
+        global_net,
+        client.training_config,
+        server,
+        sizes=sizes,
+        rounds=rounds,
+        seed=seed,
+        privacy=target,
     )
     strategy.setup_federation(spec)
-    calibrate_strategy_noise(strategy, sampling=sampling, rounds=rounds, accountant=accountant)
 
 
 def federation_spec(
@@ -66,6 +78,7 @@ def federation_spec(
     sizes: tuple[int, ...],
     rounds: int,
     seed: int,
+    privacy: PrivacyTarget,
 ) -> FederationSpec:
     """The federation as the strategy sees it (``strategies/spec.py``), before data moves."""
     return FederationSpec(
@@ -80,6 +93,7 @@ def federation_spec(
         has_validation_split=data.val is not None,
         global_model=global_net,
         client_data=data.client_data,
+        privacy=privacy,
     )
 
 

@@ -5,8 +5,9 @@ spend of a round stated before any client trains (the budget stop reads it).
   the participations no client exceeds with probability 1 − 10⁻³ (``privacy/budget.py``); a
   target that cannot pay for one round is refused with the client and its cost named. It runs
   before the strategy is set up, so that ``FederationSpec.local`` is what the clients run.
-* :func:`calibrate_strategy_noise` — the strategy's client-level σ
-  (``Strategy.calibrate_noise``), once the strategy knows the federation.
+* :func:`privacy_target` — the target every unset σ is calibrated to; the strategy calibrates
+  its own client-level σ to it in ``Strategy.setup_federation`` (``FederationSpec.privacy``),
+  after :func:`check_strategy_target` refused what the accountant cannot account.
 * :func:`planned_privacy` — the strategy's round events plus one DP-SGD event per client of the
   cohort, from the same rule (``dp_sgd_event``) the local loop uses.
 * :func:`budget_stop` — whether recording the planned round would pass the target ε: the run
@@ -39,6 +40,7 @@ from fl_lightning.privacy.budget import (
 )
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.records import RoundContext
+from fl_lightning.strategies.spec import PrivacyTarget
 
 if TYPE_CHECKING:
     from fl_lightning.privacy.accountant import PrivacyAccountant
@@ -62,31 +64,29 @@ def say_sigma_caps(field: str, sigma: float | None, target: float | None) -> Non
     )
 
 
-def privacy_target(accountant: PrivacyAccountant | None) -> tuple[float | None, float, str]:
-    """The run's target ε, δ and accountant backend (no target, δ = 1e-5 and RDP for a run
-    without an accountant), as both calibrations read them."""
+def privacy_target(accountant: PrivacyAccountant | None, sampling: CohortSampling) -> PrivacyTarget:
+    """The run's target ε, δ, accountant backend and cohort sampling (no target, δ = 1e-5 and
+    RDP for a run without an accountant), as both calibrations read them."""
     if accountant is None:
-        return None, 1e-5, "rdp"
-    return accountant.target_epsilon, accountant.delta, accountant.accountant
-
-
-def calibrate_strategy_noise(
-    strategy: Strategy,
-    *,
-    sampling: CohortSampling,
-    rounds: int,
-    accountant: PrivacyAccountant | None,
-) -> None:
-    """Fixes the strategy's unset σ (in place, through ``Strategy.calibrate_noise``); refuses
-    an accountant that cannot account the cohort sampling of a sampling-amplified strategy."""
-    target, delta, backend = privacy_target(accountant)
-    if strategy.amplified_by_sampling and sampling.without_replacement:
-        what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
-        refuse_without_replacement(backend, what=what)
-    say_sigma_caps("strategy.noise_multiplier", getattr(strategy, "noise_multiplier", None), target)
-    strategy.calibrate_noise(
-        target_epsilon=target, delta=delta, accountant=backend, rounds=rounds, sampling=sampling
+        return PrivacyTarget(sampling=sampling)
+    return PrivacyTarget(
+        epsilon=accountant.target_epsilon,
+        delta=accountant.delta,
+        accountant=accountant.accountant,
+        sampling=sampling,
     )
+
+
+def check_strategy_target(strategy: Strategy, target: PrivacyTarget) -> None:
+    """Before the strategy calibrates its σ to ``target`` (``Strategy.setup_federation``):
+    refuses an accountant that cannot account the cohort sampling of a sampling-amplified
+    strategy, and says which wins when a σ and a target are both given."""
+    sampling = target.sampling
+    if strategy.amplified_by_sampling and sampling is not None and sampling.without_replacement:
+        what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
+        refuse_without_replacement(target.accountant, what=what)
+    sigma = getattr(strategy, "noise_multiplier", None)
+    say_sigma_caps("strategy.noise_multiplier", sigma, target.epsilon)
 
 
 def calibrate_client_noise(
@@ -100,7 +100,8 @@ def calibrate_client_noise(
     """The local-training config with its DP-SGD σ fixed: calibrated so that the most
     expensive client stays within the target over its participations when unset; refuses a
     target that cannot pay for one round (``BudgetError``)."""
-    target, delta, backend = privacy_target(accountant)
+    plan = privacy_target(accountant, sampling)
+    target, delta, backend = plan.epsilon, plan.delta, plan.accountant
     dp = config.dp_sgd
     if dp is None:
         return config

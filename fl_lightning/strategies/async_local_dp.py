@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.local_budget import (
     BudgetLedger,
     MechanismName,
@@ -43,6 +43,7 @@ from fl_lightning.privacy.local_budget import (
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.base import Metrics
+from fl_lightning.strategies.spec import FederationSpec
 
 RECORD_READING = (
     "noise calibrated to the record-level sensitivity 2C/|D_i| (the paper's Def. 2 adjacency "
@@ -114,16 +115,11 @@ class AsyncLocalDP(AsyncStrategy):
         self.client_time_total = 0.0
 
     # -- budget ------------------------------------------------------------------------------
-    def calibrate_noise(
-        self,
-        *,
-        target_epsilon: float | None,
-        delta: float,
-        accountant: str,
-        rounds: int,
-        sampling: CohortSampling,
-    ) -> None:
-        self.rounds, self.rate = int(self.horizon or rounds), float(sampling.rate)
+    def setup_federation(self, spec: FederationSpec) -> None:
+        """Fixes the budget horizon E (``strategy.rounds``, else the run's rounds) and the
+        cohort rate, and refuses a budget no client can spend (``check_affordable``)."""
+        super().setup_federation(spec)
+        self.rounds, self.rate = int(self.horizon or spec.rounds), float(spec.sampling.rate)
         self.check_affordable()
 
     def planned_budgets(self) -> list[float]:

@@ -4,8 +4,8 @@ A strategy is a Lightning ``Callback`` (so its state is checkpointed with the ru
 everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 
 * ``setup_federation``: once, before any data moves, with the federation's frozen
-  :class:`~fl_lightning.strategies.spec.FederationSpec` (validation and derived settings; a
-  strategy never reads the Lightning module).
+  :class:`~fl_lightning.strategies.spec.FederationSpec` (validation and derived settings, σ
+  calibrated to the privacy target; a strategy never reads the Lightning module).
 * ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
 * ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
 * ``configure_client``: one client's plan (start weights, optimizer state, gradient hook).
@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
 
@@ -101,21 +101,12 @@ class Strategy(Callback):
     def setup_federation(self, spec: FederationSpec) -> None:
         """Called once by the server before the first round and before any data moves: checks
         the strategy's settings against the federation (``ValueError`` naming the field) and
-        derives what it needs. Overrides call ``super().setup_federation(spec)``."""
+        derives what it needs, an unset noise multiplier included (calibrated to
+        ``spec.privacy``, the run's target, over ``spec.rounds``). Overrides call
+        ``super().setup_federation(spec)``."""
         self.num_clients = spec.num_clients
         self.num_parameters = spec.num_parameters
         self.seed = spec.seed
-
-    def calibrate_noise(
-        self,
-        *,
-        target_epsilon: float | None,
-        delta: float,
-        accountant: str,
-        rounds: int,
-        sampling: CohortSampling,
-    ) -> None:
-        """Sets any unset noise multiplier from the privacy target. Default: nothing to set."""
 
     @property
     def is_private(self) -> bool:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.analysis import resolve_cohort_noise_multiplier
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 
@@ -42,23 +42,11 @@ class DPFedAvg(Strategy):
         self.clip_norm = clip_norm
         self.noise_multiplier = noise_multiplier
 
-    def calibrate_noise(
-        self,
-        *,
-        target_epsilon: float | None,
-        delta: float,
-        accountant: str,
-        rounds: int,
-        sampling: CohortSampling,
-    ) -> None:
-        self.noise_multiplier = resolve_cohort_noise_multiplier(
-            self.noise_multiplier,
-            target_epsilon=target_epsilon,
-            delta=delta,
-            accountant=accountant,
-            rounds=rounds,
-            sampling=sampling,
-        )
+    def setup_federation(self, spec: FederationSpec) -> None:
+        """Fixes an unset σ from the run's target: one subsampled Gaussian a round for
+        ``spec.rounds`` rounds of the run's cohort sampling."""
+        super().setup_federation(spec)
+        self.noise_multiplier = spec.cohort_noise_multiplier(self.noise_multiplier)
 
     @property
     def is_private(self) -> bool:

@@ -21,15 +21,13 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.analysis import (
-    refuse_sigma_and_epsilon,
-    resolve_cohort_noise_multiplier,
-)
+from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 Sparsifier = Literal["top_k", "rand_k"]
@@ -95,19 +93,15 @@ class FedSMP(Strategy):
     def is_private(self) -> bool:
         return True
 
-    def calibrate_noise(
-        self, *, target_epsilon, delta, accountant, rounds, sampling: CohortSampling
-    ) -> None:
+    def setup_federation(self, spec: FederationSpec) -> None:
+        """Fixes an unset σ from ``epsilon`` (or the run's target): one subsampled Gaussian a
+        round for ``spec.rounds`` rounds of the run's cohort sampling."""
+        super().setup_federation(spec)
         # Checked here, not in __init__: jsonargparse would hide the message behind its
         # "does not validate against any of the Union subtypes".
         refuse_sigma_and_epsilon(self.noise_multiplier, self.epsilon)
-        self.noise_multiplier = resolve_cohort_noise_multiplier(
-            self.noise_multiplier,
-            target_epsilon=self.epsilon if self.epsilon is not None else target_epsilon,
-            delta=delta,
-            accountant=accountant,
-            rounds=rounds,
-            sampling=sampling,
+        self.noise_multiplier = spec.cohort_noise_multiplier(
+            self.noise_multiplier, target_epsilon=self.epsilon
         )
 
     @property

@@ -141,31 +141,21 @@ class NbAFL(Strategy):
         self.sigma_d: float = 0.0
         self.L: int | None = None
         self.uploads = 0
-        self._min_size = 0
 
     # -- set-up ------------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
         super().setup_federation(spec)
         spec.refuse_dp_sgd("NbAFL perturbs the uploaded parameters, not the gradients")
         spec.server.require_model_averaging("NbAFL")
-        self._min_size = spec.min_client_size
-
-    def calibrate_noise(
-        self,
-        *,
-        target_epsilon: float | None,
-        delta: float,
-        accountant: str,
-        rounds: int,
-        sampling: CohortSampling,
-    ) -> None:
         if self.epsilon is None:
-            if target_epsilon is None:
+            if spec.privacy.epsilon is None:
                 raise ValueError("strategy.epsilon: unset, so privacy.target_epsilon is needed")
-            self.epsilon = target_epsilon
-        self.accountant = accountant
-        if self.sigma_u is None and self.num_clients:  # σ_U, σ_D need ε, N, m, T (once set up)
-            self.configure(num_clients=self.num_clients, min_size=self._min_size, rounds=rounds)
+            self.epsilon = spec.privacy.epsilon
+        self.accountant = spec.privacy.accountant
+        if self.sigma_u is None and self.num_clients:  # σ_U, σ_D need ε, N, m, T
+            self.configure(
+                num_clients=self.num_clients, min_size=spec.min_client_size, rounds=spec.rounds
+            )
 
     def configure(self, *, num_clients: int, min_size: int, rounds: int) -> None:
         """Fixes σ_U and σ_D from N, m = min |D_i| and T (Theorems 1–2)."""

@@ -2,11 +2,12 @@
 
 The server builds one :class:`FederationSpec` in ``FederatedModule.setup("fit")`` and hands it to
 :meth:`Strategy.setup_federation <fl_lightning.strategies.base.Strategy.setup_federation>`: the
-population, the model's layout in the flat update vector, the clients' local-training settings
-and the server optimizer. A strategy validates its settings against it (raising ``ValueError``
-that names the field) and derives what it needs (noise scales, layer slices, the local learning
-rate that turns deltas into pseudo-gradients). It never reads the Lightning module, so the
-moment a strategy is set up does not depend on Lightning's hook order, and a unit test sets a
+population, the model's layout in the flat update vector, the clients' local-training settings,
+the server optimizer and the privacy target (:class:`PrivacyTarget`). A strategy validates its
+settings against it (raising ``ValueError`` that names the field) and derives what it needs
+(its σ calibrated to the target, layer slices, the local learning rate that turns deltas into
+pseudo-gradients). It never reads the Lightning module, so the moment a strategy is set up, and
+so when its σ is fixed, does not depend on Lightning's hook order, and a unit test sets a
 strategy up with a spec of a few fields.
 """
 
@@ -20,6 +21,8 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
+from fl_lightning.privacy.analysis import resolve_cohort_noise_multiplier
+from fl_lightning.privacy.events import CohortSampling
 
 ClientData = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
 
@@ -53,6 +56,28 @@ class ServerOptimizerSpec:
 
 
 @dataclass(frozen=True)
+class PrivacyTarget:
+    """What a strategy calibrates an unset noise multiplier to, in ``setup_federation``.
+
+    Attributes:
+        epsilon: ``privacy.target_epsilon`` (None: no target, so a σ must be given).
+        delta: δ of the target.
+        accountant: the accountant backend that reports (``rdp``, ``prv``, ``pld``), so that
+            σ is calibrated on the accountant that will spend it.
+        sampling: how cohorts are drawn (None: every client every round, e.g. in unit tests).
+    """
+
+    epsilon: float | None = None
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    sampling: CohortSampling | None = None
+
+    def cohort_sampling(self, num_clients: int) -> CohortSampling:
+        """The cohort sampling, full participation of ``num_clients`` when none was given."""
+        return self.sampling or CohortSampling("fixed", 1.0, num_clients)
+
+
+@dataclass(frozen=True)
 class FederationSpec:
     """The federation a strategy runs in, fixed before the first round.
 
@@ -71,6 +96,7 @@ class FederationSpec:
             (read it, never write it), for strategies that evaluate it (ADP-FL's λ).
         client_data: client i's training examples ``(x, y)``, on the run's device once
             training starts.
+        privacy: the privacy target and cohort sampling every unset σ is calibrated to.
     """
 
     num_clients: int
@@ -84,6 +110,7 @@ class FederationSpec:
     has_validation_split: bool = False
     global_model: torch.nn.Module | None = field(default=None, compare=False, repr=False)
     client_data: ClientData | None = field(default=None, compare=False, repr=False)
+    privacy: PrivacyTarget = field(default_factory=PrivacyTarget)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layer_slices", MappingProxyType(dict(self.layer_slices)))
@@ -93,6 +120,27 @@ class FederationSpec:
     def min_client_size(self) -> int:
         """The smallest n_i (0 when the sizes are unknown)."""
         return min(self.client_sizes, default=0)
+
+    @property
+    def sampling(self) -> CohortSampling:
+        """How cohorts are drawn (full participation when the spec does not say)."""
+        return self.privacy.cohort_sampling(self.num_clients)
+
+    def cohort_noise_multiplier(
+        self, sigma: float | None, *, target_epsilon: float | None = None
+    ) -> float:
+        """σ of one client-level Gaussian a round on this federation's cohorts: ``sigma`` when
+        given, else calibrated so that ``rounds`` rounds spend ``target_epsilon`` (default: the
+        run's target) on the accountant that reports (``privacy/analysis.py``)."""
+        target = self.privacy.epsilon if target_epsilon is None else target_epsilon
+        return resolve_cohort_noise_multiplier(
+            sigma,
+            target_epsilon=target,
+            delta=self.privacy.delta,
+            accountant=self.privacy.accountant,
+            rounds=self.rounds,
+            sampling=self.sampling,
+        )
 
     @property
     def uses_dp_sgd(self) -> bool:
@@ -117,4 +165,10 @@ def local_lr_in_force(
     return float(lr)
 
 
-__all__ = ["ClientData", "FederationSpec", "ServerOptimizerSpec", "local_lr_in_force"]
+__all__ = [
+    "ClientData",
+    "FederationSpec",
+    "PrivacyTarget",
+    "ServerOptimizerSpec",
+    "local_lr_in_force",
+]

@@ -12,7 +12,7 @@ from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.even_budget import EvenBudget
-from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
 from fl_lightning.utils.rng import generator_for
 
 D = 6
@@ -41,16 +41,17 @@ def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
     return ctx, agg, metrics | s.after_round(ctx, agg)
 
 
-def calibrate(s, *, rounds: int, rate: float, population: int) -> None:  # noqa: ANN001
-    """The server's strategy calibration with no target: E = ``rounds``, fixed cohorts of
-    ``rate`` of ``population`` (what ``calibrate_strategy_noise`` passes)."""
-    s.calibrate_noise(
-        target_epsilon=None,
-        delta=1e-5,
-        accountant="rdp",
+def calibrate(s, *, rounds: int, rate: float, population: int, num_clients: int = 0) -> None:  # noqa: ANN001
+    """The server's set-up with no privacy target: E = ``rounds``, fixed cohorts of ``rate``
+    of ``population`` (N = ``num_clients``, default ``population``)."""
+    sampling = CohortSampling("fixed", rate, population)
+    spec = FederationSpec(
+        num_clients=num_clients or population,
+        num_parameters=D,
         rounds=rounds,
-        sampling=CohortSampling("fixed", rate, population),
+        privacy=PrivacyTarget(sampling=sampling),
     )
+    s.setup_federation(spec)
 
 
 def test_published_schedule_rises_and_cooling_falls():
@@ -90,7 +91,7 @@ def test_accuracy_drop_keeps_the_previous_epsilon():
 
 def test_weights_follow_eq_8():
     s = ADPFL(epsilon=10.0, staleness_alpha=0.5, accuracy_drop=None)
-    s.setup_federation(FederationSpec(num_clients=4, num_parameters=D, seed=0))
+    calibrate(s, rounds=20, rate=0.2, population=4)
     s.staleness = {0: 1.0, 1: 0.5, 2: 0.25, 3: 1.0}
     eps, sizes = [0.5, 1.0, 2.0], [100, 300, 50]
     deltas = [torch.randn(D, generator=torch.Generator().manual_seed(i)) for i in range(3)]
@@ -131,7 +132,7 @@ def test_budget_exhausted_clients_leave_and_are_logged():
         mechanism="laplace",
         refill=False,
     )
-    s.setup_federation(FederationSpec(num_clients=10, num_parameters=D, seed=0))
+    calibrate(s, rounds=20, rate=0.2, population=10)
     for r in range(5):
         ctx, _, metrics = play_round(s, r, [0, 1])
         assert ctx.cohort == ([0, 1] if r < 3 else [])
@@ -153,7 +154,7 @@ def test_a_straggler_arrives_with_decayed_lambda():
         receive_window=1.0,
         refill=False,
     )
-    s.setup_federation(FederationSpec(num_clients=10, num_parameters=D, seed=0))
+    calibrate(s, rounds=20, rate=0.2, population=10)
     slow = next(c for c in range(10) if s.delay.is_straggler(0, c))
     play_round(s, 0, [slow])
     play_round(s, 1, [])
@@ -189,14 +190,13 @@ def test_no_client_ever_exceeds_its_total_budget(
         receive_window=1.0,
         aggregation_window=0.3,
     )
-    s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
     s.rounds, s.rate = rounds, 0.5
     if min(s.upload.charged_epsilon(epsilon=e) for e in s.planned_budgets()) > total:
         # refused (before training) exactly when no round's upload is affordable
         with pytest.raises(ValueError, match="model.clients_per_round"):
-            calibrate(s, rounds=rounds, rate=0.5, population=100)
+            calibrate(s, rounds=rounds, rate=0.5, population=100, num_clients=n)
         return
-    calibrate(s, rounds=rounds, rate=0.5, population=100)
+    calibrate(s, rounds=rounds, rate=0.5, population=100, num_clients=n)
     accs = data.draw(st.lists(st.floats(0, 1), min_size=rounds * n, max_size=rounds * n))
     it = iter(accs)
     s.accuracy_fn = lambda cid: next(it)
@@ -248,7 +248,6 @@ def test_rounds_normalisation_spends_eps_over_the_rounds_and_no_client_exits(sch
     s = ADPFL(
         epsilon=3.0, schedule=schedule, rescale="rounds", accuracy_drop=None, mechanism="laplace"
     )
-    s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
     calibrate(s, rounds=E, rate=0.25, population=n)
     assert sum(s.planned_budgets()) == pytest.approx(3.0)
     for r in range(E):
@@ -263,7 +262,6 @@ def test_unnormalised_published_schedule_exits_clients_before_the_end():
     """The reviewer's finding: Eq. 6 on Eq. 10's base spends up to twice a client's share."""
     E, n = 20, 10
     s = ADPFL(epsilon=5.0, schedule="published", rescale=False, accuracy_drop=None)
-    s.setup_federation(FederationSpec(num_clients=n, num_parameters=D, seed=0))
     calibrate(s, rounds=E, rate=0.5, population=n)
     sizes = [
         len(play_round(s, r, list(range(n)), n=n, rounds=E, rate=0.5)[0].cohort) for r in range(E)
@@ -296,7 +294,6 @@ def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee():
     kw = dict(epsilon=4.0, mechanism="laplace", clip_norm=1.0, accuracy_drop=None, rescale="rounds")
     rec, cli = ADPFL(sensitivity="record", **kw), ADPFL(**kw)
     for s in (rec, cli):
-        s.setup_federation(FederationSpec(num_clients=4, num_parameters=D, seed=0))
         calibrate(s, rounds=4, rate=0.5, population=4)
     _, agg_r, metrics_r = play_round(rec, 0, [0], n=4, rounds=4, rate=0.5)
     _, agg_c, metrics_c = play_round(cli, 0, [0], n=4, rounds=4, rate=0.5)

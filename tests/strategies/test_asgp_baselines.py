@@ -12,7 +12,7 @@ from fl_lightning.strategies.cpsgd import CPSGD
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal, paper_gaussian_sigma
 from fl_lightning.strategies.dp_fedsnlc import DPFedSNLC
 from fl_lightning.strategies.fedsmp import FedSMP
-from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
 from fl_lightning.utils.rng import generator_for
 
 
@@ -112,12 +112,10 @@ def test_fedsmp_noise_only_on_kept_and_accounting():
 
 def test_fedsmp_calibrates_sigma():
     s = FedSMP(sparsifier="rand_k")
-    s.calibrate_noise(
-        target_epsilon=1.0,
-        delta=1e-5,
-        accountant="rdp",
-        rounds=20,
-        sampling=CohortSampling("fixed", 0.1, 100),
+    sampling = CohortSampling("fixed", 0.1, 100)
+    target = PrivacyTarget(epsilon=1.0, delta=1e-5, accountant="rdp", sampling=sampling)
+    s.setup_federation(
+        FederationSpec(num_clients=100, num_parameters=10, rounds=20, privacy=target)
     )
     assert s.noise_multiplier and s.noise_multiplier > 0
 

@@ -71,7 +71,11 @@ def test_model_averaging_and_the_local_lr_in_force():
 @pytest.mark.parametrize(
     ("path", "kwargs", "why"),
     [
-        ("fl_lightning.strategies.nbafl.NbAFL", {"clip_norm": 1.0}, "NbAFL perturbs the uploaded"),
+        (
+            "fl_lightning.strategies.nbafl.NbAFL",
+            {"clip_norm": 1.0, "epsilon": 1.0},
+            "NbAFL perturbs",
+        ),
         ("fl_lightning.strategies.dp_fedasgp.DPFedASGP", {}, "DP-FedASGP privatises the upload"),
         ("fl_lightning.strategies.dp_fedavg_local.DPFedAvgLocal", {}, "dp_fedavg_local adds"),
     ],
