@@ -8,7 +8,7 @@ Lightning launches the processes (``--trainer.strategy ddp``, SLURM, torchrun) a
   DP-SGD steps) that logging and the accountant need on every rank;
 * other strategies: one ``all_gather_object`` of the update metadata and one ``all_gather`` of
   the (padded) flat deltas, after which every rank aggregates the full list;
-* strategies with per-client state kept by client-side hooks (``Strategy.has_client_state``):
+* strategies with per-client state kept by client-side hooks (``Strategy.client_states``):
   the state of the clients a rank trained rides along in the same ``all_gather_object``.
 
 Before the first round, :func:`check_distributed_run` has every rank refuse the same run (a

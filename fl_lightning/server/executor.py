@@ -93,7 +93,7 @@ def refuse_unsynced_state(plan: ClientPlan, strategy: Strategy) -> None:
     """Under several processes, refuses a plan that keeps the client's optimizer state on this
     process when the strategy does not sync per-client state: the process that trains the
     client next would not have it. Every rank reaches the same plan, so all raise together."""
-    if plan.save_optimizer_state is None or strategy.has_client_state:
+    if plan.save_optimizer_state is None or strategy.client_states is not None:
         return
     if rank_and_world()[1] > 1:
         raise ValueError(f"strategy: {unsynced_state_problem(strategy)}")

@@ -152,17 +152,17 @@ def hook_metrics(out: Any, strategy: Strategy, hook: str) -> Metrics:
 
 
 def _client_states(strategy: Strategy, records: list[UpdateRecord]) -> dict[int, Any] | None:
-    """The per-client state (``Strategy.client_state``) of the clients this rank trained."""
-    if not strategy.has_client_state:
+    """The per-client state (``Strategy.client_states``) of the clients this rank trained."""
+    store = strategy.client_states
+    if store is None:
         return None
-    return {r.client_id: strategy.client_state(r.client_id) for r in records}
+    return {r.client_id: store[r.client_id] for r in records if r.client_id in store}
 
 
 def _load_client_states(strategy: Strategy, per_rank: list[dict[int, Any] | None]) -> None:
     """Copies the other ranks' clients' state into this rank's strategy (same round)."""
-    rank = rank_and_world()[0]
+    rank, store = rank_and_world()[0], strategy.client_states
     for r, states in enumerate(per_rank):
-        if r == rank or not states:
+        if r == rank or not states or store is None:
             continue
-        for cid, state in states.items():
-            strategy.load_client_state(cid, state)
+        store.update(states)

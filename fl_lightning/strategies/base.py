@@ -61,8 +61,8 @@ def unsynced_state_problem(strategy: Strategy) -> str:
     sharded over processes (``Strategy.distributed_problem``, the executor's guard)."""
     return (
         f"{type(strategy).__name__} keeps per-client optimizer state on the process that "
-        "trained the client and does not sync it (has_client_state / client_state / "
-        "load_client_state), so it cannot be sharded over processes; run one process"
+        "trained the client and does not sync it (Strategy.client_states), so it cannot be "
+        "sharded over processes; run one process"
     )
 
 
@@ -96,6 +96,13 @@ class Strategy(Callback):
         self.num_clients = 0
         self.num_parameters = 0
         self.seed = 0
+        self.client_states: dict[int, Any] | None = None
+        """Per-client state that client-side hooks keep for a later round of the same client
+        (SCAFFOLD's c_i, per-client Adam state), keyed by client id; None when there is none.
+        Under DDP the client may train on another process next time, so after every round the
+        server copies the entries of the clients each process trained to every other process
+        (inside the round's existing gather). A strategy that keeps such state elsewhere
+        cannot be sharded (``distributed_problem``)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
@@ -135,24 +142,6 @@ class Strategy(Callback):
         optimizer, no hook (SCAFFOLD adds a gradient hook, Isolate starts each client from its
         own model, DPFL-AGN resumes a client's Adam state)."""
         return ClientPlan(start_params=ctx.global_params)
-
-    # -- per-client state kept by client-side hooks (synced across processes) ---------------
-    @property
-    def has_client_state(self) -> bool:
-        """True when client-side hooks (``process_update``, the plans of ``configure_client``)
-        keep per-client state that a later round of the same client reads (SCAFFOLD's c_i,
-        per-client Adam state). Under DDP the client may train on another process next time,
-        so after every round the server copies each trained client's ``client_state`` to every
-        other process (``load_client_state``), inside the round's existing gather."""
-        return False
-
-    def client_state(self, client_id: int) -> Any:
-        """The per-client state this process holds for ``client_id`` after training it this
-        round (picklable; sent to the other processes). Default: None."""
-        return None
-
-    def load_client_state(self, client_id: int, state: Any) -> None:
-        """Stores ``client_state(client_id)`` received from the process that trained it."""
 
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
@@ -223,8 +212,8 @@ class Strategy(Callback):
     def distributed_problem(self) -> str | None:
         """Why this strategy cannot run with its clients spread over processes (None: it can).
         A strategy that keeps per-client state in its client plans (optimizer state, models)
-        syncs it with ``has_client_state`` / ``client_state`` / ``load_client_state`` (the
-        executor refuses a plan that saves state the strategy does not sync)."""
+        syncs it by keeping it in ``client_states`` (the executor refuses a plan that saves
+        state the strategy does not sync)."""
         return None
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:

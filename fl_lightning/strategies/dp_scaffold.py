@@ -37,7 +37,10 @@ class DPScaffold(Strategy):
     def __init__(self, *, weighting: Weighting = "uniform") -> None:
         super().__init__(weighting=weighting)
         self.control: torch.Tensor | None = None
+        # c_i⁺, kept where the server syncs it: under DDP it is copied from the process that
+        # trained client i to every other one after the round (docs/distributed.md).
         self.client_controls: dict[int, torch.Tensor] = {}
+        self.client_states = self.client_controls
         self._pending_control: torch.Tensor | None = None
         self._correction: tuple[int, int, torch.Tensor] | None = None
         self.local_lr: float | None = None
@@ -97,19 +100,6 @@ class DPScaffold(Strategy):
         self.client_controls[update.client_id] = c_i_new
         return update
 
-    # Under DDP, c_i⁺ is copied from the process that trained client i to every other one after
-    # the round (docs/distributed.md): the next process to train i starts from the same c_i.
-    @property
-    def has_client_state(self) -> bool:
-        return True
-
-    def client_state(self, client_id: int) -> torch.Tensor | None:
-        return self.client_controls.get(client_id)
-
-    def load_client_state(self, client_id: int, state: torch.Tensor | None) -> None:
-        if state is not None:
-            self.client_controls[client_id] = state
-
     # -- server side -------------------------------------------------------------------------
     def aggregate(
         self, updates, ctx: RoundContext, *, generator: torch.Generator
@@ -145,4 +135,7 @@ class DPScaffold(Strategy):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         control = state_dict["control"]
         self.control = None if control is None else control.clone()
-        self.client_controls = {int(c): v.clone() for c, v in state_dict["client_controls"].items()}
+        self.client_controls.clear()  # in place: it is the synced client_states
+        self.client_controls.update(
+            {int(c): v.clone() for c, v in state_dict["client_controls"].items()}
+        )

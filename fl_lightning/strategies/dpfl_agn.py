@@ -107,6 +107,9 @@ class DPFLAGN(Strategy):
         self.sigma_history: list[float] = []
         self.decay_rounds: list[int] = []
         self.optimizer_states: dict[int, dict[str, Any]] = {}
+        # Under DDP the client's Adam state is copied to every process after each round
+        # (docs/distributed.md), so whichever process trains the client next resumes it.
+        self.client_states = self.optimizer_states if adam_state == "persist" else None
 
     # -- set-up ------------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
@@ -208,22 +211,9 @@ class DPFLAGN(Strategy):
         )
 
     def distributed_problem(self) -> str | None:
-        if self.adam_state == "persist" and not self.has_client_state:
+        if self.adam_state == "persist" and self.client_states is not self.optimizer_states:
             return unsynced_state_problem(self)
         return None
-
-    # Under DDP the client's Adam state is copied to every process after each round
-    # (docs/distributed.md), so whichever process trains the client next resumes it.
-    @property
-    def has_client_state(self) -> bool:
-        return self.adam_state == "persist"
-
-    def client_state(self, client_id: int) -> dict[str, Any] | None:
-        return self.optimizer_states.get(client_id)
-
-    def load_client_state(self, client_id: int, state: dict[str, Any] | None) -> None:
-        if state is not None:
-            self.optimizer_states[client_id] = state
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -242,7 +232,8 @@ class DPFLAGN(Strategy):
         self.anr_window = list(state_dict.get("anr_window", []))
         self.sigma_history = list(state_dict["sigma_history"])
         self.decay_rounds = list(state_dict["decay_rounds"])
-        self.optimizer_states = {int(k): v for k, v in state_dict["optimizer_states"].items()}
+        self.optimizer_states.clear()  # in place: it is the synced client_states
+        self.optimizer_states.update({int(k): v for k, v in state_dict["optimizer_states"].items()})
 
 
 __all__ = ["DPFLAGN"]

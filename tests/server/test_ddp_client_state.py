@@ -10,6 +10,8 @@ stale there). A strategy that keeps such state without syncing it is refused on 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 import torch
 
@@ -23,9 +25,9 @@ from tests.server.test_ddp_equivalence import assert_same_run
 class UnsyncedAdam(DPFLAGN):
     """A strategy that persists per-client optimizer state but does not sync it."""
 
-    @property
-    def has_client_state(self) -> bool:
-        return False
+    def __init__(self, *, adam_state: Literal["persist", "reset"] = "persist") -> None:
+        super().__init__(adam_state=adam_state)
+        self.client_states = None  # the Adam states stay in optimizer_states, unsynced
 
 
 def _ranks_of_clients(val_fraction: float) -> list[dict[int, int]]:
@@ -119,7 +121,7 @@ def test_async_adp_fl_two_processes_match_one(ddp_runs):
     strategy's settings: ADP in tests/server/conftest.py)."""
     from fl_lightning.strategies.adp_fl import ADPFL
 
-    assert ADPFL.reduction == "gather" and not ADPFL(epsilon=1.0).has_client_state
+    assert ADPFL.reduction == "gather" and ADPFL(epsilon=1.0).client_states is None
     assert_same_run(ddp_runs.run("adp", 1), ddp_runs.run("adp", 2))
     # The batch's last run: both ranks then exit without a crash (a successful 2-process
     # ADP-FL run once died with SIGABRT at exit).

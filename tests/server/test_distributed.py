@@ -65,10 +65,9 @@ def test_plans_that_keep_unsynced_client_state_are_refused_under_several_process
     with pytest.raises(ValueError, match="^strategy: FedAvg keeps per-client optimizer state"):
         executor.refuse_unsynced_state(plan, FedAvg())
 
-    class Synced(FedAvg):
-        has_client_state = True
-
-    executor.refuse_unsynced_state(plan, Synced())
+    synced = FedAvg()
+    synced.client_states = {}
+    executor.refuse_unsynced_state(plan, synced)
     executor.refuse_unsynced_state(ClientPlan(start_params=torch.zeros(2)), FedAvg())
 
 
