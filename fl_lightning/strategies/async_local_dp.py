@@ -28,6 +28,7 @@ could ever upload, and the paper defines no other split.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -215,8 +216,8 @@ class AsyncLocalDP(AsyncStrategy):
         self._mark = now
         return update
 
-    def aggregate(  # noqa: ANN001
-        self, updates, ctx: RoundContext, *, generator: torch.Generator
+    def aggregate(
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
         # Summed over the round's uploads on the server (under DDP: every rank's clients).
         updates = list(updates)

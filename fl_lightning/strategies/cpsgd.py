@@ -16,6 +16,7 @@ assumed). Per-round ε goes to the accountant's local ledger (basic composition 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Literal
 
 import torch
@@ -133,7 +134,9 @@ class CPSGD(Strategy):
         return random_signs(self.padded, generator=gen).to(ctx.global_params.device)
 
     # -- client ------------------------------------------------------------------------------
-    def encode(self, x: torch.Tensor, signs: torch.Tensor, *, generator: torch.Generator):
+    def encode(
+        self, x: torch.Tensor, signs: torch.Tensor, *, generator: torch.Generator
+    ) -> torch.Tensor:
         y = rotate(x, signs)
         levels = stochastic_quantize(y, levels=self.levels, bound=self.bound, generator=generator)
         noise = sample_binomial(
@@ -145,7 +148,9 @@ class CPSGD(Strategy):
         )
         return levels + noise
 
-    def decode_sum(self, level_sum: torch.Tensor, count: int, signs: torch.Tensor, d: int):
+    def decode_sum(
+        self, level_sum: torch.Tensor, count: int, signs: torch.Tensor, d: int
+    ) -> torch.Tensor:
         total = dequantize_sum(
             level_sum,
             count=count,
@@ -169,7 +174,7 @@ class CPSGD(Strategy):
 
     # -- server ------------------------------------------------------------------------------
     def aggregate(
-        self, updates, ctx: RoundContext, *, generator: torch.Generator
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
         total: torch.Tensor | None = None
         count = 0

@@ -25,6 +25,7 @@ local ledger (basic composition), and the paper's per-round figure ε1+ε2+ε3 i
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import torch
@@ -216,7 +217,7 @@ class DPFedASGP(Strategy):
 
     # -- server ------------------------------------------------------------------------------
     def aggregate(
-        self, updates, ctx: RoundContext, *, generator: torch.Generator
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
         updates = list(updates)
         if not updates:

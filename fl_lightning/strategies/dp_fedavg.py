@@ -11,6 +11,8 @@ Wang, Balle, Kasiviswanathan 2019), never one accounted as the other.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
@@ -66,7 +68,7 @@ class DPFedAvg(Strategy):
         update.metrics["clipped"] = float(norm > self.clip_norm)
         return update
 
-    def partial_aggregate(self, updates, ctx: RoundContext) -> torch.Tensor:  # noqa: ANN001
+    def partial_aggregate(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
         """This process's sum of clipped deltas (Alg. 1's Σ Δ_k over its share of the cohort)."""
         total = torch.zeros_like(ctx.global_params)  # the sum alone: finalize divides by qN
         for update in updates:

@@ -15,9 +15,11 @@ evaluation and its decaying ε.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
-from fl_lightning.records import RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, Weighting
 
 
@@ -43,7 +45,7 @@ class DPFedExP(Strategy):
         self.epsilon = epsilon
 
     def aggregate(
-        self, updates, ctx: RoundContext, *, generator: torch.Generator
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
         total = torch.zeros_like(ctx.global_params)
         sq_norms = 0.0

@@ -15,7 +15,7 @@ DP-SGD ε. The server control c and the clients' c_i live in the strategy's ``st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -102,7 +102,7 @@ class DPScaffold(Strategy):
 
     # -- server side -------------------------------------------------------------------------
     def aggregate(
-        self, updates, ctx: RoundContext, *, generator: torch.Generator
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
         total = torch.zeros_like(ctx.global_params)
         control_sum = torch.zeros_like(ctx.global_params)

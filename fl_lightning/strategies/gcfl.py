@@ -45,7 +45,7 @@ the clients' record-level DP-SGD ε that the core accounts from ``ClientUpdate.d
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -248,7 +248,7 @@ class GCFL(Strategy):
 
     # -- server side -------------------------------------------------------------------------
     def aggregate(
-        self, updates, ctx: RoundContext, *, generator: torch.Generator
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
         updates = list(updates)
         if not updates:

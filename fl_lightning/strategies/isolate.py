@@ -11,11 +11,12 @@ are averaged per metric). ε is each client's DP-SGD ε (the maximum over client
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from fl_lightning.records import ClientPlan, RoundContext
+from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy
 
 
@@ -42,7 +43,7 @@ class Isolate(Strategy):
         return model
 
     def aggregate(
-        self, updates, ctx: RoundContext, *, generator: torch.Generator
+        self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
         for update in updates:
             start = self.client_model(update.client_id, ctx)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -103,7 +104,7 @@ class LDPFedAvg(Strategy):
         if spec.layer_slices:
             self._slices = list(spec.layer_slices.values())
 
-    def on_fit_start(self, trainer, pl_module) -> None:  # noqa: ANN001 - Lightning hook
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         note = self.guarantee_note()
         rank_zero_info(f"ldp_fedavg privacy: {note}")
         for logger in trainer.loggers:

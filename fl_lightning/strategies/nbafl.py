@@ -93,7 +93,9 @@ def clip_parameters_(w: torch.Tensor, clip_norm: float) -> float:
     return norm
 
 
-def _gaussian(shape: torch.Size, std: float, generator: torch.Generator, like: torch.Tensor):
+def _gaussian(
+    shape: torch.Size, std: float, generator: torch.Generator, like: torch.Tensor
+) -> torch.Tensor:
     noise = torch.randn(shape, generator=generator, device=generator.device, dtype=like.dtype)
     return noise.to(like.device).mul_(std)
 
