@@ -36,13 +36,18 @@ and ``engine: auto`` only picks this engine when there are none.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.privacy.clipping import clip_factors
+
+if TYPE_CHECKING:
+    from fl_lightning.client.dp_sgd import LossFn
 
 #: Per-layer memory (bytes) of per-example gradients kept at once. Above it a Linear uses the
 #: ghost norm and a convolution computes its norms chunk by chunk and its clipped sum as one
@@ -120,7 +125,7 @@ class _BookedLayer:
 
 
 @contextmanager
-def _without_onednn():
+def _without_onednn() -> Iterator[None]:
     """Disables oneDNN (CPU) convolutions only, leaving its other flags (TF32, determinism)."""
     mkldnn = torch.backends.mkldnn
     enabled = mkldnn.set_flags(False, None, None, None)[0]
@@ -340,7 +345,7 @@ class BookKeeper:
         self,
         x: torch.Tensor,
         y: torch.Tensor,
-        loss_fn,
+        loss_fn: LossFn,
         *,
         max_grad_norm: float,
         sums: list[torch.Tensor],

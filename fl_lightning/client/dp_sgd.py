@@ -266,7 +266,9 @@ class FunctorchEngine(DPSGDEngine):
 
         self._names = [n for n, p in net.named_parameters() if p.requires_grad]
 
-        def loss_one(params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor, fn: LossFn):
+        def loss_one(
+            params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor, fn: LossFn
+        ) -> torch.Tensor:
             out = functional_call(net, (params, buffers), (x.unsqueeze(0),))
             return fn(out, y.unsqueeze(0))
 

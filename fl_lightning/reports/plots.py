@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fl_lightning.reports.compare import Comparison, Ranking  # noqa: E402
@@ -18,7 +19,7 @@ from fl_lightning.reports.compare import Comparison, Ranking  # noqa: E402
 STYLE: dict[str, Any] = {"figure.dpi": 120, "font.size": 11, "axes.grid": True, "grid.alpha": 0.3}
 
 
-def _save(fig, path: Path) -> Path:  # noqa: ANN001
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

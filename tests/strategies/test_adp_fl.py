@@ -41,7 +41,7 @@ def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
     return ctx, agg, metrics | s.after_round(ctx, agg)
 
 
-def calibrate(s, *, rounds: int, rate: float, population: int) -> None:  # noqa: ANN001
+def calibrate(s, *, rounds: int, rate: float, population: int) -> None:
     """The server's strategy calibration with no target: E = ``rounds``, fixed cohorts of
     ``rate`` of ``population`` (what ``calibrate_strategy_noise`` passes)."""
     s.calibrate_noise(
