@@ -36,18 +36,14 @@ and ``engine: auto`` only picks this engine when there are none.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.privacy.clipping import clip_factors
-
-if TYPE_CHECKING:
-    from fl_lightning.client.dp_sgd import LossFn
 
 #: Per-layer memory (bytes) of per-example gradients kept at once. Above it a Linear uses the
 #: ghost norm and a convolution computes its norms chunk by chunk and its clipped sum as one
@@ -366,7 +362,7 @@ class BookKeeper:
         self,
         x: torch.Tensor,
         y: torch.Tensor,
-        loss_fn: LossFn,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  # dp_sgd.LossFn
         *,
         max_grad_norm: float,
         sums: list[torch.Tensor],
