@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
 
 import torch
 
 from fl_lightning.server.sharding import assign_clients
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Barrier
 
 
 def _setup(workload: str):  # noqa: ANN202
@@ -38,7 +43,15 @@ def _setup(workload: str):  # noqa: ANN202
     return data, net, cfg
 
 
-def _worker(rank: int, world: int, workload: str, rounds: int, cohort: int, barrier, out):  # noqa: ANN001
+def _worker(
+    rank: int,
+    world: int,
+    workload: str,
+    rounds: int,
+    cohort: int,
+    barrier: Barrier,
+    out: MutableMapping[int, list[float]],  # a Manager().dict() shared by the processes
+) -> None:
     torch.set_num_threads(1)
     data, net, cfg = _setup(workload)
     sizes = data.client_sizes()

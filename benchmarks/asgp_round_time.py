@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import time
 
+import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
@@ -45,7 +46,14 @@ class RoundTimes(Callback):
     def __init__(self) -> None:
         self.times: list[float] = []
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: object,
+        batch: object,
+        batch_idx: int,
+    ) -> None:
         value = trainer.callback_metrics.get("round/time_s")
         if value is not None:
             self.times.append(float(value))

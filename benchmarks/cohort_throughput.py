@@ -41,6 +41,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.local_loop import LocalTrainer
@@ -67,7 +68,14 @@ def make_data(clients: int, per_client: int) -> SimpleNamespace:
     )
 
 
-def bare_round(net, global_flat, data, clients, batch: int, lr: float) -> list[torch.Tensor]:
+def bare_round(
+    net: nn.Module,
+    global_flat: torch.Tensor,
+    data: SimpleNamespace,
+    clients: list[int],
+    batch: int,
+    lr: float,
+) -> list[torch.Tensor]:
     """The bare PyTorch reference: one reused model and optimizer, clients one by one."""
     params = trainable_parameters(net)
     opt = torch.optim.SGD(params, lr=lr)
@@ -87,7 +95,13 @@ def bare_round(net, global_flat, data, clients, batch: int, lr: float) -> list[t
 
 
 def ceiling_round(
-    net, global_flat, data, clients, batch: int, lr: float, channels_last: bool = False
+    net: nn.Module,
+    global_flat: torch.Tensor,
+    data: SimpleNamespace,
+    clients: list[int],
+    batch: int,
+    lr: float,
+    channels_last: bool = False,
 ) -> torch.Tensor:
     """One shared model, batches of len(clients) × batch examples, as many steps as one client
     takes: the FLOPs of a perfectly vectorised round with none of its weight traffic."""

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +39,7 @@ MODELS = {"MnistCNN": (MnistCNN, (1, 28, 28)), "CifarCNN": (CifarCNN, (3, 32, 32
 ENGINES = ["plain", "opacus", "ghost", "functorch", "bk"]
 
 
-def _setup(model: str, engine: str, batch: int, physical: int | None):
+def _setup(model: str, engine: str, batch: int, physical: int | None) -> Callable[[], None]:
     make, shape = MODELS[model]
     torch.manual_seed(0)
     net = make()

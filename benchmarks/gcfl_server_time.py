@@ -15,6 +15,7 @@ import argparse
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import torch
@@ -24,7 +25,7 @@ from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.gcfl import GCFL
 
 
-def _median_time(fn, repeats: int) -> float:
+def _median_time(fn: Callable[[], object], repeats: int) -> float:
     fn()
     times = []
     for _ in range(repeats):

@@ -25,10 +25,12 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
 from fl_lightning.privacy.mechanisms.fast_random import ChunkedUniforms
+from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
 from fl_lightning.privacy.mechanisms.registry import make_local_mechanism
 
 EPSILON = 1.5
@@ -47,7 +49,9 @@ MECHANISMS = [
 
 
 # --- Legacy implementations (main before fast_random), for the before/after comparison. ---
-def _legacy_spm(w, *, keep_prob, bound, scale, generator):
+def _legacy_spm(
+    w: torch.Tensor, *, keep_prob: float, bound: float, scale: float, generator: torch.Generator
+) -> torch.Tensor:
     p, c = keep_prob, bound
     u = torch.rand(w.shape, generator=generator, dtype=w.dtype)
     b1, b2 = (c - 1.0) / p, -(c - 1.0) / (1.0 - p)
@@ -59,7 +63,7 @@ def _legacy_spm(w, *, keep_prob, bound, scale, generator):
     return torch.where(keep, kept, flipped).mul_(w)
 
 
-def _legacy_duchi(t, *, epsilon, generator):
+def _legacy_duchi(t: torch.Tensor, *, epsilon: float, generator: torch.Generator) -> torch.Tensor:
     a = math.exp(epsilon)
     b = (a + 1.0) / (a - 1.0)
     u = torch.rand(t.shape, generator=generator, dtype=t.dtype)
@@ -68,7 +72,7 @@ def _legacy_duchi(t, *, epsilon, generator):
     return torch.where(u < threshold, pos, pos.neg())
 
 
-def _legacy_pm(t, *, epsilon, generator):
+def _legacy_pm(t: torch.Tensor, *, epsilon: float, generator: torch.Generator) -> torch.Tensor:
     s = math.exp(epsilon / 2.0)
     c = (s + 1.0) / (s - 1.0)
     p = s / (s + 1.0)
@@ -80,7 +84,7 @@ def _legacy_pm(t, *, epsilon, generator):
     return torch.where(u < p, inside, outside)
 
 
-def legacy_privatize(m, x, g):
+def legacy_privatize(m: LocalMechanism, x: torch.Tensor, g: torch.Generator) -> torch.Tensor | None:
     """The pre-fast_random ``privatize`` of mechanism ``m`` (None: unchanged mechanism)."""
     if m.name in ("spm", "pnpm"):
         return _legacy_spm(x, keep_prob=m.keep_prob, bound=m.bound, scale=m.scale, generator=g)
@@ -100,7 +104,7 @@ def legacy_privatize(m, x, g):
 
 
 # --- Timing. ---
-def median_time(fn, repeats: int) -> tuple[float, float]:
+def median_time(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
     """(median wall seconds, median CPU seconds of this process) over ``repeats`` calls.
 
     On a shared machine the CPU time (``time.process_time``) excludes time spent waiting for a
@@ -136,18 +140,18 @@ def main() -> None:
     x = torch.randn(args.n).mul_(0.1).clamp_(-1, 1)
     g = torch.Generator().manual_seed(0)
 
-    def torch_reference():
+    def torch_reference() -> torch.Tensor:
         u = torch.rand(x.shape, generator=g)
         return torch.where(u < 0.6, x, -x)
 
-    def fast_reference():  # x·(2·[u < p] − 1) with the fast uniforms
+    def fast_reference() -> torch.Tensor:  # x·(2·[u < p] − 1) with the fast uniforms
         run = ChunkedUniforms(x, generator=g, draws=1)
         for c in run:
             torch.lt(c.u[0], 0.6, out=c.out)
             c.out.mul_(2.0).sub_(1.0).mul_(c.x)
         return run.result()
 
-    def fast_uniforms_only():
+    def fast_uniforms_only() -> None:
         for _ in ChunkedUniforms(x, generator=g, draws=1):
             pass
 

@@ -72,7 +72,9 @@ WORKLOADS = {
 PARTS = ("busy", "imbalance", "collective", "accounting", "log", "step", "between")
 
 
-def run(processes: int, rounds: int, cohort: int, workload: str, root: Path, profile: bool):
+def run(
+    processes: int, rounds: int, cohort: int, workload: str, root: Path, profile: bool
+) -> tuple[list[float], dict[int, dict[str, list[float]]]]:
     entry = ([str(REPO / "benchmarks/_profiled_cli.py")] if profile
              else ["-m", "fl_lightning.cli"])  # fmt: skip
     cmd = [sys.executable, *entry, "fit",

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 if TYPE_CHECKING:
@@ -89,15 +90,26 @@ class ClientTimer(ClientCallback):
         self._started: dict[int, float] = {}
         self._round: list[float] = []
 
-    def on_client_start(self, trainer, pl_module, client_id, ctx) -> None:  # noqa: ANN001
+    def on_client_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, client_id: int, ctx: RoundContext
+    ) -> None:
         self._started[client_id] = time.perf_counter()
 
-    def on_client_end(self, trainer, pl_module, client_id, ctx, update) -> None:  # noqa: ANN001
+    def on_client_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        client_id: int,
+        ctx: RoundContext,
+        update: ClientUpdate,
+    ) -> None:
         seconds = time.perf_counter() - self._started.pop(client_id, math.nan)
         self.rows.append((int(ctx.round_idx), int(client_id), seconds, int(update.num_examples)))
         self._round.append(seconds)
 
-    def on_train_batch_end(self, trainer, pl_module, *args: Any, **kwargs: Any) -> None:  # noqa: ANN001
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any, **kwargs: Any
+    ) -> None:
         if self._round:
             pl_module.log_dict(
                 {
@@ -110,7 +122,7 @@ class ClientTimer(ClientCallback):
             )
         self._round = []
 
-    def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         out = run_dir(trainer)  # ``trainer.log_dir`` is a collective under DDP: every rank asks
         if not self.write_csv or not trainer.is_global_zero:
             return
@@ -134,7 +146,9 @@ class RunPlots(Callback):
         self.history: list[dict[str, float]] = []
         self.written: list[Path] = []
 
-    def on_train_batch_end(self, trainer, pl_module, *args: Any, **kwargs: Any) -> None:  # noqa: ANN001
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any, **kwargs: Any
+    ) -> None:
         metrics = getattr(pl_module, "round_metrics", None)
         if metrics:
             self.history.append(dict(metrics))
@@ -151,7 +165,7 @@ class RunPlots(Callback):
             ys.append(float(value))
         return xs, ys
 
-    def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         out = run_dir(trainer)  # ``trainer.log_dir`` is a collective under DDP: every rank asks
         if not trainer.is_global_zero or not self.history:
             return

@@ -128,7 +128,7 @@ def test_resume_continues_to_max_steps(run_cli, capsys, tmp_path, one_round_chec
 def test_error_during_training_keeps_its_traceback(run_cli, capsys, monkeypatch):
     from fl_lightning.server.module import FederatedModule
 
-    def broken(self, batch, batch_idx):  # noqa: ANN001, ARG001
+    def broken(self, batch, batch_idx):  # noqa: ARG001
         raise ValueError("a bug in round code")
 
     monkeypatch.setattr(FederatedModule, "training_step", broken)
@@ -146,7 +146,7 @@ def test_error_during_training_keeps_its_traceback(run_cli, capsys, monkeypatch)
 def test_bug_before_the_first_round_keeps_its_traceback(run_cli, capsys, monkeypatch):
     from fl_lightning.server.module import FederatedModule
 
-    def broken(self):  # noqa: ANN001, ARG001
+    def broken(self):  # noqa: ARG001
         return {}["missing"]
 
     monkeypatch.setattr(FederatedModule, "on_fit_start", broken)

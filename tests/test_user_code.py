@@ -21,10 +21,10 @@ class Recorder(ClientCallback):
 
     calls: ClassVar[list[tuple[str, int, int]]] = []
 
-    def on_client_start(self, trainer, pl_module, client_id, ctx) -> None:  # noqa: ANN001
+    def on_client_start(self, trainer, pl_module, client_id, ctx) -> None:
         Recorder.calls.append(("start", int(ctx.round_idx), int(client_id)))
 
-    def on_client_end(self, trainer, pl_module, client_id, ctx, update) -> None:  # noqa: ANN001
+    def on_client_end(self, trainer, pl_module, client_id, ctx, update) -> None:
         assert update.client_id == client_id and update.delta.numel() > 0
         Recorder.calls.append(("end", int(ctx.round_idx), int(client_id)))
 

@@ -18,7 +18,7 @@ class TinyNet(nn.Module):
         return self.layers(x)
 
 
-def load_moons(root, download, seed, test_fraction=0.2, **_):  # noqa: ANN001, ANN201
+def load_moons(root, download, seed, test_fraction=0.2, **_):
     """``(train, test)`` as in-memory tensors; ``data.dataset: moons`` in a config."""
     x, y = make_moons(n_samples=2000, noise=0.2, random_state=seed)
     tr, te = ds.stratified_split(y, test_fraction, seed)
@@ -35,5 +35,5 @@ class FedMedian(FedAvg):
 
     reduction = "gather"  # it needs every update at once, not their sum
 
-    def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001, ANN201
+    def aggregate(self, updates, ctx, *, generator):
         return torch.stack([u.delta for u in updates]).median(dim=0).values, {}  # (delta, metrics)

@@ -17,8 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+    from fl_lightning.privacy.mechanisms.laplace import LaplaceMechanism
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _mechanism(args: argparse.Namespace):  # noqa: ANN202
+def _mechanism(args: argparse.Namespace) -> GaussianMechanism | LaplaceMechanism | None:
     if args.mechanism == "gaussian":
         from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 

@@ -179,11 +179,13 @@ def _invert_once(
         optimizer.zero_grad()
         logits = net(dummy)
         if soft is None:
+            assert label is not None  # iDLG: the label inferred above
             loss = F.cross_entropy(logits, label)
         else:  # DLG's soft label: cross-entropy against softmax(dummy label)
             loss = torch.mean(torch.sum(-soft.softmax(-1) * F.log_softmax(logits, -1), dim=-1))
         grads = torch.autograd.grad(loss, params, create_graph=True)
         diff = sum(((g - t) ** 2).sum() for g, t in zip(grads, targets))
+        assert isinstance(diff, torch.Tensor)  # a sum over the (non-empty) parameters
         diff.backward()
         return diff
 

@@ -12,9 +12,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torchmetrics.functional.image import structural_similarity_index_measure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 PSNR_CAP = 100.0
 METRICS = ("mse", "psnr", "ssim")
@@ -99,7 +103,7 @@ def save_grid(
     )
     cmap = "gray" if x.shape[1] == 1 else None
 
-    def show(ax, img: torch.Tensor) -> None:  # noqa: ANN001
+    def show(ax: Axes, img: torch.Tensor) -> None:
         img = torch.nan_to_num(img, nan=lo, posinf=hi, neginf=lo).clamp(lo, hi)
         img = (img - lo) / max(hi - lo, 1e-8)
         arr = img[0].numpy() if img.shape[0] == 1 else img.permute(1, 2, 0).numpy()

@@ -36,6 +36,7 @@ and ``engine: auto`` only picks this engine when there are none.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -52,6 +53,8 @@ MAX_INSTANTIATED_BYTES = 256 * 2**20
 CONV_CHUNK = 64
 
 _NORMS = (nn.GroupNorm, nn.LayerNorm)
+#: The layers BK handles (``_is_supported``).
+_Supported = nn.Linear | nn.Conv2d | nn.GroupNorm | nn.LayerNorm
 
 
 def _is_supported(module: nn.Module) -> bool:
@@ -80,7 +83,9 @@ class _BookedLayer:
     G = ∂(Σ_i ℓ_i)/∂s during the backward pass."""
 
     def __init__(self, module: nn.Module, index: dict[int, int]) -> None:
-        self.module = module
+        # BookKeeper refuses any other layer holding trainable parameters (unsupported_layers).
+        assert isinstance(module, nn.Linear | nn.Conv2d | nn.GroupNorm | nn.LayerNorm)
+        self.module: _Supported = module
         self.active = False
         self.inputs: torch.Tensor | None = None
         self.output: torch.Tensor | None = None
@@ -120,7 +125,7 @@ class _BookedLayer:
 
 
 @contextmanager
-def _without_onednn():
+def _without_onednn() -> Iterator[None]:
     """Disables oneDNN (CPU) convolutions only, leaving its other flags (TF32, determinism)."""
     mkldnn = torch.backends.mkldnn
     enabled = mkldnn.set_flags(False, None, None, None)[0]
@@ -147,11 +152,24 @@ class _LayerGrads:
         self.weight_grads: torch.Tensor | None = None  # instantiated, B × (weight shape)
         self.bias_grads: torch.Tensor | None = None  # B × (bias shape)
 
+    def _activations(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, G): the booked input and output gradient, until ``_release_activations``."""
+        assert self.x is not None and self.grad_output is not None, "bk: activations released"
+        return self.x, self.grad_output
+
+    def _conv(self) -> nn.Conv2d:
+        assert isinstance(self.module, nn.Conv2d)  # only the convolution paths call this
+        return self.module
+
+    def _norm(self) -> nn.GroupNorm | nn.LayerNorm:
+        assert isinstance(self.module, _NORMS)  # only the normalisation paths call this
+        return self.module
+
     # ----- Linear ----------------------------------------------------------------------------
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(a, G) of a Linear: its input as B × T × D rows and ∂ℓ/∂s as B × T × O (T = tokens)."""
         if self._rows is None:
-            x, g = self.x, self.grad_output
+            x, g = self._activations()
             self._rows = (
                 x.reshape(x.shape[0], -1, x.shape[-1]),
                 g.reshape(g.shape[0], -1, g.shape[-1]),
@@ -163,8 +181,9 @@ class _LayerGrads:
         instantiated G_iᵀ a_i (cost T·D·O per example) or the ghost norm ⟨a_i a_iᵀ, G_i G_iᵀ⟩
         (Li et al. 2022, eq. 4; cost T²·(D+O)), whichever is cheaper (Bu et al. 2023, §3.3)
         and, for the instantiated one, fits in ``MAX_INSTANTIATED_BYTES``."""
-        if self.grad_output.dim() == 2:
-            return _squared_norms(self.x) * _squared_norms(self.grad_output)
+        x, g = self._activations()
+        if g.dim() == 2:
+            return _squared_norms(x) * _squared_norms(g)
         a, g = self.rows()
         batch, t, d = a.shape
         o = g.shape[-1]
@@ -181,7 +200,7 @@ class _LayerGrads:
         al. 2019; no ``unfold``). They are kept for the clipped sum when all of them fit in
         ``MAX_INSTANTIATED_BYTES``; otherwise each chunk is dropped after its norms (memory of
         one chunk) and the clipped sum is one ordinary weight gradient (``add_clipped_sum_``)."""
-        m, x, g = self.module, self.x, self.grad_output
+        m, (x, g) = self._conv(), self._activations()
         batch, per_example = x.shape[0], m.weight.numel()
         budget = MAX_INSTANTIATED_BYTES // (per_example * x.element_size())
         keep = batch <= budget
@@ -198,7 +217,7 @@ class _LayerGrads:
         return sq
 
     def _grouped_weight_grads(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        m, batch = self.module, x.shape[0]
+        m, batch = self._conv(), x.shape[0]
         placeholder = m.weight.new_zeros(1).expand(batch * m.out_channels, *m.weight.shape[1:])
         # oneDNN's kernels for many tiny groups are slower on the CPU than ATen's own grouped
         # path (up to 2x on the CIFAR CNN's first conv, benchmarks/dpsgd_step.py).
@@ -210,7 +229,7 @@ class _LayerGrads:
     ) -> torch.Tensor:
         """The weight gradient of the convolution of ``x`` (examples folded into channels when
         ``groups`` > 1) given the output gradient ``g``."""
-        m = self.module
+        m = self._conv()
         if groups > 1:  # example i's channels form group i of a batch of one
             g = g.reshape(1, -1, *g.shape[2:])
             x = x.reshape(1, -1, *x.shape[2:])
@@ -230,21 +249,22 @@ class _LayerGrads:
 
     # ----- normalisation layers: GroupNorm and LayerNorm ------------------------------------
     def _normalised_input(self) -> torch.Tensor:
-        m, x = self.module, self.x
+        m, (x, _) = self._norm(), self._activations()
         if isinstance(m, nn.GroupNorm):
             return F.group_norm(x, m.num_groups, eps=m.eps)
         return F.layer_norm(x, m.normalized_shape, eps=m.eps)
 
     def _reduce_to_parameter(self, t: torch.Tensor) -> torch.Tensor:
         """Sums B × ... positions ... down to B × (parameter shape)."""
-        if isinstance(self.module, nn.GroupNorm):
+        m = self._norm()
+        if isinstance(m, nn.GroupNorm):
             return t.flatten(2).sum(2)  # B × C
-        k = len(self.module.normalized_shape)
+        k = len(m.normalized_shape)
         return t.flatten(1, t.dim() - k - 1).sum(1) if t.dim() > k + 1 else t
 
     # ----- both ------------------------------------------------------------------------------
     def squared_norms(self) -> torch.Tensor:
-        m, g = self.module, self.grad_output
+        m, (_, g) = self.module, self._activations()
         sq = g.new_zeros(g.shape[0])
         if m.weight is not None and m.weight.requires_grad:
             if isinstance(m, _NORMS):
@@ -279,13 +299,15 @@ class _LayerGrads:
             if self.weight_grads is not None:
                 weight = torch.tensordot(factors, self.weight_grads, dims=1)
             elif isinstance(m, nn.Conv2d):  # Σ_i c_i (G_i ⋆ x_i): the weight gradient of c ⊙ G
-                scaled = self.grad_output * factors.view(-1, 1, 1, 1)
-                weight = self._weight_grad(scaled, self.x, m.weight, groups=1)
+                x, g = self._activations()  # kept: no weight_grads, so not released
+                weight = self._weight_grad(g * factors.view(-1, 1, 1, 1), x, m.weight, groups=1)
             else:  # (c ⊙ G)ᵀ a, one product
                 a, g = self.rows()
                 weight = (g * factors.view(-1, 1, 1)).flatten(0, 1).t() @ a.flatten(0, 1)
+            assert self.layer.weight_index is not None  # a trainable weight is one of params
             sums[self.layer.weight_index].add_(weight.view_as(m.weight))
         if self.bias_grads is not None:
+            assert self.layer.bias_index is not None and m.bias is not None  # a trainable bias
             sums[self.layer.bias_index].add_(
                 torch.tensordot(factors, self.bias_grads, dims=1).view_as(m.bias)
             )
@@ -300,7 +322,7 @@ class BookKeeper:
         params: the trainable parameters, in the order of the engine's sums.
     """
 
-    def __init__(self, net: nn.Module, params: list[torch.Tensor]) -> None:
+    def __init__(self, net: nn.Module, params: Sequence[torch.Tensor]) -> None:
         bad = unsupported_layers(net)
         if bad:
             raise ValueError(
@@ -324,7 +346,7 @@ class BookKeeper:
         backward to the model input guarantees."""
         booked = [layer for layer in self.layers if layer.output is not None]
         direct = [layer for layer in booked if not layer.modified_in_place]
-        inputs = [layer.output for layer in direct]
+        inputs = [out for layer in direct if (out := layer.output) is not None]  # all: booked
         if len(direct) < len(booked):
             if not model_input.requires_grad:
                 raise ValueError(
@@ -340,7 +362,7 @@ class BookKeeper:
         self,
         x: torch.Tensor,
         y: torch.Tensor,
-        loss_fn,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  # dp_sgd.LossFn
         *,
         max_grad_norm: float,
         sums: list[torch.Tensor],

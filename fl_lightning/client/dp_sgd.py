@@ -194,10 +194,11 @@ class OpacusEngine(DPSGDEngine):
         loss = loss_fn(self.grad_sample_module(x), y)
         loss.backward()
         self._dp.clip_and_accumulate()
+        # Opacus keeps its per-example and clipped-sum gradients as attributes of each parameter.
         for p, s in zip(self.params, sums):
-            s.add_(p.summed_grad.view_as(s))
-            p.grad_sample = None
-            p.summed_grad = None
+            s.add_(p.summed_grad.view_as(s))  # type: ignore[attr-defined]  # set by Opacus
+            p.grad_sample = None  # type: ignore[attr-defined]  # set by Opacus
+            p.summed_grad = None  # type: ignore[attr-defined]  # set by Opacus
             p.grad = None
         return float(loss.detach()) * len(x)
 
@@ -247,6 +248,7 @@ class GhostEngine(DPSGDEngine):
         finally:
             gsm.enable_hooks()
         for p, s in zip(self.params, sums):
+            assert p.grad is not None  # the second backward left Σ_i c_i g_i there
             s.add_(p.grad)
             p.grad = None
         return float(losses.detach().sum())
@@ -266,7 +268,9 @@ class FunctorchEngine(DPSGDEngine):
 
         self._names = [n for n, p in net.named_parameters() if p.requires_grad]
 
-        def loss_one(params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor, fn: LossFn):
+        def loss_one(
+            params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor, fn: LossFn
+        ) -> torch.Tensor:
             out = functional_call(net, (params, buffers), (x.unsqueeze(0),))
             return fn(out, y.unsqueeze(0))
 

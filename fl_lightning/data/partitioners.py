@@ -295,7 +295,9 @@ def label_groups(
     return _to_tensors([np.concatenate(p) for p in parts])
 
 
-def label_histogram(labels: torch.Tensor, parts: Sequence[torch.Tensor], num_classes: int):
+def label_histogram(
+    labels: torch.Tensor, parts: Sequence[torch.Tensor], num_classes: int
+) -> torch.Tensor:
     """(num_clients, num_classes) int tensor of per-client label counts (one ``bincount`` of
     client × class codes for a :class:`ClientIndex`, no per-client tensor)."""
     if isinstance(parts, ClientIndex):

@@ -5,24 +5,40 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fl_lightning.reports.compare import Comparison, Ranking  # noqa: E402
 
-STYLE: dict[str, Any] = {"figure.dpi": 120, "font.size": 11, "axes.grid": True, "grid.alpha": 0.3}
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+STYLE: dict[RcKeyType, Any] = {
+    "figure.dpi": 120,
+    "font.size": 11,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
 
 
-def _save(fig, path: Path) -> Path:  # noqa: ANN001
+def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _known(values: list[float | None]) -> list[float]:
+    """``values`` of cells already filtered on them being known (no None)."""
+    out = [v for v in values if v is not None]
+    assert len(out) == len(values)
+    return out
 
 
 def _colors(methods: list[str]) -> dict[str, str]:
@@ -46,10 +62,10 @@ def accuracy_vs_epsilon(comp: Comparison, path: Path) -> Path | None:
             cells = [c for c in comp.cells if c.method == m and c.epsilon is not None]
             ours = [c for c in cells if c.mean is not None]
             if ours:
-                xs = [c.eps_mean if c.eps_mean is not None else c.epsilon for c in ours]
+                xs = _known([c.eps_mean if c.eps_mean is not None else c.epsilon for c in ours])
                 ax.errorbar(
                     xs,
-                    [c.mean for c in ours],
+                    _known([c.mean for c in ours]),
                     yerr=[c.std or 0 for c in ours],
                     marker="o",
                     color=colors[m],
@@ -60,8 +76,8 @@ def accuracy_vs_epsilon(comp: Comparison, path: Path) -> Path | None:
             paper = [c for c in cells if c.paper is not None]
             if paper:
                 ax.plot(
-                    [c.epsilon for c in paper],
-                    [c.paper for c in paper],
+                    _known([c.epsilon for c in paper]),
+                    _known([c.paper for c in paper]),
                     ls="--",
                     marker="s",
                     mfc="none",

@@ -34,7 +34,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from fl_lightning.sweeps.spec import (
     Point,
@@ -166,7 +166,7 @@ class SweepRunner:
         retry_failed: bool = True,
         grace_s: float = 10.0,
         poll_s: float = 1.0,
-        out=None,  # noqa: ANN001 - a text stream; None: sys.stdout at print time
+        out: TextIO | None = None,  # None: sys.stdout at print time
     ) -> None:
         self.spec = spec
         self.store = store

@@ -224,31 +224,32 @@ def expand_grid(spec: SweepSpec) -> list[Point]:
 
 def _sample(p: dict[str, Any], rng: random.Random) -> Any:
     dist = _distribution(p)
-    lo, hi = p.get("min"), p.get("max")
     q = p.get("q", 1)
     mu, sigma = p.get("mu", 0.0), p.get("sigma", 1.0)
     if dist == "constant":
         return p["value"]
     if dist == "categorical":
         return rng.choices(p["values"], weights=p.get("probabilities"))[0]
-    if dist == "int_uniform":
-        return rng.randint(int(lo), int(hi))
-    if dist == "uniform":
-        return rng.uniform(lo, hi)
-    if dist == "q_uniform":
-        return round(rng.uniform(lo, hi) / q) * q
-    if dist == "log_uniform":  # W&B: min/max are natural logs of the bounds
-        return math.exp(rng.uniform(lo, hi))
-    if dist == "log_uniform_values":
-        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
-    if dist == "q_log_uniform":
-        return round(math.exp(rng.uniform(lo, hi)) / q) * q
-    if dist == "q_log_uniform_values":
-        return round(math.exp(rng.uniform(math.log(lo), math.log(hi))) / q) * q
-    if dist == "inv_log_uniform":
-        return 1.0 / math.exp(rng.uniform(lo, hi))
-    if dist == "inv_log_uniform_values":
-        return 1.0 / math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    if dist.endswith(("uniform", "uniform_values")):
+        lo, hi = p["min"], p["max"]  # present: _check_parameter requires them for these
+        if dist == "int_uniform":
+            return rng.randint(int(lo), int(hi))
+        if dist == "uniform":
+            return rng.uniform(lo, hi)
+        if dist == "q_uniform":
+            return round(rng.uniform(lo, hi) / q) * q
+        if dist == "log_uniform":  # W&B: min/max are natural logs of the bounds
+            return math.exp(rng.uniform(lo, hi))
+        if dist == "log_uniform_values":
+            return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+        if dist == "q_log_uniform":
+            return round(math.exp(rng.uniform(lo, hi)) / q) * q
+        if dist == "q_log_uniform_values":
+            return round(math.exp(rng.uniform(math.log(lo), math.log(hi))) / q) * q
+        if dist == "inv_log_uniform":
+            return 1.0 / math.exp(rng.uniform(lo, hi))
+        if dist == "inv_log_uniform_values":
+            return 1.0 / math.exp(rng.uniform(math.log(lo), math.log(hi)))
     if dist == "normal":
         return rng.gauss(mu, sigma)
     if dist == "q_normal":

@@ -23,7 +23,10 @@ import pickle
 import re
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 _CHUNK = 1 << 20
 
@@ -130,7 +133,7 @@ def checkpoint_error(path: Any, err: BaseException) -> ValueError:
     )
 
 
-def build_checkpoint_io():  # noqa: ANN201 - an AtomicCheckpointIO (Lightning imported lazily)
+def build_checkpoint_io() -> TorchCheckpointIO:  # an AtomicCheckpointIO (Lightning imported lazily)
     """Lightning's ``TorchCheckpointIO`` with atomic, fsync-ed saves and ``weights_only`` loads."""
     import torch
     from lightning.pytorch.plugins.io import TorchCheckpointIO

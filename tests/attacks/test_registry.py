@@ -33,7 +33,7 @@ def test_force_replaces_and_the_replacement_is_called():
     original = get_attack("threshold")
     calls = []
 
-    def fake(target, split, bank, *, delta, seed, settings):  # noqa: ANN001, ANN202
+    def fake(target, split, bank, *, delta, seed, settings):
         calls.append((delta, seed, settings.threshold_score))
         return "result"
 

@@ -65,7 +65,7 @@ def test_clients_move_between_ranks_in_these_runs():
     assert _moved(0.0) and _moved(0.1)
 
 
-def strategy_state(root, key: str) -> dict:  # noqa: ANN001
+def strategy_state(root, key: str) -> dict:
     """The strategy's checkpointed state (written by rank 0) holding ``key``."""
     ckpt = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     (state,) = [s for s in ckpt["callbacks"].values() if isinstance(s, dict) and key in s]

@@ -78,7 +78,7 @@ def test_config_hash_describes_strategy_settings_not_process_local_objects():
     from fl_lightning.server.run_identity import describe_setting
     from fl_lightning.strategies.adp_fl import ADPFL
 
-    def desc(strategy) -> str:  # noqa: ANN001
+    def desc(strategy) -> str:
         return fingerprint(describe_setting(dict(vars(strategy))))
 
     a, b = ADPFL(epsilon=10.0), ADPFL(epsilon=10.0)

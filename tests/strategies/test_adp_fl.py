@@ -41,7 +41,7 @@ def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
     return ctx, agg, metrics | s.after_round(ctx, agg)
 
 
-def calibrate(s, *, rounds: int, rate: float, population: int, num_clients: int = 0) -> None:  # noqa: ANN001
+def calibrate(s, *, rounds: int, rate: float, population: int, num_clients: int = 0) -> None:
     """The server's set-up with no privacy target: E = ``rounds``, fixed cohorts of ``rate``
     of ``population`` (N = ``num_clients``, default ``population``)."""
     sampling = CohortSampling("fixed", rate, population)

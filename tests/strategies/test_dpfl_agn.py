@@ -244,8 +244,8 @@ class _Capture(DPFLAGN):
         super().__init__(anr=False, **kw)
         self.grads: list[tuple[int, int, torch.Tensor, torch.Tensor]] = []
 
-    def configure_client(self, client_id, ctx):  # noqa: ANN001
-        def capture(params) -> None:  # noqa: ANN001
+    def configure_client(self, client_id, ctx):
+        def capture(params) -> None:
             flat_w = torch.cat([p.detach().reshape(-1) for p in params]).double()
             flat_g = torch.cat([p.grad.reshape(-1) for p in params]).double()
             self.grads.append((ctx.round_idx, client_id, flat_w, flat_g))

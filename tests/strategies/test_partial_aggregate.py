@@ -97,17 +97,17 @@ def test_subclass_overriding_aggregate_but_declaring_sum_is_refused_at_definitio
         class Projected(DPFedAvg):
             reduction = "sum"
 
-            def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001
+            def aggregate(self, updates, ctx, *, generator):
                 return super().aggregate(updates, ctx, generator=generator)
 
     class Undeclared(DPFedAvg):  # a user's aggregator that says nothing: gathered (safe)
-        def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001
+        def aggregate(self, updates, ctx, *, generator):
             return super().aggregate(list(updates), ctx, generator=generator)
 
     class Declared(FedAvg):
         reduction = "stream"
 
-        def aggregate(self, updates, ctx, *, generator):  # noqa: ANN001
+        def aggregate(self, updates, ctx, *, generator):
             return super().aggregate(updates, ctx, generator=generator)
 
     assert (Undeclared.reduction, Declared.reduction, DPFedAvg.reduction) == (

@@ -27,7 +27,7 @@ class Recording(FedAvg):
         self.specs.append(spec)
         self.rounds_before_setup.append(self.rounds_run)
 
-    def after_round(self, ctx, aggregate) -> dict:  # noqa: ANN001
+    def after_round(self, ctx, aggregate) -> dict:
         self.rounds_run += 1
         return {}
 

@@ -40,7 +40,9 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
     return y.reshape(n) / math.sqrt(n)
 
 
-def random_signs(n: int, *, generator: torch.Generator, device: torch.device | str = "cpu"):
+def random_signs(
+    n: int, *, generator: torch.Generator, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     return torch.randint(0, 2, (n,), generator=generator, device=device).float().mul_(2).sub_(1)
 
 

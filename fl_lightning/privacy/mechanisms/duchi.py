@@ -61,12 +61,12 @@ class DuchiMechanism(LocalMechanism):
     def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         return duchi_sample(x, epsilon=self.epsilon, generator=generator)
 
-    def mean(self, w):
+    def mean(self, w: torch.Tensor | float) -> torch.Tensor:
         return as_tensor(w) * 1.0
 
-    def variance(self, w):
+    def variance(self, w: torch.Tensor | float) -> torch.Tensor:
         return self.bound**2 - as_tensor(w) ** 2
 
-    def support(self, w):
+    def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         return torch.full_like(w, -self.bound), torch.full_like(w, self.bound)

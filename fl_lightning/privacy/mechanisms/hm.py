@@ -58,13 +58,13 @@ class HybridMechanism(LocalMechanism):
             torch.addcmul(c.out, duchi, use_duchi, out=c.out)
         return run.result()
 
-    def mean(self, w):
+    def mean(self, w: torch.Tensor | float) -> torch.Tensor:
         return as_tensor(w) * 1.0
 
-    def variance(self, w):
+    def variance(self, w: torch.Tensor | float) -> torch.Tensor:
         return self.alpha * self._pm.variance(w) + (1.0 - self.alpha) * self._duchi.variance(w)
 
-    def support(self, w):
+    def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         b = max(self._pm.bound, self._duchi.bound)
         return torch.full_like(w, -b), torch.full_like(w, b)

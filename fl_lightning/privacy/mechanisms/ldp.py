@@ -97,13 +97,13 @@ class LocalLaplace(LaplaceMechanism, LocalMechanism):
     def __init__(self, *, epsilon: float) -> None:
         LaplaceMechanism.__init__(self, epsilon=check_epsilon(epsilon), sensitivity=2.0)
 
-    def mean(self, w):
+    def mean(self, w: torch.Tensor | float) -> torch.Tensor:
         return as_tensor(w) * 1.0
 
-    def variance(self, w):
+    def variance(self, w: torch.Tensor | float) -> torch.Tensor:
         return torch.full_like(as_tensor(w), 2.0 * self.scale**2)
 
-    def support(self, w):
+    def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         return torch.full_like(w, -math.inf), torch.full_like(w, math.inf)
 
@@ -130,13 +130,13 @@ class LocalGaussian(GaussianMechanism, LocalMechanism):
     def delta(self) -> float:
         return self._delta
 
-    def mean(self, w):
+    def mean(self, w: torch.Tensor | float) -> torch.Tensor:
         return as_tensor(w) * 1.0
 
-    def variance(self, w):
+    def variance(self, w: torch.Tensor | float) -> torch.Tensor:
         return torch.full_like(as_tensor(w), self.std**2)
 
-    def support(self, w):
+    def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         return torch.full_like(w, -math.inf), torch.full_like(w, math.inf)
 

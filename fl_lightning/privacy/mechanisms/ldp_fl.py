@@ -54,13 +54,13 @@ class LDPFLMechanism(DuchiMechanism):
             )
         return run.result()
 
-    def mean(self, w):
+    def mean(self, w: torch.Tensor | float) -> torch.Tensor:
         return as_tensor(w) * 1.0
 
-    def variance(self, w):
+    def variance(self, w: torch.Tensor | float) -> torch.Tensor:
         return (self.radius * self.bound) ** 2 - (as_tensor(w) - self.centre) ** 2
 
-    def support(self, w):
+    def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         b = self.radius * self.bound
         return torch.full_like(w, self.centre - b), torch.full_like(w, self.centre + b)

@@ -67,13 +67,13 @@ class PiecewiseMechanism(LocalMechanism):
     def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         return pm_sample(x, epsilon=self.epsilon, generator=generator)
 
-    def mean(self, w):
+    def mean(self, w: torch.Tensor | float) -> torch.Tensor:
         return as_tensor(w) * 1.0
 
-    def variance(self, w):
+    def variance(self, w: torch.Tensor | float) -> torch.Tensor:
         s = math.exp(self.epsilon / 2.0)
         return as_tensor(w) ** 2 / (s - 1.0) + (s + 3.0) / (3.0 * (s - 1.0) ** 2)
 
-    def support(self, w):
+    def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         return torch.full_like(w, -self.bound), torch.full_like(w, self.bound)

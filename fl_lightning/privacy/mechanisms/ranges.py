@@ -19,11 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 RANGE_MODES = ("clip", "scale", "adaptive")
 RANGE_SOURCES = ("global", "local")
+
+
+class UnitPrivatizer(Protocol):
+    """A unit-range mechanism's ``privatize``: [−1, 1]-valued input, same-shape noisy output."""
+
+    def __call__(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ def privatize_by_layer(
     *,
     slices: Sequence[slice],
     cfg: RangeConfig,
-    privatize,
+    privatize: UnitPrivatizer,
     generator: torch.Generator,
     reference: torch.Tensor | None = None,
 ) -> torch.Tensor:

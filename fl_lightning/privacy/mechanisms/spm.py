@@ -135,19 +135,19 @@ class SymmetricPiecewiseMechanism(LocalMechanism):
         m1, m2 = sign_interval_moments(keep_prob=self.keep_prob, bound=self.bound)
         return self.scale * m1, self.scale**2 * m2
 
-    def mean(self, w):
+    def mean(self, w: torch.Tensor | float) -> torch.Tensor:
         return as_tensor(w) * self._moments()[0]
 
-    def variance(self, w):
+    def variance(self, w: torch.Tensor | float) -> torch.Tensor:
         m1, m2 = self._moments()
         return as_tensor(w) ** 2 * (m2 - m1 * m1)
 
-    def support(self, w):
+    def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         """|M(w)| ∈ [s·|w|, s·C·|w|] with either sign (s: the debiasing factor)."""
         w = as_tensor(w).abs()
         return -self.scale * self.bound * w, self.scale * self.bound * w
 
-    def magnitude_support(self, w):
+    def magnitude_support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         """The magnitude is confined to [s|w|, sC|w|]: this is what SPM reveals."""
         w = as_tensor(w).abs()
         return self.scale * w, self.scale * self.bound * w

@@ -200,7 +200,9 @@ def p000(text: str) -> dict[str, Any]:
 
 
 # -- paper 001: GCFL -------------------------------------------------------------------------
-def _three_metric_table(rows: list[list[str]], groups: list[tuple[str, Any]], key: str):
+def _three_metric_table(
+    rows: list[list[str]], groups: list[tuple[str, Any]], key: str
+) -> list[dict[str, Any]]:
     cells = []
     for r in rows[1:]:
         method = r[0]

@@ -37,6 +37,10 @@ class CellResult:
         return statistics.stdev(self.values) if len(self.values) > 1 else None
 
 
+#: Per table label: its cells and its reference cell (None: the table has no reference arm).
+TableResults = dict[str, tuple[list[CellResult], CellResult | None]]
+
+
 def collect(
     defn: Definition,
     points: list[ReproPoint],

@@ -9,7 +9,7 @@ import math
 import statistics
 from typing import Any
 
-from fl_lightning.reports.repro.cells import CellResult
+from fl_lightning.reports.repro.cells import CellResult, TableResults
 from fl_lightning.reports.repro.definition import Definition, ReproError
 from fl_lightning.reports.repro.points import TuneResult
 
@@ -155,9 +155,9 @@ def peak_verdict(
 
 def verdicts(
     defn: Definition,
-    results: dict[str, tuple[list[CellResult], CellResult | None]],
+    results: TableResults,
     tuning: list[TuneResult] | None = None,
-):
+) -> list[dict[str, Any]]:
     out = []
     for i, claim in enumerate(defn.claims):
         text = str(claim.get("claim", f"claim {i}"))
@@ -269,7 +269,9 @@ def selection_tracking(curve: dict[str, list]) -> dict[str, float] | None:
     return out
 
 
-def _tracking_verdict(text: str, t: str, claim: dict[str, Any], cells, i: int) -> dict[str, Any]:
+def _tracking_verdict(
+    text: str, t: str, claim: dict[str, Any], cells: dict[str, CellResult], i: int
+) -> dict[str, Any]:
     arm = claim["tracks"].get("arm")
     c = cells.get(arm)
     if c is None:

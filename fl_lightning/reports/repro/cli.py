@@ -201,12 +201,12 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def write_documents(
     defn: Definition,
-    points,
+    points: list[ReproPoint],
     store: ResultStore,
     out_dir: Path,
     command: str,
     tuning: list[TuneResult] | None = None,
-):
+) -> dict[str, Any]:
     paper = load_paper(defn.paper)
     results = {}
     for t in defn.tables:

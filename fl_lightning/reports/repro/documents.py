@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.reports.repro.cells import CellResult
+from fl_lightning.reports.repro.cells import CellResult, TableResults
 from fl_lightning.reports.repro.claims import VERDICTS, _diagnostics, kendall
 from fl_lightning.reports.repro.definition import Arm, Definition, TableDef
 from fl_lightning.reports.repro.figures import TUNING_FIGURES
@@ -63,7 +63,11 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
 
 
 def build_json(
-    defn: Definition, results, verdict_rows, command: str, tuning: list[TuneResult] | None = None
+    defn: Definition,
+    results: TableResults,
+    verdict_rows: list[dict[str, Any]],
+    command: str,
+    tuning: list[TuneResult] | None = None,
 ) -> dict[str, Any]:
     tables: list[dict[str, Any]] = []
     attack_tables: list[dict[str, Any]] = []
@@ -419,7 +423,9 @@ def _eps_text(x: float | None, infinite: int, seeds: int) -> str:
     return text + (f" ({infinite}/{seeds} runs ∞)" if infinite else "")
 
 
-def _cell_row_eps(c, d, ours_s: str, ro: str, rp: str, has_sel: bool) -> str:
+def _cell_row_eps(
+    c: dict[str, Any], d: dict[str, Any], ours_s: str, ro: str, rp: str, has_sel: bool
+) -> str:
     """One row of a table whose arms stand for a paper ε: the paper's ε, then the sound
     client-level ε of the runs (the accountant's, whole run) beside it."""
     sound = _eps_text(c["epsilon_reported"], d.get("epsilon_infinite_runs", 0), c["seeds"])

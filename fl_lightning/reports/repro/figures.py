@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from fl_lightning.reports.repro.cells import CellResult
+from fl_lightning.reports.repro.cells import CellResult, TableResults
 from fl_lightning.reports.repro.definition import PLOT_KINDS, Definition, PlotDef
 from fl_lightning.reports.repro.points import TuneResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TUNING_FIGURES = "__tuning__"
 
 
-def _save(fig, path: Path) -> Path:  # noqa: ANN001 (a matplotlib Figure, imported lazily)
+def _save(fig: Figure, path: Path) -> Path:
     """Lays ``fig`` out, writes it to ``path`` and closes it: how every report figure ends."""
     import matplotlib.pyplot as plt
 
@@ -26,7 +32,7 @@ def _save(fig, path: Path) -> Path:  # noqa: ANN001 (a matplotlib Figure, import
 
 
 def plots(
-    defn: Definition, results, out_dir: Path, tuning: list[TuneResult] | None = None
+    defn: Definition, results: TableResults, out_dir: Path, tuning: list[TuneResult] | None = None
 ) -> dict[str, list[Path]]:
     """Accuracy vs round and ε vs round per method (mean over seeds); accuracy vs ε where the
     table has more than one ε."""
@@ -93,7 +99,7 @@ def plots(
                 if c.values and c.eps:
                     ax.errorbar(
                         [statistics.fmean(c.eps)],
-                        [c.mean],
+                        [statistics.fmean(c.values)],  # c.mean, known non-empty here
                         yerr=[c.std or 0],
                         marker="o",
                         capsize=3,
@@ -194,7 +200,14 @@ def _curve_plot(
     return _save(fig, out_dir / f"{defn.paper}_{slug}_{pl.stem}.png")
 
 
-def _sim_time_plot(defn: Definition, tname: str, slug: str, cells, out_dir: Path, plt):
+def _sim_time_plot(
+    defn: Definition,
+    tname: str,
+    slug: str,
+    cells: list[CellResult],
+    out_dir: Path,
+    plt: ModuleType,  # matplotlib.pyplot, imported lazily by plots()
+) -> Path | None:
     """Accuracy vs the simulated wall clock of an asynchronous run (``async/sim_time``, the
     server's clock at each aggregation), mean over seeds; None when no run logs it."""
     col = "strategy/async/sim_time"
@@ -243,13 +256,24 @@ def _mean_curve(
     return xs, [statistics.fmean(per[x]) for x in xs]
 
 
-def _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir: Path, plt) -> list[Path]:
+def _accuracy_panels(
+    defn: Definition,
+    tname: str,
+    slug: str,
+    cells: list[CellResult],
+    ref: CellResult | None,
+    levels: list[float],
+    out_dir: Path,
+    plt: ModuleType,
+) -> list[Path]:
     """Accuracy vs round, one panel per paper ε (mean over seeds)."""
     fig, axes = plt.subplots(
         1, len(levels), figsize=(4.2 * len(levels) + 2.5, 4.2), dpi=110, squeeze=False
     )
     for ax, e in zip(axes[0], levels):
-        for k, c in enumerate([x for x in cells if x.arm.paper_epsilon == e] + [ref] * bool(ref)):
+        for k, c in enumerate(
+            [x for x in cells if x.arm.paper_epsilon == e] + ([ref] if ref else [])
+        ):
             xs, ys = _mean_curve(c, "test/accuracy", 100.0)
             if xs:
                 ax.plot(
@@ -272,7 +296,14 @@ def _accuracy_panels(defn, tname, slug, cells, ref, levels, out_dir: Path, plt) 
 
 
 def _paper_epsilon_plots(
-    defn, tname, slug, cells, ref, out_dir: Path, plt, kinds=PLOT_KINDS
+    defn: Definition,
+    tname: str,
+    slug: str,
+    cells: list[CellResult],
+    ref: CellResult | None,
+    out_dir: Path,
+    plt: ModuleType,
+    kinds: Sequence[str] = PLOT_KINDS,
 ) -> list[Path]:
     """For arms that stand for a paper ε (paper 000): accuracy vs round (one panel per ε),
     accuracy vs the paper's ε per method, and the selected fraction vs the λ_t quantile where

@@ -69,7 +69,9 @@ def _repro_point(
     return ReproPoint(Point(index, params, pid), arm, seed, cfgs, variant)
 
 
-def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]):
+def plan(
+    defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]
+) -> list[ReproPoint]:
     """The (arm, seed) points of ``tables``, seed-major (every arm's seed 0 first, so a
     sweep stopped early has every arm)."""
     names: list[tuple[str, TableDef]] = []
@@ -86,7 +88,9 @@ def plan(defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[Ta
     return out
 
 
-def tuning_points(defn: Definition, *, extra: dict[str, Any], arms: set[str] | None = None):
+def tuning_points(
+    defn: Definition, *, extra: dict[str, Any], arms: set[str] | None = None
+) -> list[ReproPoint]:
     """The tuning grid's points (seed-major, then arm, then value); ``arms``: only these."""
     tune = defn.tune
     if tune is None:
@@ -149,7 +153,13 @@ class ReproRunner(SweepRunner):
     """The sweep runner with a command per arm and a curve per finished point."""
 
     def __init__(
-        self, points: list[ReproPoint], store: ResultStore, *, name: str, data_root, **kw: Any
+        self,
+        points: list[ReproPoint],
+        store: ResultStore,
+        *,
+        name: str,
+        data_root: str | None,
+        **kw: Any,
     ) -> None:
         self.by_id = {rp.point.id: rp for rp in points}
         spec = SweepSpec(Path(name), "grid", {}, ["fl-lightning", "fit"], name=name)
