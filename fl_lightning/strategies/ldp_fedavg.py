@@ -33,9 +33,18 @@ from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
 from fl_lightning.privacy.mechanisms.ranges import RangeConfig, privatize_by_layer
 from fl_lightning.privacy.mechanisms.registry import local_mechanism_names, make_local_mechanism
+from fl_lightning.privacy.mechanisms.spm import SymmetricPiecewiseMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.strategies.spec import FederationSpec
+
+
+def sign_only_bound(mechanism: LocalMechanism) -> float:
+    """C of a mechanism that randomises only the sign (SPM): it reports ±C·|w|-scaled values,
+    so |w| is revealed to within the factor C."""
+    if not isinstance(mechanism, SymmetricPiecewiseMechanism):
+        raise TypeError(f"{type(mechanism).__name__} is not a sign-only mechanism")
+    return float(mechanism.bound)
 
 
 class LDPFedAvg(Strategy):
@@ -125,7 +134,7 @@ class LDPFedAvg(Strategy):
         if m is None:
             return None
         if self.sign_only:
-            c = m.bound
+            c = sign_only_bound(m)
             return (
                 f"{m.name} randomises only the sign of each weight ({m.epsilon:g}-LDP per "
                 f"coordinate for the sign, composed in privacy/epsilon_local_per_client); the "
@@ -212,7 +221,7 @@ class LDPFedAvg(Strategy):
             "mean_factor": float(m.mean(1.0)) if not m.unit_input else 1.0,
         }
         if self.sign_only:
-            metrics["magnitude_factor"] = m.bound
+            metrics["magnitude_factor"] = sign_only_bound(m)
         if not all(math.isfinite(v) for v in metrics.values()):
             raise FloatingPointError("ldp_fedavg: non-finite privacy metric")
         return metrics
