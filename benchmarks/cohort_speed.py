@@ -239,7 +239,11 @@ class Setup:
             global_params=self.global_flat,
         )
 
-    def run(self, variant: str, r: int) -> list:
+    def run(self, variant: str, r: int, keep: bool = False) -> list:
+        """One round of ``variant``. An executor's updates are consumed one by one and
+        dropped, as a FedAvg round streams them into its sum (holding a cohort of 1000 deltas
+        of 1.66M floats is 6.6 GB, which made the earlier cohort-1000 runs page); ``keep``
+        returns them (the untimed round that compares the paths)."""
         if variant == "bare":
             bare_round(self.bare_net, self.global_flat, self.data, self.clients)
             return []
@@ -248,8 +252,12 @@ class Setup:
             ceiling_round(self.ceiling_nets[net], self.global_flat, self.data, per_step,
                           self.ceiling_engines[net], net == "ceiling_cl")  # fmt: skip
             return []
-        return list(self.executors[variant].run(self.clients, self.ctx(r), self.data,
-                                                self.strategy))  # fmt: skip
+        updates = self.executors[variant].run(self.clients, self.ctx(r), self.data, self.strategy)
+        if keep:
+            return list(updates)
+        for _ in updates:
+            pass
+        return []
 
 
 VARIANTS = ("bare", "sequential", "vectorized", "ceiling", "ceiling_cl", "ceiling10",
@@ -264,21 +272,24 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int, skip: tuple[str, .
     for v in variants:
         s.run(v, 0)  # warm-up (and the vectorised path's one-time stacking and check)
     times: dict[str, list[float]] = {v: [] for v in variants}
-    updates: dict[str, list] = {}
     peaks = []  # the matmul limit, measured between the rounds (the load changes)
     for r in range(reps):
         for v in variants if r % 2 == 0 else variants[::-1]:
             peaks.append(matmul_flops_per_s(reps=2))
             t = time.perf_counter()
-            updates[v] = s.run(v, r + 1)
+            s.run(v, r + 1)
             times[v].append(time.perf_counter() - t)
     peak = statistics.median(peaks)
     med = {v: statistics.median(t) for v, t in times.items()}
     fastest = min((v for v in med if v.startswith("ceiling")), key=med.__getitem__)
     ceiling = med[fastest]
     assert s.executors["vectorized"].last_path == "stacked", "vectorised fell back"
-    seq, vec = updates["sequential"], updates["vectorized"]  # the same round (last rep)
-    max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec))
+    # the same round on both paths, untimed: the sequential updates held, the vectorised ones
+    # compared as they come
+    seq = s.run("sequential", reps + 1, keep=True)
+    vec = s.executors["vectorized"].run(s.clients, s.ctx(reps + 1), s.data, s.strategy)
+    max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec, strict=True))
+    del seq
     flops = train_flops(s.make_net) * (EXAMPLES // BATCH) * cohort
     return {
         "model": model,

@@ -172,6 +172,7 @@ class VectorizedExecutor:
         hooks = self.hooks
         size = self.bucket_size(cfg, data, ordered[0])
         self.last_bucket_size = min(size, len(ordered))
+        done = 0  # clients[:done] were handed on, in the caller's order
         for lo in range(0, len(ordered), size):
             bucket = ordered[lo : lo + size]
             if hooks is not None:  # a bucket trains together: every client starts now
@@ -179,12 +180,19 @@ class VectorizedExecutor:
                     hooks.start(cid, ctx)
             for update in self._train_bucket(stacked, bucket, plans, ctx, data, cfg):
                 updates[update.client_id] = update
-        for cid in clients:
-            g = generator_for(ctx.seed, ctx.round_idx, cid, "client_mechanism")
-            update = strategy.process_update(updates[cid], ctx, generator=g)
-            if hooks is not None:
-                hooks.end(cid, ctx, update)
-            yield update
+            # hand on every client whose predecessors are done (all of the bucket when the
+            # clients take equal steps), so that only out-of-order updates are held
+            while done < len(clients) and clients[done] in updates:
+                yield self._finish(updates.pop(clients[done]), ctx, strategy)
+                done += 1
+
+    def _finish(self, update: ClientUpdate, ctx: RoundContext, strategy: Strategy) -> ClientUpdate:
+        """The strategy's client-side processing of a trained update (as the sequential loop)."""
+        g = generator_for(ctx.seed, ctx.round_idx, update.client_id, "client_mechanism")
+        update = strategy.process_update(update, ctx, generator=g)
+        if self.hooks is not None:
+            self.hooks.end(update.client_id, ctx, update)
+        return update
 
     def client_bytes(self, cfg: LocalTrainingConfig, x: torch.Tensor) -> int:
         """Memory one client of a bucket needs during a step: its weights, gradients (momentum
