@@ -21,11 +21,15 @@ stacked layers need to know the clients:
 - ``nn.GroupNorm`` / ``nn.LayerNorm``: the normalisation is per example; the affine part uses
   each client's (γ, β);
 - ``nn.Embedding``: one lookup in the (K·V, D) stacked table (under DP-SGD: ghost norms over
-  each example's tokens, clipped sums by one ``index_add_``).
+  each example's tokens, clipped sums by one ``index_add_``);
+- ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` and Opacus' ``DPLSTM``/``DPGRU``/``DPRNN`` (any
+  ``num_layers``, ``bias``, ``batch_first``, ``bidirectional``; not ``proj_size``): the input
+  projections of all time steps as one batched GEMM, then one ``baddbmm`` a time step for the
+  clients' recurrent products (under DP-SGD: ghost norms of W_ih and W_hh over the T steps).
 
 Backward is autograd's, so any graph built from these layers works (branches, shared
 parameter-free modules, custom losses). ``stack_blocker`` names what cannot be stacked (layers
-with batch statistics such as BatchNorm, recurrent layers, parameters in other layer types) and
+with batch statistics such as BatchNorm, LSTM projections, parameters in other layer types) and
 ``StackedNet.check`` verifies, on the first real batch, that the stacked forward equals each
 client's own forward (a model that mixes the examples of a batch is caught there).
 
@@ -273,28 +277,41 @@ class _Linear(_StackedLayer):
         return y.view(k, n, -1, o).transpose(0, 1).reshape(*x.shape[:-1], o)
 
     def squared_norms(self, n: int, k: int) -> torch.Tensor:
-        a, g = self.x, self.grad_out
-        r = a.shape[1] // n
-        if r == 1:  # ‖G_iᵀ a_i‖ = ‖g_i‖·‖a_i‖ (Goodfellow 2015)
-            sq = a.square().sum(-1) * g.square().sum(-1)  # (K, N)
-        else:  # ghost norm ⟨a aᵀ, G Gᵀ⟩ (Li et al. 2022, eq. 4)
-            a3 = a.reshape(k * n, r, a.shape[-1])
-            g3 = g.reshape(k * n, r, g.shape[-1])
-            sq = (a3 @ a3.transpose(1, 2)).mul_(g3 @ g3.transpose(1, 2)).sum((1, 2)).view(k, n)
-        if self.has_bias:
-            sq = sq + g.reshape(k, n, r, -1).sum(2).square().sum(-1)
-        return sq.t()
+        return _linear_squared_norms(self.x, self.grad_out, n, k, self.has_bias)
 
     def clipped_sums(self, factors: torch.Tensor) -> list[torch.Tensor]:
-        a, g = self.x, self.grad_out
-        k, rows = g.shape[:2]
-        n = factors.shape[0]
-        c = factors.t().repeat_interleave(rows // n, dim=1).unsqueeze(-1)  # (K, N·R, 1)
-        gc = g * c
-        out = [torch.bmm(gc.transpose(1, 2), a)]
-        if self.has_bias:
-            out.append(gc.sum(1))
-        return out
+        return _linear_clipped_sums(self.x, self.grad_out, factors, self.has_bias)
+
+
+def _linear_squared_norms(
+    a: torch.Tensor, g: torch.Tensor, n: int, k: int, has_bias: bool
+) -> torch.Tensor:
+    """(N, K) per-example ‖∇W‖² (+ ‖∇b‖²) of y = a Wᵀ + b from the inputs ``a`` (K, N·R, in)
+    and output gradients ``g`` (K, N·R, out) of R rows per example (example-major)."""
+    r = a.shape[1] // n
+    if r == 1:  # ‖G_iᵀ a_i‖ = ‖g_i‖·‖a_i‖ (Goodfellow 2015)
+        sq = a.square().sum(-1) * g.square().sum(-1)  # (K, N)
+    else:  # ghost norm ⟨a aᵀ, G Gᵀ⟩ (Li et al. 2022, eq. 4)
+        a3 = a.reshape(k * n, r, a.shape[-1])
+        g3 = g.reshape(k * n, r, g.shape[-1])
+        sq = (a3 @ a3.transpose(1, 2)).mul_(g3 @ g3.transpose(1, 2)).sum((1, 2)).view(k, n)
+    if has_bias:
+        sq = sq + g.reshape(k, n, r, -1).sum(2).square().sum(-1)
+    return sq.t()
+
+
+def _linear_clipped_sums(
+    a: torch.Tensor, g: torch.Tensor, factors: torch.Tensor, has_bias: bool
+) -> list[torch.Tensor]:
+    """Each client's Σ_n c_kn ∇W_kn (and ∇b) of y = a Wᵀ + b, as one product: (K, out, in)."""
+    k, rows = g.shape[:2]
+    n = factors.shape[0]
+    c = factors.t().repeat_interleave(rows // n, dim=1).unsqueeze(-1)  # (K, N·R, 1)
+    gc = g * c
+    out = [torch.bmm(gc.transpose(1, 2), a)]
+    if has_bias:
+        out.append(gc.sum(1))
+    return out
 
 
 class _Conv(_StackedLayer):
@@ -487,6 +504,224 @@ class _Embedding(_StackedLayer):
         return [table.view_as(w)]
 
 
+def _rnn_mode(module: nn.Module) -> str | None:
+    """``LSTM``, ``GRU``, ``RNN_TANH`` or ``RNN_RELU`` for torch's recurrent layers and Opacus'
+    drop-ins (``DPLSTM``/``DPGRU``/``DPRNN``: the same equations and parameter names); None for
+    any other module."""
+    if isinstance(module, nn.RNNBase):
+        return module.mode
+    kind = type(module).__name__
+    if kind in ("DPLSTM", "DPGRU") and hasattr(module, "cell_params"):
+        return kind[2:]
+    params: Any = getattr(module, "cell_params", None)
+    if kind == "DPRNN" and params is not None:
+        return "RNN_" + str(params.get("nonlinearity", "tanh")).upper()
+    return None
+
+
+class _Recurrent(_StackedLayer):
+    """``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (and Opacus' ``DPLSTM``/``DPGRU``/``DPRNN``), any
+    ``num_layers``, ``batch_first``, ``bias``, ``bidirectional`` and inter-layer ``dropout``,
+    with each client's weights (the equations of the ``torch.nn`` docs; gate order i, f, g, o
+    and r, z, n as there).
+
+    Each cell (layer, direction) computes the input projections of all time steps as one
+    batched GEMM per client, x W_ihᵀ + b_ih, then runs the recurrence over time with one
+    ``baddbmm`` a step for the K clients' h W_hhᵀ. Per example, W_ih and W_hh are Linear layers
+    applied at T positions: ∇W_ih = Σ_t G_tᵀ x_t and ∇W_hh = Σ_t H_tᵀ h_{t-1}, with G_t and H_t
+    the gradients of the input and hidden projections at step t (one and the same for LSTM and
+    RNN, whose gates add them; different for GRU, whose candidate gate multiplies the hidden
+    projection by r). Under DP-SGD both projections get a zero "probe" added, so the
+    activation-only backward returns every G_t (and H_t) at once; the per-example squared norms
+    are then the ghost norms of a Linear layer over the T positions (Li et al. 2022, eq. 4) and
+    the clipped sums one product per weight, exactly the per-sample gradients Opacus' DPLSTM
+    accumulates over its time steps and ``torch.func`` computes through ``nn.LSTM``.
+    """
+
+    def __init__(self, prefix: str, module: nn.Module, stack: _Stack) -> None:
+        super().__init__(prefix, module, stack)
+        mode = _rnn_mode(module)
+        assert mode is not None
+        # the module's own attributes, which a model's forward may read
+        m: Any = module
+        self.mode = mode
+        self.input_size, self.hidden_size = int(m.input_size), int(m.hidden_size)
+        self.num_layers, self.bias = int(m.num_layers), bool(m.bias)
+        self.batch_first, self.dropout = bool(m.batch_first), float(m.dropout)
+        self.bidirectional, self.proj_size = bool(m.bidirectional), 0
+        self.dirs = 2 if m.bidirectional else 1
+        self.has_bias = self.bias
+        names = []
+        for layer in range(self.num_layers):
+            for d in range(self.dirs):
+                sfx = f"_l{layer}" + ("_reverse" if d else "")
+                names += [f"weight_ih{sfx}", f"weight_hh{sfx}"]
+                if self.has_bias:
+                    names += [f"bias_ih{sfx}", f"bias_hh{sfx}"]
+        self.keys = tuple(f"{prefix}{n}" for n in names)
+        self.per_cell = 4 if self.has_bias else 2
+        self.inputs: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cell, under DP-SGD
+
+    def clear(self) -> None:
+        super().clear()
+        self.inputs = []
+
+    def forward(self, input: torch.Tensor, hx: Any = None) -> tuple[torch.Tensor, Any]:  # noqa: A002
+        if not isinstance(input, torch.Tensor):
+            raise NotImplementedError(f"{self.keys[0]}: stacked recurrent layers take tensors")
+        if input.dim() != 3:
+            raise ValueError(f"{self.keys[0]}: stacked recurrent layers need batched input")
+        k = self.stack.k
+        if self.batch_first:
+            b, t = input.shape[:2]
+            x = input.reshape(b // k, k, t, -1).transpose(0, 1)  # (K, N, T, D)
+        else:
+            t, b = input.shape[:2]
+            x = input.reshape(t, b // k, k, -1).permute(2, 1, 0, 3)
+        n, cells = b // k, self.num_layers * self.dirs
+        h0: Any = None
+        c0: Any = None
+        if hx is not None:  # (L·D, N·K, H) -> (L·D, K, N, H)
+            h0, c0 = hx if self.mode == "LSTM" else (hx, None)
+            h0 = h0.reshape(cells, n, k, -1).transpose(1, 2)
+            if c0 is not None:
+                c0 = c0.reshape(cells, n, k, -1).transpose(1, 2)
+        probe = None
+        if self.stack.book is not None:
+            gates = self._p(0).shape[1]
+            probe = x.new_zeros(
+                cells, 2 if self.mode == "GRU" else 1, k, n, t, gates, requires_grad=True
+            )
+            self.inputs = []
+        hn: list[torch.Tensor] = []
+        cn: list[Any] = []  # LSTM cell states
+        layer_in = x
+        for layer in range(self.num_layers):
+            outs = []
+            for d in range(self.dirs):
+                cell = layer * self.dirs + d
+                seq, h, c = self._cell(
+                    layer_in,
+                    cell,
+                    reverse=d == 1,
+                    h0=None if h0 is None else h0[cell],
+                    c0=None if c0 is None else c0[cell],
+                    probe=None if probe is None else probe[cell],
+                )
+                outs.append(seq)
+                hn.append(h)
+                cn.append(c)
+            layer_in = outs[0] if self.dirs == 1 else torch.cat(outs, -1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                layer_in = F.dropout(layer_in, self.dropout, training=True)
+        if probe is not None:
+            self._book(x, probe)
+        if self.batch_first:
+            out = layer_in.transpose(0, 1).reshape(b, t, -1)
+        else:
+            out = layer_in.permute(2, 1, 0, 3).reshape(t, b, -1)
+
+        def fold(states: list[torch.Tensor]) -> torch.Tensor:  # (L·D, N·K, H)
+            return torch.stack(states).transpose(1, 2).reshape(cells, b, -1)
+
+        if self.mode == "LSTM":
+            return out, (fold(hn), fold(cn))
+        return out, fold(hn)
+
+    def _cell(
+        self,
+        x: torch.Tensor,
+        cell: int,
+        *,
+        reverse: bool,
+        h0: torch.Tensor | None,
+        c0: torch.Tensor | None,
+        probe: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One layer and direction over the (K, N, T, D) input: its (K, N, T, H) outputs and
+        last (h, c)."""
+        i = cell * self.per_cell
+        w_ih, w_hh = self._p(i), self._p(i + 1)
+        b_ih = self._p(i + 2) if self.has_bias else None
+        b_hh = self._p(i + 3) if self.has_bias else None
+        k, n, t, d = x.shape
+        hidden, gru = self.hidden_size, self.mode == "GRU"
+        x2 = x.reshape(k, n * t, d)
+        bias = b_ih
+        if b_ih is not None and b_hh is not None and not gru:  # the gates add both biases
+            bias = b_ih + b_hh
+        if bias is not None:
+            gi = torch.baddbmm(bias.unsqueeze(1), x2, w_ih.transpose(1, 2))
+        else:
+            gi = torch.bmm(x2, w_ih.transpose(1, 2))
+        gi = gi.view(k, n, t, -1)
+        if probe is not None:
+            gi = gi + probe[0]
+        w_hh_t = w_hh.transpose(1, 2)
+        h, c = h0, c0
+        outs: list[Any] = [None] * t
+        prevs: list[Any] = [None] * t
+        for s in range(t - 1, -1, -1) if reverse else range(t):
+            prevs[s] = h
+            gx = gi[:, :, s]
+            if gru:
+                hp = h if h is not None else x.new_zeros(k, n, hidden)
+                if b_hh is not None:
+                    gh = torch.baddbmm(b_hh.unsqueeze(1), hp, w_hh_t)
+                else:
+                    gh = torch.bmm(hp, w_hh_t)
+                if probe is not None:
+                    gh = gh + probe[1][:, :, s]
+                rz = torch.sigmoid(gx[..., : 2 * hidden] + gh[..., : 2 * hidden])
+                r, z = rz[..., :hidden], rz[..., hidden:]
+                cand = torch.tanh(gx[..., 2 * hidden :] + r * gh[..., 2 * hidden :])
+                h = (1 - z) * cand + z * hp
+            else:
+                pre = gx if h is None else torch.baddbmm(gx, h, w_hh_t)
+                if self.mode == "LSTM":
+                    sig = torch.sigmoid(pre)
+                    g = torch.tanh(pre[..., 2 * hidden : 3 * hidden])
+                    ig = sig[..., :hidden] * g
+                    c = ig if c is None else sig[..., hidden : 2 * hidden] * c + ig
+                    h = sig[..., 3 * hidden :] * torch.tanh(c)
+                elif self.mode == "RNN_RELU":
+                    h = torch.relu(pre)
+                else:
+                    h = torch.tanh(pre)
+            outs[s] = h
+        if probe is not None:
+            zero = x.new_zeros(k, n, hidden)
+            prev = torch.stack([zero if p is None else p.detach() for p in prevs], 2)
+            self.inputs.append((x2.detach(), prev.reshape(k, n * t, hidden)))
+        assert h is not None
+        return torch.stack(outs, 2), h, c
+
+    def squared_norms(self, n: int, k: int) -> torch.Tensor:
+        """Σ over cells of the ghost norms of W_ih (inputs x_t, gradients G_t) and W_hh
+        (inputs h_{t-1}, gradients H_t) over the T positions, plus ‖Σ_t G_t‖² and ‖Σ_t H_t‖²
+        for the biases."""
+        g = self.grad_out
+        sq = g.new_zeros(n, k)
+        for cell, (xin, hprev) in enumerate(self.inputs):
+            gi = g[cell, 0].reshape(k, xin.shape[1], -1)
+            gh = g[cell, -1].reshape(k, xin.shape[1], -1)
+            sq = sq + _linear_squared_norms(xin, gi, n, k, self.has_bias)
+            sq = sq + _linear_squared_norms(hprev, gh, n, k, self.has_bias)
+        return sq
+
+    def clipped_sums(self, factors: torch.Tensor) -> list[torch.Tensor]:
+        g, k = self.grad_out, factors.shape[1]
+        out = []
+        for cell, (xin, hprev) in enumerate(self.inputs):
+            gi = g[cell, 0].reshape(k, xin.shape[1], -1)
+            gh = g[cell, -1].reshape(k, xin.shape[1], -1)
+            w_ih = _linear_clipped_sums(xin, gi, factors, self.has_bias)
+            w_hh = _linear_clipped_sums(hprev, gh, factors, self.has_bias)
+            out += [w_ih[0], w_hh[0], *w_ih[1:], *w_hh[1:]]
+        self.inputs = []
+        return out
+
+
 def _stacked_layer(prefix: str, module: nn.Module, stack: _Stack, dp: bool) -> _StackedLayer | str:
     kind = type(module).__name__
     if isinstance(module, nn.Linear):
@@ -503,18 +738,27 @@ def _stacked_layer(prefix: str, module: nn.Module, stack: _Stack, dp: bool) -> _
         if module.scale_grad_by_freq or module.sparse:
             return "Embedding with scale_grad_by_freq or sparse"
         return _Embedding(prefix, module, stack)
-    return f"{kind} (stacked layers: Linear, Conv1d/2d, GroupNorm, LayerNorm, Embedding)"
+    if _rnn_mode(module) is not None:
+        if getattr(module, "proj_size", 0):
+            return f"{kind} with proj_size > 0"
+        return _Recurrent(prefix, module, stack)
+    return (
+        f"{kind} (stacked layers: Linear, Conv1d/2d, GroupNorm, LayerNorm, Embedding, LSTM/GRU/RNN)"
+    )
 
 
 def stack_blocker(net: nn.Module, *, dp: bool = False) -> str | None:
     """Why ``net`` cannot be run as a stack of clients (None when it can)."""
+    inside: str | None = None  # a recurrent layer's name: its submodules are its own
     for name, m in net.named_modules():
+        if inside is not None and name.startswith(inside):
+            continue
+        if _rnn_mode(m) is not None:
+            inside = f"{name}."
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             return f"{name} ({type(m).__name__}) normalises across the examples of a batch"
         if isinstance(m, _NORM_STATS) and getattr(m, "track_running_stats", False):
             return f"{name} ({type(m).__name__}) keeps running statistics"
-        if isinstance(m, nn.RNNBase) or type(m).__name__ in ("DPLSTM", "DPGRU", "DPRNN"):
-            return f"{name} ({type(m).__name__}) is a recurrent layer"
         own = [p for p in m.parameters(recurse=False) if p.requires_grad]
         if own:
             layer = _stacked_layer(f"{name}.", m, _Stack(), dp)
@@ -552,7 +796,12 @@ class StackedNet:
         self.stack = _Stack()
         self.net = copy.deepcopy(self.template)
         self.layers: list[_StackedLayer] = []
+        inside: str | None = None  # a replaced recurrent layer: skip its submodules
         for name, m in list(self.net.named_modules()):
+            if inside is not None and name.startswith(inside):
+                continue
+            if _rnn_mode(m) is not None:
+                inside = f"{name}."
             if not any(p.requires_grad for p in m.parameters(recurse=False)):
                 continue
             layer = _stacked_layer(f"{name}.", m, self.stack, dp)
