@@ -519,6 +519,95 @@ def _rnn_mode(module: nn.Module) -> str | None:
     return None
 
 
+class _LSTMSteps(torch.autograd.Function):
+    """The recurrence of one LSTM cell over all time steps for K clients, given the input
+    projections ``gi`` (K, T, N, 4H) (x W_ihᵀ + b_ih + b_hh): per step
+    pre = gi_t + h W_hhᵀ, i, f, o = σ(·), g = tanh(·), c = f c + i g, h = o tanh(c) (the
+    ``nn.LSTM`` equations). Its backward runs backpropagation through time by hand, one
+    ``bmm`` a step for the hidden gradient, and forms ∇W_hh = Σ_t G_tᵀ h_{t-1} as one batched
+    GEMM over all steps (instead of one small weight-gradient GEMM and sum per step), with
+    G_t = ∂ℓ/∂pre_t returned as the gradient of ``gi``. Returns the (K, T, N, H) outputs and
+    the last (h, c)."""
+
+    @staticmethod
+    def forward(ctx, gi, h0, c0, w_hh, reverse):  # noqa: ANN001, ANN205
+        # states time-major inside, (T, K, N, ·): every step writes contiguous slices
+        k, t, n, four = gi.shape
+        hidden = four // 4
+        g_block = slice(2 * hidden, 3 * hidden)
+        acts = gi.new_empty(t, k, n, four)  # σ(i), σ(f), tanh(g), σ(o)
+        hs = gi.new_empty(t, k, n, hidden)
+        cs = gi.new_empty(t, k, n, hidden)
+        tanh_cs = gi.new_empty(t, k, n, hidden)
+        h, c = h0, c0
+        w_t = w_hh.transpose(1, 2)
+        for s in range(t - 1, -1, -1) if reverse else range(t):
+            pre = gi[:, s].clone() if h is None else torch.baddbmm(gi[:, s], h, w_t)
+            # tanh(x) = 2σ(2x) − 1: one sigmoid for all four gates (torch's CPU tanh is
+            # several times slower than its sigmoid; the results agree to float rounding)
+            pre[..., g_block] *= 2
+            a = torch.sigmoid(pre, out=acts[s])
+            a[..., g_block].mul_(2).sub_(1)
+            gate_i, gate_f, gate_g, gate_o = a.chunk(4, -1)
+            if c is None:
+                c = torch.mul(gate_i, gate_g, out=cs[s])
+            else:
+                c = torch.addcmul(gate_i * gate_g, gate_f, c, out=cs[s])
+            tanh_c = torch.sigmoid(c * 2, out=tanh_cs[s]).mul_(2).sub_(1)
+            h = torch.mul(gate_o, tanh_c, out=hs[s])
+        ctx.save_for_backward(acts, hs, cs, tanh_cs, h0, c0, w_hh)
+        ctx.reverse = reverse
+        return hs.transpose(0, 1), h.clone(), c.clone()
+
+    @staticmethod
+    def backward(ctx, d_hs, d_h, d_c):  # noqa: ANN001, ANN205
+        acts, hs, cs, tanh_cs, h0, c0, w_hh = ctx.saved_tensors
+        t, k, n, hidden = hs.shape
+        order = list(range(t - 1, -1, -1)) if ctx.reverse else list(range(t))
+        d_pre = acts.new_empty(k, t, n, 4 * hidden)  # the layout of gi
+        d_h, d_c = d_h.clone(), d_c.clone()
+        prev_c = [c0, *[cs[s] for s in order[:-1]]]
+        g_block = slice(2 * hidden, 3 * hidden)
+        for j in range(t - 1, -1, -1):
+            s = order[j]
+            d_h += d_hs[:, s]
+            a = acts[s]
+            gate_i, gate_f, gate_g, gate_o = a.chunk(4, -1)
+            # the gates' slopes σ' = σ(1 − σ), tanh' = 1 − tanh² (per step: cache-hot)
+            slope = a * (1 - a)
+            torch.mul(gate_g, gate_g, out=slope[..., g_block]).neg_().add_(1)
+            tanh_c = tanh_cs[s]
+            d_c.addcmul_(d_h * gate_o, 1 - tanh_c * tanh_c)
+            d_s = d_pre[:, s]
+            di, df, dg, do = d_s.chunk(4, -1)  # ∂ℓ/∂(gate outputs), then × slope
+            torch.mul(d_c, gate_g, out=di)
+            torch.mul(d_c, gate_i, out=dg)
+            torch.mul(d_h, tanh_c, out=do)
+            if prev_c[j] is not None:
+                torch.mul(d_c, prev_c[j], out=df)
+            else:  # c₋₁ = 0
+                df.zero_()
+            d_s.mul_(slope)
+            d_c = d_c * gate_f
+            d_h = torch.bmm(d_s, w_hh)
+        d_w = None
+        if ctx.needs_input_grad[3]:
+            h_prev = _previous_states(hs.transpose(0, 1), h0, ctx.reverse)
+            d_w = torch.bmm(
+                d_pre.reshape(k, t * n, -1).transpose(1, 2), h_prev.reshape(k, t * n, hidden)
+            )
+        return d_pre, d_h if h0 is not None else None, d_c if c0 is not None else None, d_w, None
+
+
+def _previous_states(hs: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
+    """h_{t-1} of every step t of the (K, T, N, H) outputs ``hs`` (h0, or zeros, first; the
+    next step's state for a reverse direction)."""
+    first = h0.unsqueeze(1) if h0 is not None else hs.new_zeros(hs.shape[0], 1, *hs.shape[2:])
+    if reverse:
+        return torch.cat([hs[:, 1:], first], 1)
+    return torch.cat([first, hs[:, :-1]], 1)
+
+
 class _Recurrent(_StackedLayer):
     """``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (and Opacus' ``DPLSTM``/``DPGRU``/``DPRNN``), any
     ``num_layers``, ``batch_first``, ``bias``, ``bidirectional`` and inter-layer ``dropout``,
@@ -561,10 +650,11 @@ class _Recurrent(_StackedLayer):
         self.keys = tuple(f"{prefix}{n}" for n in names)
         self.per_cell = 4 if self.has_bias else 2
         self.inputs: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cell, under DP-SGD
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def clear(self) -> None:
         super().clear()
-        self.inputs = []
+        self.inputs, self.pairs = [], []
 
     def forward(self, input: torch.Tensor, hx: Any = None) -> tuple[torch.Tensor, Any]:  # noqa: A002
         if not isinstance(input, torch.Tensor):
@@ -572,12 +662,14 @@ class _Recurrent(_StackedLayer):
         if input.dim() != 3:
             raise ValueError(f"{self.keys[0]}: stacked recurrent layers need batched input")
         k = self.stack.k
+        # inside: time-major per client, (K, T, N, D), so each step reads one contiguous slice
         if self.batch_first:
             b, t = input.shape[:2]
-            x = input.reshape(b // k, k, t, -1).transpose(0, 1)  # (K, N, T, D)
+            x = input.reshape(b // k, k, t, -1).permute(1, 2, 0, 3)
         else:
             t, b = input.shape[:2]
-            x = input.reshape(t, b // k, k, -1).permute(2, 1, 0, 3)
+            x = input.reshape(t, b // k, k, -1).permute(2, 0, 1, 3)
+        x = x.contiguous()
         n, cells = b // k, self.num_layers * self.dirs
         h0: Any = None
         c0: Any = None
@@ -590,7 +682,7 @@ class _Recurrent(_StackedLayer):
         if self.stack.book is not None:
             gates = self._p(0).shape[1]
             probe = x.new_zeros(
-                cells, 2 if self.mode == "GRU" else 1, k, n, t, gates, requires_grad=True
+                cells, 2 if self.mode == "GRU" else 1, k, t, n, gates, requires_grad=True
             )
             self.inputs = []
         hn: list[torch.Tensor] = []
@@ -616,10 +708,10 @@ class _Recurrent(_StackedLayer):
                 layer_in = F.dropout(layer_in, self.dropout, training=True)
         if probe is not None:
             self._book(x, probe)
-        if self.batch_first:
-            out = layer_in.transpose(0, 1).reshape(b, t, -1)
+        if self.batch_first:  # (K, T, N, H·D) -> (N·K, T, H·D)
+            out = layer_in.permute(2, 0, 1, 3).reshape(b, t, -1)
         else:
-            out = layer_in.permute(2, 1, 0, 3).reshape(t, b, -1)
+            out = layer_in.permute(1, 2, 0, 3).reshape(t, b, -1)
 
         def fold(states: list[torch.Tensor]) -> torch.Tensor:  # (L·D, N·K, H)
             return torch.stack(states).transpose(1, 2).reshape(cells, b, -1)
@@ -638,15 +730,15 @@ class _Recurrent(_StackedLayer):
         c0: torch.Tensor | None,
         probe: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """One layer and direction over the (K, N, T, D) input: its (K, N, T, H) outputs and
+        """One layer and direction over the (K, T, N, D) input: its (K, T, N, H) outputs and
         last (h, c)."""
         i = cell * self.per_cell
         w_ih, w_hh = self._p(i), self._p(i + 1)
         b_ih = self._p(i + 2) if self.has_bias else None
         b_hh = self._p(i + 3) if self.has_bias else None
-        k, n, t, d = x.shape
+        k, t, n, d = x.shape
         hidden, gru = self.hidden_size, self.mode == "GRU"
-        x2 = x.reshape(k, n * t, d)
+        x2 = x.reshape(k, t * n, d)
         bias = b_ih
         if b_ih is not None and b_hh is not None and not gru:  # the gates add both biases
             bias = b_ih + b_hh
@@ -654,71 +746,77 @@ class _Recurrent(_StackedLayer):
             gi = torch.baddbmm(bias.unsqueeze(1), x2, w_ih.transpose(1, 2))
         else:
             gi = torch.bmm(x2, w_ih.transpose(1, 2))
-        gi = gi.view(k, n, t, -1)
+        gi = gi.view(k, t, n, -1)
         if probe is not None:
             gi = gi + probe[0]
+        if self.mode == "LSTM":
+            seq, h, c = _LSTMSteps.apply(gi, h0, c0, w_hh, reverse)
+            if probe is not None:
+                self.inputs.append((x.detach(), _previous_states(seq.detach(), h0, reverse)))
+            return seq, h, c
+        steps = gi.unbind(1)  # its backward is one stack, not a zero-filled copy a step
+        probes_h = probe[1].unbind(1) if probe is not None and gru else None
         w_hh_t = w_hh.transpose(1, 2)
         h, c = h0, c0
         outs: list[Any] = [None] * t
         prevs: list[Any] = [None] * t
         for s in range(t - 1, -1, -1) if reverse else range(t):
             prevs[s] = h
-            gx = gi[:, :, s]
+            gx = steps[s]
             if gru:
                 hp = h if h is not None else x.new_zeros(k, n, hidden)
                 if b_hh is not None:
                     gh = torch.baddbmm(b_hh.unsqueeze(1), hp, w_hh_t)
                 else:
                     gh = torch.bmm(hp, w_hh_t)
-                if probe is not None:
-                    gh = gh + probe[1][:, :, s]
-                rz = torch.sigmoid(gx[..., : 2 * hidden] + gh[..., : 2 * hidden])
-                r, z = rz[..., :hidden], rz[..., hidden:]
-                cand = torch.tanh(gx[..., 2 * hidden :] + r * gh[..., 2 * hidden :])
+                if probes_h is not None:
+                    gh = gh + probes_h[s]
+                xr, xz, xn = gx.chunk(3, -1)
+                hr, hz, hn = gh.chunk(3, -1)
+                r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+                cand = torch.tanh(xn + r * hn)
                 h = (1 - z) * cand + z * hp
             else:
                 pre = gx if h is None else torch.baddbmm(gx, h, w_hh_t)
-                if self.mode == "LSTM":
-                    sig = torch.sigmoid(pre)
-                    g = torch.tanh(pre[..., 2 * hidden : 3 * hidden])
-                    ig = sig[..., :hidden] * g
-                    c = ig if c is None else sig[..., hidden : 2 * hidden] * c + ig
-                    h = sig[..., 3 * hidden :] * torch.tanh(c)
-                elif self.mode == "RNN_RELU":
-                    h = torch.relu(pre)
-                else:
-                    h = torch.tanh(pre)
+                h = torch.relu(pre) if self.mode == "RNN_RELU" else torch.tanh(pre)
             outs[s] = h
         if probe is not None:
             zero = x.new_zeros(k, n, hidden)
-            prev = torch.stack([zero if p is None else p.detach() for p in prevs], 2)
-            self.inputs.append((x2.detach(), prev.reshape(k, n * t, hidden)))
+            prev = torch.stack([zero if p is None else p.detach() for p in prevs], 1)
+            self.inputs.append((x.detach(), prev))
         assert h is not None
-        return torch.stack(outs, 2), h, c
+        return torch.stack(outs, 1), h, c
+
+    def _pairs(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Per cell (x, G, h_prev, H), each (K, N·T, ·) example-major like ``_Linear``'s."""
+        g = self.grad_out
+
+        def rows(a: torch.Tensor) -> torch.Tensor:  # (K, T, N, F) -> (K, N·T, F)
+            return a.transpose(1, 2).reshape(a.shape[0], -1, a.shape[-1])
+
+        return [
+            (rows(xin), rows(g[cell, 0]), rows(hprev), rows(g[cell, -1]))
+            for cell, (xin, hprev) in enumerate(self.inputs)
+        ]
 
     def squared_norms(self, n: int, k: int) -> torch.Tensor:
         """Σ over cells of the ghost norms of W_ih (inputs x_t, gradients G_t) and W_hh
         (inputs h_{t-1}, gradients H_t) over the T positions, plus ‖Σ_t G_t‖² and ‖Σ_t H_t‖²
         for the biases."""
-        g = self.grad_out
-        sq = g.new_zeros(n, k)
-        for cell, (xin, hprev) in enumerate(self.inputs):
-            gi = g[cell, 0].reshape(k, xin.shape[1], -1)
-            gh = g[cell, -1].reshape(k, xin.shape[1], -1)
+        self.pairs = self._pairs()
+        sq = self.grad_out.new_zeros(n, k)
+        for xin, gi, hprev, gh in self.pairs:
             sq = sq + _linear_squared_norms(xin, gi, n, k, self.has_bias)
             sq = sq + _linear_squared_norms(hprev, gh, n, k, self.has_bias)
         return sq
 
     def clipped_sums(self, factors: torch.Tensor) -> list[torch.Tensor]:
-        g, k = self.grad_out, factors.shape[1]
         out = []
-        for cell, (xin, hprev) in enumerate(self.inputs):
-            gi = g[cell, 0].reshape(k, xin.shape[1], -1)
-            gh = g[cell, -1].reshape(k, xin.shape[1], -1)
+        for xin, gi, hprev, gh in self.pairs:
             w_ih = _linear_clipped_sums(xin, gi, factors, self.has_bias)
             w_hh = _linear_clipped_sums(hprev, gh, factors, self.has_bias)
             out += [w_ih[0], w_hh[0], *w_ih[1:], *w_hh[1:]]
-        self.inputs = []
+        self.inputs, self.pairs = [], []
         return out
 
 
