@@ -307,10 +307,12 @@ def _linear_clipped_sums(
     k, rows = g.shape[:2]
     n = factors.shape[0]
     c = factors.t().repeat_interleave(rows // n, dim=1).unsqueeze(-1)  # (K, N·R, 1)
-    gc = g * c
-    out = [torch.bmm(gc.transpose(1, 2), a)]
+    if a.shape[-1] <= g.shape[-1]:  # Gᵀ (c ⊙ a) = (c ⊙ G)ᵀ a: scale the narrower operand
+        out = [torch.bmm(g.transpose(1, 2), a * c)]
+    else:
+        out = [torch.bmm((g * c).transpose(1, 2), a)]
     if has_bias:
-        out.append(gc.sum(1))
+        out.append(torch.bmm(c.transpose(1, 2), g).squeeze(1))
     return out
 
 
@@ -650,11 +652,11 @@ class _Recurrent(_StackedLayer):
         self.keys = tuple(f"{prefix}{n}" for n in names)
         self.per_cell = 4 if self.has_bias else 2
         self.inputs: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cell, under DP-SGD
-        self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
 
     def clear(self) -> None:
         super().clear()
-        self.inputs, self.pairs = [], []
+        self.inputs, self.parts = [], []
 
     def forward(self, input: torch.Tensor, hx: Any = None) -> tuple[torch.Tensor, Any]:  # noqa: A002
         if not isinstance(input, torch.Tensor):
@@ -787,36 +789,53 @@ class _Recurrent(_StackedLayer):
         assert h is not None
         return torch.stack(outs, 1), h, c
 
-    def _pairs(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Per cell (x, G, h_prev, H), each (K, N·T, ·) example-major like ``_Linear``'s."""
+    def _parts(self) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Per cell, the Linear maps of its weights as (inputs, output gradients), each
+        (K, N·T, ·) example-major like ``_Linear``'s: for LSTM and RNN, whose gates add both
+        projections (one G), the one map [x_t, h_{t-1}] ↦ [W_ih W_hh] (G Gᵀ formed once); for
+        GRU x_t ↦ W_ih (G) and h_{t-1} ↦ W_hh (H)."""
         g = self.grad_out
 
         def rows(a: torch.Tensor) -> torch.Tensor:  # (K, T, N, F) -> (K, N·T, F)
             return a.transpose(1, 2).reshape(a.shape[0], -1, a.shape[-1])
 
-        return [
-            (rows(xin), rows(g[cell, 0]), rows(hprev), rows(g[cell, -1]))
-            for cell, (xin, hprev) in enumerate(self.inputs)
-        ]
+        parts = []
+        for cell, (xin, hprev) in enumerate(self.inputs):
+            if g.shape[1] == 1:
+                parts.append([(rows(torch.cat([xin, hprev], -1)), rows(g[cell, 0]))])
+            else:
+                parts.append([(rows(xin), rows(g[cell, 0])), (rows(hprev), rows(g[cell, 1]))])
+        return parts
 
     def squared_norms(self, n: int, k: int) -> torch.Tensor:
         """Σ over cells of the ghost norms of W_ih (inputs x_t, gradients G_t) and W_hh
         (inputs h_{t-1}, gradients H_t) over the T positions, plus ‖Σ_t G_t‖² and ‖Σ_t H_t‖²
         for the biases."""
-        self.pairs = self._pairs()
+        self.parts = self._parts()
         sq = self.grad_out.new_zeros(n, k)
-        for xin, gi, hprev, gh in self.pairs:
-            sq = sq + _linear_squared_norms(xin, gi, n, k, self.has_bias)
-            sq = sq + _linear_squared_norms(hprev, gh, n, k, self.has_bias)
+        for parts in self.parts:
+            if len(parts) == 1:  # one G for both weights and both biases
+                a, g = parts[0]
+                sq = sq + _linear_squared_norms(a, g, n, k, False)
+                if self.has_bias:
+                    sq = sq + 2 * g.reshape(k, n, -1, g.shape[-1]).sum(2).square().sum(-1).t()
+            else:
+                for a, g in parts:
+                    sq = sq + _linear_squared_norms(a, g, n, k, self.has_bias)
         return sq
 
     def clipped_sums(self, factors: torch.Tensor) -> list[torch.Tensor]:
         out = []
-        for xin, gi, hprev, gh in self.pairs:
-            w_ih = _linear_clipped_sums(xin, gi, factors, self.has_bias)
-            w_hh = _linear_clipped_sums(hprev, gh, factors, self.has_bias)
-            out += [w_ih[0], w_hh[0], *w_ih[1:], *w_hh[1:]]
-        self.inputs, self.pairs = [], []
+        for (xin, _), parts in zip(self.inputs, self.parts):
+            if len(parts) == 1:
+                w, *b = _linear_clipped_sums(*parts[0], factors, self.has_bias)
+                d = xin.shape[-1]
+                out += [w[..., :d], w[..., d:], *b, *[t.clone() for t in b]]
+            else:
+                w_ih = _linear_clipped_sums(*parts[0], factors, self.has_bias)
+                w_hh = _linear_clipped_sums(*parts[1], factors, self.has_bias)
+                out += [w_ih[0], w_hh[0], *w_ih[1:], *w_hh[1:]]
+        self.inputs, self.parts = [], []
         return out
 
 
