@@ -532,7 +532,7 @@ class _LSTMSteps(torch.autograd.Function):
     the last (h, c)."""
 
     @staticmethod
-    def forward(ctx, gi, h0, c0, w_hh, reverse):  # noqa: ANN001, ANN205
+    def forward(ctx, gi, h0, c0, w_hh, reverse, probe=None, sink=None):  # noqa: ANN001, ANN205
         # states time-major inside, (T, K, N, ·): every step writes contiguous slices
         k, t, n, four = gi.shape
         hidden = four // 4
@@ -558,7 +558,7 @@ class _LSTMSteps(torch.autograd.Function):
             tanh_c = torch.sigmoid(c * 2, out=tanh_cs[s]).mul_(2).sub_(1)
             h = torch.mul(gate_o, tanh_c, out=hs[s])
         ctx.save_for_backward(acts, hs, cs, tanh_cs, h0, c0, w_hh)
-        ctx.reverse = reverse
+        ctx.reverse, ctx.sink, ctx.probe = reverse, sink, probe is not None
         return hs.transpose(0, 1), h.clone(), c.clone()
 
     @staticmethod
@@ -598,7 +598,11 @@ class _LSTMSteps(torch.autograd.Function):
             d_w = torch.bmm(
                 d_pre.reshape(k, t * n, -1).transpose(1, 2), h_prev.reshape(k, t * n, hidden)
             )
-        return d_pre, d_h if h0 is not None else None, d_c if c0 is not None else None, d_w, None
+        if ctx.sink is not None:  # DP-SGD: G_t of every step, for the per-example norms
+            ctx.sink[0][ctx.sink[1]] = d_pre
+        d_probe = d_pre.new_zeros(()) if ctx.probe else None
+        d_h0 = d_h if h0 is not None else None
+        return d_pre, d_h0, d_c if c0 is not None else None, d_w, None, d_probe, None
 
 
 def _previous_states(hs: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
@@ -622,8 +626,9 @@ class _Recurrent(_StackedLayer):
     applied at T positions: ∇W_ih = Σ_t G_tᵀ x_t and ∇W_hh = Σ_t H_tᵀ h_{t-1}, with G_t and H_t
     the gradients of the input and hidden projections at step t (one and the same for LSTM and
     RNN, whose gates add them; different for GRU, whose candidate gate multiplies the hidden
-    projection by r). Under DP-SGD both projections get a zero "probe" added, so the
-    activation-only backward returns every G_t (and H_t) at once; the per-example squared norms
+    projection by r). Under DP-SGD the LSTM's Function hands over every G_t from its backward
+    (GRU and RNN: both projections get a zero "probe" added, whose gradients are the G_t and
+    H_t), so one activation-only backward yields them all; the per-example squared norms
     are then the ghost norms of a Linear layer over the T positions (Li et al. 2022, eq. 4) and
     the clipped sums one product per weight, exactly the per-sample gradients Opacus' DPLSTM
     accumulates over its time steps and ``torch.func`` computes through ``nn.LSTM``.
@@ -653,10 +658,11 @@ class _Recurrent(_StackedLayer):
         self.per_cell = 4 if self.has_bias else 2
         self.inputs: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cell, under DP-SGD
         self.parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        self.captured: list[torch.Tensor | None] = []  # LSTM: G_t per cell, under DP-SGD
 
     def clear(self) -> None:
         super().clear()
-        self.inputs, self.parts = [], []
+        self.inputs, self.parts, self.captured = [], [], []
 
     def forward(self, input: torch.Tensor, hx: Any = None) -> tuple[torch.Tensor, Any]:  # noqa: A002
         if not isinstance(input, torch.Tensor):
@@ -683,10 +689,15 @@ class _Recurrent(_StackedLayer):
         probe = None
         if self.stack.book is not None:
             gates = self._p(0).shape[1]
-            probe = x.new_zeros(
-                cells, 2 if self.mode == "GRU" else 1, k, t, n, gates, requires_grad=True
+            # the LSTM Function hands its G_t to ``captured`` and needs only some input to
+            # differentiate for; GRU and RNN add a zero probe to the projections
+            shape = (
+                ()
+                if self.mode == "LSTM"
+                else (cells, 2 if self.mode == "GRU" else 1, k, t, n, gates)
             )
-            self.inputs = []
+            probe = x.new_zeros(shape, requires_grad=True)
+            self.inputs, self.captured = [], [None] * cells
         hn: list[torch.Tensor] = []
         cn: list[Any] = []  # LSTM cell states
         layer_in = x
@@ -700,7 +711,8 @@ class _Recurrent(_StackedLayer):
                     reverse=d == 1,
                     h0=None if h0 is None else h0[cell],
                     c0=None if c0 is None else c0[cell],
-                    probe=None if probe is None else probe[cell],
+                    probe=None if probe is None or probe.dim() == 0 else probe[cell],
+                    scalar=probe if probe is not None and probe.dim() == 0 else None,
                 )
                 outs.append(seq)
                 hn.append(h)
@@ -731,6 +743,7 @@ class _Recurrent(_StackedLayer):
         h0: torch.Tensor | None,
         c0: torch.Tensor | None,
         probe: torch.Tensor | None,
+        scalar: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One layer and direction over the (K, T, N, D) input: its (K, T, N, H) outputs and
         last (h, c)."""
@@ -752,8 +765,9 @@ class _Recurrent(_StackedLayer):
         if probe is not None:
             gi = gi + probe[0]
         if self.mode == "LSTM":
-            seq, h, c = _LSTMSteps.apply(gi, h0, c0, w_hh, reverse)
-            if probe is not None:
+            sink = (self.captured, cell) if scalar is not None else None
+            seq, h, c = _LSTMSteps.apply(gi, h0, c0, w_hh, reverse, scalar, sink)
+            if scalar is not None:
                 self.inputs.append((x.detach(), _previous_states(seq.detach(), h0, reverse)))
             return seq, h, c
         steps = gi.unbind(1)  # its backward is one stack, not a zero-filled copy a step
@@ -794,14 +808,18 @@ class _Recurrent(_StackedLayer):
         (K, N·T, ·) example-major like ``_Linear``'s: for LSTM and RNN, whose gates add both
         projections (one G), the one map [x_t, h_{t-1}] ↦ [W_ih W_hh] (G Gᵀ formed once); for
         GRU x_t ↦ W_ih (G) and h_{t-1} ↦ W_hh (H)."""
-        g = self.grad_out
+        g, g_width = self.grad_out, self._p(0).shape[1]
 
         def rows(a: torch.Tensor) -> torch.Tensor:  # (K, T, N, F) -> (K, N·T, F)
             return a.transpose(1, 2).reshape(a.shape[0], -1, a.shape[-1])
 
         parts = []
         for cell, (xin, hprev) in enumerate(self.inputs):
-            if g.shape[1] == 1:
+            if self.mode == "LSTM":
+                got = self.captured[cell]  # None: the loss does not depend on this layer
+                gates = got if got is not None else xin.new_zeros(*xin.shape[:3], g_width)
+                parts.append([(rows(torch.cat([xin, hprev], -1)), rows(gates))])
+            elif g.shape[1] == 1:
                 parts.append([(rows(torch.cat([xin, hprev], -1)), rows(g[cell, 0]))])
             else:
                 parts.append([(rows(xin), rows(g[cell, 0])), (rows(hprev), rows(g[cell, 1]))])
@@ -835,7 +853,7 @@ class _Recurrent(_StackedLayer):
                 w_ih = _linear_clipped_sums(*parts[0], factors, self.has_bias)
                 w_hh = _linear_clipped_sums(*parts[1], factors, self.has_bias)
                 out += [w_ih[0], w_hh[0], *w_ih[1:], *w_hh[1:]]
-        self.inputs, self.parts = [], []
+        self.inputs, self.parts, self.captured = [], [], []
         return out
 
 
