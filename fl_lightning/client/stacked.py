@@ -666,7 +666,9 @@ class _Recurrent(_StackedLayer):
 
     def forward(self, input: torch.Tensor, hx: Any = None) -> tuple[torch.Tensor, Any]:  # noqa: A002
         if not isinstance(input, torch.Tensor):
-            raise NotImplementedError(f"{self.keys[0]}: stacked recurrent layers take tensors")
+            raise NotImplementedError(
+                f"{self.keys[0]}: stacked recurrent layers take tensors, not {type(input).__name__}"
+            )
         if input.dim() != 3:
             raise ValueError(f"{self.keys[0]}: stacked recurrent layers need batched input")
         k = self.stack.k

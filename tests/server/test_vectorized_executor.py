@@ -284,9 +284,10 @@ def test_updates_stream_out_bucket_by_bucket_in_cohort_order() -> None:
     [
         (MLP(input_dim=64, hidden=(8,), num_classes=10), None, True),
         (MLP(input_dim=64, hidden=(8,), num_classes=10), DPSGDConfig(), True),
+        (MnistLSTM(input_size=8, hidden_size=4), None, True),
         (nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)), None, False),
     ],
-    ids=["plain-clients", "dp-sgd-clients", "model-with-batch-norm"],
+    ids=["plain-clients", "dp-sgd-clients", "lstm", "model-with-batch-norm"],
 )
 def test_auto_executor_measures_stackable_models(net, dp_sgd, expected, caplog):
     from fl_lightning.server.executor import AutoExecutor
@@ -410,6 +411,30 @@ def test_char_lstm_cohort_equals_sequential(dp: bool) -> None:
         torch.testing.assert_close(v.delta, s.delta, rtol=1e-5, atol=1e-5)
         assert v.loss == pytest.approx(s.loss, rel=1e-5)
         assert s.delta.abs().sum() > 0
+
+
+class _PackedLSTM(nn.Module):
+    """Feeds its LSTM a PackedSequence, which the stacked layer does not take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm, self.head = nn.LSTM(3, 4, batch_first=True), nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lengths = torch.full((len(x),), x.shape[1])
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        _, (h, _) = self.lstm(packed)
+        return self.head(h[-1])
+
+
+def test_packed_sequence_input_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    data = _data([10, 12], shape=(5, 3))
+    client = ClientModule(_PackedLSTM(), num_classes=10)
+    executor = VectorizedExecutor(LocalTrainer(client))
+    with caplog.at_level(logging.WARNING):
+        updates = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
+    assert len(updates) == 2 and executor.last_path == "sequential"
+    assert "PackedSequence" in executor.last_fallback_reason
 
 
 @pytest.mark.parametrize("dp", [False, True], ids=["sgd", "dp-sgd"])
