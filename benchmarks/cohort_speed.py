@@ -7,7 +7,13 @@ book-keeping clipping). Two models with the same shape (1.66M parameters):
 
 - ``mnist_cnn``: the project's ``MnistCNN`` (``nn.Sequential`` blocks);
 - ``user_cnn``: :class:`UserCNN`, written here the way a user writes one (functional ReLU and
-  pooling, ``x.view(x.size(0), -1)``, in-place activations), which no part of the core knows.
+  pooling, ``x.view(x.size(0), -1)``, in-place activations), which no part of the core knows;
+
+and, not of that shape, ``mnist_lstm``: ADP-FL's ``MnistLSTM`` (LSTM(28, 64) over the 28 image
+rows + Linear(64, 10), 24,714 parameters). Its DP-SGD clients use ``impl: opacus`` (Opacus'
+``DPLSTM``, the same parameters: ``ClientModule`` refuses ``nn.LSTM`` under DP-SGD, and engine
+``auto`` picks ``opacus`` for it); its bare loop keeps ``nn.LSTM`` (non-private, as above) and
+its DP ceiling runs the sequential path's engine (``opacus``) on DPLSTM.
 
 Variants, run on the same global weights, interleaved (ABC CBA ...), median of ``--reps``:
 
@@ -62,6 +68,7 @@ from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.cnn import MnistCNN
+from fl_lightning.models.lstm import MnistLSTM
 from fl_lightning.records import RoundContext
 from fl_lightning.server.executor import SequentialExecutor
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
@@ -89,7 +96,9 @@ class UserCNN(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
-MODELS = {"mnist_cnn": MnistCNN, "user_cnn": UserCNN}
+MODELS = {"mnist_cnn": MnistCNN, "user_cnn": UserCNN, "mnist_lstm": MnistLSTM}
+#: under DP-SGD, the clients' (and the ceiling's) model where it differs (Opacus' drop-ins)
+DP_MODELS = {"mnist_lstm": lambda: MnistLSTM(impl="opacus")}
 
 
 def make_data(clients: int) -> SimpleNamespace:
@@ -191,20 +200,21 @@ class Setup:
 
     def __init__(self, model: str, dp: bool, cohort: int) -> None:
         self.make_net = MODELS[model]
+        private_net = DP_MODELS.get(model, self.make_net) if dp else self.make_net
         self.data = make_data(cohort)
         self.clients = list(range(cohort))
         dp_cfg = DPSGDConfig(noise_multiplier=1.0, max_grad_norm=1.0) if dp else None
 
         def client() -> ClientModule:
             torch.manual_seed(0)
-            return ClientModule(self.make_net(), num_classes=10, lr=LR, batch_size=BATCH,
+            return ClientModule(private_net(), num_classes=10, lr=LR, batch_size=BATCH,
                                 dp_sgd=dp_cfg)  # fmt: skip
 
         seq_client = client()
         self.global_flat = flatten(trainable_parameters(seq_client.net))
         self.bare_net = self.make_net()
-        self.ceiling_nets = {"ceiling": self.make_net()}
-        cl_net = self.make_net().to(memory_format=torch.channels_last)
+        self.ceiling_nets = {"ceiling": private_net()}
+        cl_net = private_net().to(memory_format=torch.channels_last)
         try:  # a user's ``x.view(x.size(0), -1)`` rejects channels_last activations
             cl_net(torch.zeros(2, 1, 28, 28).contiguous(memory_format=torch.channels_last))
             self.ceiling_nets["ceiling_cl"] = cl_net
@@ -217,10 +227,14 @@ class Setup:
             self.ceilings.update({v.replace("ceiling", "ceiling10"): (v, 10)
                                   for v in self.ceiling_nets})  # fmt: skip
         if dp:
-            from fl_lightning.client.dp_sgd import BookKeepingEngine
+            from fl_lightning.client.book_keeping import unsupported_layers
+            from fl_lightning.client.dp_sgd import BookKeepingEngine, build_engine
 
             for v, net in self.ceiling_nets.items():
-                self.ceiling_engines[v] = BookKeepingEngine(net)
+                if unsupported_layers(net):  # the sequential path's engine (DPLSTM: opacus)
+                    self.ceiling_engines[v] = build_engine(net, "auto", batch_size=BATCH)
+                else:
+                    self.ceiling_engines[v] = BookKeepingEngine(net)
         self.executors = {
             "sequential": SequentialExecutor(LocalTrainer(seq_client)),
             "vectorized": VectorizedExecutor(LocalTrainer(client())),  # default buckets
@@ -290,7 +304,9 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int, skip: tuple[str, .
     vec = s.executors["vectorized"].run(s.clients, s.ctx(reps + 1), s.data, s.strategy)
     max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec, strict=True))
     del seq
-    flops = train_flops(s.make_net) * (EXAMPLES // BATCH) * cohort
+    # counted on the DP drop-in where there is one: the counter does not see nn.LSTM's fused
+    # kernel, but sees DPLSTM's per-step Linear layers (the same products)
+    flops = train_flops(DP_MODELS.get(model, s.make_net)) * (EXAMPLES // BATCH) * cohort
     return {
         "model": model,
         "dp_sgd": dp,

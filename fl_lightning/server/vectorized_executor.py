@@ -19,7 +19,7 @@ Updates agree with the sequential executor's up to float rounding (tested).
 What it cannot run identically is handed to the ``SequentialExecutor`` with one WARNING line
 (``vectorization_blocker``): a strategy that adjusts local gradients, keeps client optimizer
 state or starts clients from their own weights; FedProx; Adam; a model that cannot be stacked
-(``client/stacked.py: stack_blocker``: BatchNorm, recurrent layers, parameters in other layer
+(``client/stacked.py: stack_blocker``: BatchNorm, LSTM projections, parameters in other layer
 types) or whose stacked forward differs from its own (``StackedNet.check``).
 """
 

@@ -59,15 +59,30 @@ class EmbedNet(nn.Module):
         return self.out(self.emb(x).mean(1))
 
 
+class RecurrentNet(nn.Module):
+    """A time-major two-layer bidirectional LSTM whose head reads the outputs and h_n."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(3, 5, num_layers=2, bidirectional=True)
+        self.head = nn.Linear(10, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, (h, _) = self.lstm(x.transpose(0, 1))  # (L, B, 10)
+        return self.head(out[-1] + out.mean(0)) + h.sum(0).sum(-1, keepdim=True)
+
+
 def _inputs(name: str, n: int, g: torch.Generator) -> torch.Tensor:
     if name == "user_cnn":
         return torch.randn(n, 1, 16, 16, generator=g)
     if name == "seq":
         return torch.randn(n, 3, 9, generator=g)
+    if name == "lstm":
+        return torch.randn(n, 4, 3, generator=g)
     return torch.randint(0, 20, (n, 5), generator=g)
 
 
-MODELS = {"user_cnn": UserCNN, "seq": SeqNet, "embed": EmbedNet}
+MODELS = {"user_cnn": UserCNN, "seq": SeqNet, "embed": EmbedNet, "lstm": RecurrentNet}
 K, N = 3, 4
 
 
@@ -135,7 +150,7 @@ def test_fused_sgd_step_equals_the_plain_step() -> None:
         torch.testing.assert_close(p, want[n], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["user_cnn", "seq", "embed"])
+@pytest.mark.parametrize("name", ["user_cnn", "seq", "embed", "lstm"])
 def test_low_rank_steps_equal_the_fused_steps(name: str) -> None:
     """Three plain SGD steps from shared start weights, the last one by a suffix of the
     clients (one left early): the Linear layers kept as factors (LowRankSteps, any size) end
@@ -190,7 +205,7 @@ def test_low_rank_rule_keeps_small_layers_stacked() -> None:
     assert low_rank.use == {"0.weight": True, "2.weight": False}
 
 
-@pytest.mark.parametrize("name", ["user_cnn", "seq", "embed"])
+@pytest.mark.parametrize("name", ["user_cnn", "seq", "embed", "lstm"])
 def test_dp_clipped_sums_equal_the_sequential_engine(name: str) -> None:
     """Σ_n clip_C(∇ℓ_kn) per client, against the functorch engine on each client's own model."""
     net, names, stacked, params, x, y, mask = _setup(name, dp=True)
@@ -219,6 +234,98 @@ def test_dp_clipped_sums_equal_the_sequential_engine(name: str) -> None:
         torch.testing.assert_close(losses.view(N, K)[:, k].sum(), expected_loss.detach())
 
 
+class _Rnn(nn.Module):
+    """A recurrent layer (given the initial state or not) and a Linear head on the last step."""
+
+    def __init__(self, rnn: nn.Module, with_state: bool) -> None:
+        super().__init__()
+        self.rnn, self.with_state = rnn, with_state
+        self.lstm = "LSTM" in type(rnn).__name__
+        dirs = 2 if rnn.bidirectional else 1
+        self.head = nn.Linear(dirs * rnn.hidden_size, 10)
+        self.h0 = torch.linspace(-1, 1, rnn.num_layers * dirs * rnn.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seq = x if self.rnn.batch_first else x.transpose(0, 1)
+        state = None
+        if self.with_state:  # the same start state for every example, from the input
+            h = self.h0.view(-1, 1, self.rnn.hidden_size) * x[:, :1, :1].reshape(1, -1, 1)
+            state = (h, torch.tanh(h)) if self.lstm else h
+        out, _ = self.rnn(seq, state)
+        return self.head(out[:, -1] if self.rnn.batch_first else out[-1])
+
+
+def _rnn(kind: str) -> nn.Module:
+    from opacus.layers import DPGRU, DPLSTM, DPRNN
+
+    return {
+        "gru": lambda: nn.GRU(3, 4, batch_first=True),
+        "gru_time_major_no_bias_state": lambda: nn.GRU(3, 4, bias=False),
+        "rnn_relu_2_layers_bidirectional": lambda: nn.RNN(
+            3, 4, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True
+        ),
+        "lstm_no_bias_state": lambda: nn.LSTM(3, 4, bias=False, batch_first=True),
+        "dplstm_2_layers": lambda: DPLSTM(3, 4, num_layers=2, batch_first=True),
+        "dpgru_bidirectional_state": lambda: DPGRU(3, 4, bidirectional=True, batch_first=True),
+        "dprnn": lambda: DPRNN(3, 4, batch_first=True),
+    }[kind]()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "gru",
+        "gru_time_major_no_bias_state",
+        "rnn_relu_2_layers_bidirectional",
+        "lstm_no_bias_state",
+        "dplstm_2_layers",
+        "dpgru_bidirectional_state",
+        "dprnn",
+    ],
+)
+def test_recurrent_layers_give_each_clients_gradients_and_clipped_sums(kind: str) -> None:
+    """GRU / RNN / LSTM variants and Opacus' drop-ins: each client's own forward
+    (``check``), gradients, and Σ_n clip_C(∇ℓ_kn) against per-example backward passes of each
+    client's own model (what every DP-SGD engine computes)."""
+    torch.manual_seed(0)
+    net = _Rnn(_rnn(kind), with_state=kind.endswith("state"))
+    names = [n for n, _ in net.named_parameters()]
+    g = torch.Generator().manual_seed(1)
+    params = {
+        n: p.detach() + 0.2 * torch.randn(K, *p.shape, generator=g)
+        for n, p in net.named_parameters()
+    }
+    x = torch.randn(N * K, 5, 3, generator=g)
+    y = torch.randint(0, 10, (N * K,), generator=g)
+    StackedNet(net, names).check(params, x)
+    leaves = {n: p.clone().requires_grad_(True) for n, p in params.items()}
+    out = StackedNet(net, names).forward(leaves, x)
+    grads = torch.autograd.grad(F.cross_entropy(out, y, reduction="sum"), list(leaves.values()))
+    clip = 0.1
+    sums, _ = StackedNet(net, names, dp=True).clipped_sums(
+        params, x, lambda o: F.cross_entropy(o, y, reduction="none"), n=N, max_grad_norm=clip
+    )
+    clipped = 0
+    for k in range(K):
+        own = _own(net, params, k, names)
+        want_grad = [torch.zeros_like(p) for p in own.parameters()]
+        want_sum = [torch.zeros_like(p) for p in own.parameters()]
+        for row in range(k, N * K, K):
+            own.zero_grad()
+            F.cross_entropy(own(x[row : row + 1]), y[row : row + 1]).backward()
+            per = [p.grad.clone() for p in own.parameters()]
+            norm = torch.sqrt(sum(t.square().sum() for t in per))
+            factor = min(1.0, clip / (float(norm) + 1e-6))
+            clipped += factor < 1
+            for a, b, t in zip(want_grad, want_sum, per):
+                a += t
+                b += factor * t
+        for i in range(len(names)):
+            torch.testing.assert_close(grads[i][k], want_grad[i], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(sums[i][k], want_sum[i], rtol=1e-5, atol=1e-6)
+    assert clipped > 0
+
+
 class _OwnParameter(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -232,7 +339,8 @@ class _OwnParameter(nn.Module):
     ("net", "dp", "reason"),
     [
         (nn.Sequential(nn.Linear(4, 10), nn.BatchNorm1d(10)), False, "BatchNorm1d"),
-        (nn.Sequential(nn.LSTM(4, 10)), False, "LSTM"),
+        (nn.Sequential(nn.LSTM(4, 10, proj_size=3)), False, "LSTM with proj_size"),
+        (nn.Sequential(nn.LSTMCell(4, 10)), False, "LSTMCell"),
         (nn.Sequential(nn.Linear(4, 10), _OwnParameter()), False, "_OwnParameter"),
         (nn.Sequential(nn.Embedding(5, 10, padding_idx=0)), True, "padding_idx"),
         (nn.Sequential(nn.Conv2d(2, 4, 3, groups=2)), True, "groups"),

@@ -14,7 +14,9 @@ from torch import nn
 from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
+from fl_lightning.models.char_lstm import CharLSTM
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
+from fl_lightning.models.lstm import MnistLSTM
 from fl_lightning.models.mlp import MLP
 from fl_lightning.records import ClientPlan, RoundContext
 from fl_lightning.server.executor import SequentialExecutor
@@ -125,6 +127,23 @@ CASES = {
         FedAvg,
         {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.5, engine="functorch")},
     ),
+    "fedavg_mnist_lstm_fused_sgd": (lambda: MnistLSTM(input_size=8, hidden_size=6), FedAvg, {}),
+    "fedavg_mnist_lstm_momentum_wd": (
+        lambda: MnistLSTM(input_size=8, hidden_size=6),
+        FedAvg,
+        {"momentum": 0.9, "weight_decay": 1e-3, "local_epochs": 2},
+    ),
+    # DP-SGD needs Opacus' DPLSTM (ClientModule refuses nn.LSTM); engine auto: opacus
+    "dp_sgd_mnist_dplstm": (
+        lambda: MnistLSTM(input_size=8, hidden_size=6, impl="opacus"),
+        FedAvg,
+        {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.3)},
+    ),
+    "dp_sgd_mnist_dplstm_momentum": (
+        lambda: MnistLSTM(input_size=8, hidden_size=6, impl="opacus"),
+        lambda: DPFedAvg(clip_norm=0.5, noise_multiplier=1.0),
+        {"momentum": 0.5, "dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.3)},
+    ),
     "dp_sgd_opacus_momentum": (
         lambda: MLP(input_dim=64, hidden=(16,)),
         lambda: DPFedAvg(clip_norm=0.5, noise_multiplier=1.0),
@@ -142,6 +161,8 @@ def test_same_updates_as_sequential(case: str) -> None:
     data = _data(sizes)
     if "cifar" in case:
         data = _data(sizes, shape=(3, 16, 16))
+    steps = {(n + 5) // 6 * kw.get("local_epochs", 1) for n in sizes}
+    assert len(steps) > 1  # clients with different numbers of local steps
     if "user_cnn" in case:
         data = _data(sizes, shape=(1, 16, 16))
     cohort = [3, 0, 4, 1]
@@ -263,9 +284,10 @@ def test_updates_stream_out_bucket_by_bucket_in_cohort_order() -> None:
     [
         (MLP(input_dim=64, hidden=(8,), num_classes=10), None, True),
         (MLP(input_dim=64, hidden=(8,), num_classes=10), DPSGDConfig(), True),
+        (MnistLSTM(input_size=8, hidden_size=4), None, True),
         (nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10)), None, False),
     ],
-    ids=["plain-clients", "dp-sgd-clients", "model-with-batch-norm"],
+    ids=["plain-clients", "dp-sgd-clients", "lstm", "model-with-batch-norm"],
 )
 def test_auto_executor_measures_stackable_models(net, dp_sgd, expected, caplog):
     from fl_lightning.server.executor import AutoExecutor
@@ -363,6 +385,56 @@ def test_dp_sgd_cohort_of_an_embedding_model_equals_sequential() -> None:
     for s, v in zip(seq, vec):
         assert s.client_id == v.client_id and s.dp_steps == v.dp_steps and s.dp_steps
         torch.testing.assert_close(v.delta, s.delta, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dp", [False, True], ids=["sgd", "dp-sgd"])
+def test_char_lstm_cohort_equals_sequential(dp: bool) -> None:
+    """The Shakespeare CharLSTM (Embedding, two stacked LSTM layers, Linear head on the last
+    position), clients of 2 to 5 steps, plain SGD, or DP-SGD with Opacus' DPLSTM (auto engine:
+    opacus): the sequential executor's updates."""
+    torch.manual_seed(3)
+    data = _data([13, 30, 7, 22], shape=(7,))
+    tokens = torch.randint(0, 20, data.train.x.shape, generator=torch.Generator().manual_seed(1))
+    indices = data.client_indices
+    data.train.x = tokens
+    data.client_data = lambda c: (tokens[indices[c]], data.train.y[indices[c]])
+    net = CharLSTM(
+        vocab_size=20, embedding_dim=4, hidden_size=6, num_layers=2, dp_lstm=dp, last_only=True
+    )
+    kw = {"dp_sgd": DPSGDConfig(noise_multiplier=0.7, max_grad_norm=0.3)} if dp else {}
+    cohort = [2, 0, 3, 1]
+    seq, vec, path = _both(net, FedAvg, data, cohort, lr=0.5, batch_size=6, **kw)
+    assert path == "stacked"
+    for s, v in zip(seq, vec):
+        assert s.client_id == v.client_id and s.dp_steps == v.dp_steps
+        assert bool(s.dp_steps) is dp
+        torch.testing.assert_close(v.delta, s.delta, rtol=1e-5, atol=1e-5)
+        assert v.loss == pytest.approx(s.loss, rel=1e-5)
+        assert s.delta.abs().sum() > 0
+
+
+class _PackedLSTM(nn.Module):
+    """Feeds its LSTM a PackedSequence, which the stacked layer does not take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm, self.head = nn.LSTM(3, 4, batch_first=True), nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lengths = torch.full((len(x),), x.shape[1])
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        _, (h, _) = self.lstm(packed)
+        return self.head(h[-1])
+
+
+def test_packed_sequence_input_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    data = _data([10, 12], shape=(5, 3))
+    client = ClientModule(_PackedLSTM(), num_classes=10)
+    executor = VectorizedExecutor(LocalTrainer(client))
+    with caplog.at_level(logging.WARNING):
+        updates = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
+    assert len(updates) == 2 and executor.last_path == "sequential"
+    assert "PackedSequence" in executor.last_fallback_reason
 
 
 @pytest.mark.parametrize("dp", [False, True], ids=["sgd", "dp-sgd"])
