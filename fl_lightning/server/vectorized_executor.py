@@ -39,7 +39,8 @@ from fl_lightning.client.dp_sgd import noisy_mean_, per_sample_losses
 from fl_lightning.client.local_loop import LocalTrainer, client_update
 from fl_lightning.client.module import ClientModule
 from fl_lightning.client.semantics import batch_plan, sgd_step_
-from fl_lightning.client.stacked import LowRankSteps, StackedNet, stack_blocker
+from fl_lightning.client.stacked import StackedNet, stack_blocker
+from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.executor import SequentialExecutor

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.client.dp_sgd import build_engine
-from fl_lightning.client.stacked import LowRankSteps, StackedNet, stack_blocker
+from fl_lightning.client.stacked import StackedNet, stack_blocker
+from fl_lightning.client.stacked_layers import LowRankSteps
 
 
 class UserCNN(nn.Module):
