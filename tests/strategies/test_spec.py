@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.strategies.fedavg import FedAvg
@@ -96,3 +97,37 @@ def test_upload_privatising_strategies_refuse_dp_sgd_clients_in_one_line(path, k
     with pytest.raises(ValueError, match=rf"^client\.dp_sgd: {why}.*; leave dp_sgd unset$"):
         cls(**kwargs).setup_federation(dp)
     cls(**kwargs).setup_federation(plain)
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "fixed"])
+def test_dp_fedavg_fixes_its_sigma_to_the_target_the_spec_carries(sampling):
+    """σ is fixed in setup_federation from FederationSpec.privacy: the accountant that reports
+    then spends the target over spec.rounds rounds of that sampling (within its bisection
+    tolerance); a σ given is kept; no σ and no target is refused naming the field."""
+    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.privacy.events import CohortSampling
+    from fl_lightning.records import RoundContext
+    from fl_lightning.strategies.dp_fedavg import DPFedAvg
+    from fl_lightning.strategies.spec import PrivacyTarget
+
+    cohort = CohortSampling(sampling, 0.1, 100)
+    target = PrivacyTarget(epsilon=2.0, delta=1e-5, accountant="rdp", sampling=cohort)
+    spec = FederationSpec(num_clients=100, num_parameters=4, rounds=30, privacy=target)
+    strategy = DPFedAvg(noise_multiplier=None)
+    strategy.setup_federation(spec)
+    assert strategy.noise_multiplier is not None and strategy.noise_multiplier > 0
+    accountant = PrivacyAccountant("rdp", delta=1e-5)
+    ctx = RoundContext(round_idx=0, total_rounds=30, seed=0, num_clients=100,
+                       cohort=list(range(10)), expected_cohort_size=10.0, sample_rate=0.1,
+                       sampling=cohort, global_params=torch.zeros(4))  # fmt: skip
+    for _ in range(30):
+        accountant.record(strategy.round_privacy(ctx))
+    assert accountant.report()["privacy/epsilon"] == pytest.approx(2.0, rel=0.02)
+
+    given = DPFedAvg(noise_multiplier=1.3)
+    given.setup_federation(spec)
+    assert given.noise_multiplier == 1.3
+    with pytest.raises(ValueError, match="^strategy.noise_multiplier: unset"):
+        DPFedAvg(noise_multiplier=None).setup_federation(
+            dataclasses.replace(spec, privacy=PrivacyTarget(sampling=cohort))
+        )
