@@ -50,6 +50,7 @@ from fl_lightning.utils.rng import generator_for
 if TYPE_CHECKING:
     from fl_lightning.callbacks import ClientHooks
     from fl_lightning.data.datamodule import FederatedDataModule
+    from fl_lightning.data.datasets import TensorDataset
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,12 @@ def vectorization_blocker(
     if cfg.optimizer != "sgd":
         return f"client.optimizer {cfg.optimizer!r}: only SGD is vectorised"
     return None
+
+
+def _train_split(data: FederatedDataModule) -> TensorDataset:
+    """The clients' training examples (set up before any round)."""
+    assert data.train is not None, "FederatedDataModule.setup() runs before any round"
+    return data.train
 
 
 def available_memory(device: torch.device) -> int:
@@ -162,7 +169,7 @@ class VectorizedExecutor:
             yield from self.sequential.run(clients, ctx, data, strategy)
             return
         self.last_path = "stacked"
-        device = data.train.x.device
+        device = _train_split(data).x.device
         plans = {}
         for cid in clients:
             index = data.client_indices[cid]
@@ -229,7 +236,7 @@ class VectorizedExecutor:
         """Clients per bucket: ``max_clients``, fewer if the bucket's weights would exceed
         ``weights_bytes`` (CPU) or its memory ``memory_budget``."""
         budget = self.memory_budget
-        x = data.train.x
+        x = _train_split(data).x
         if budget is None:
             budget = available_memory(x.device) // 2
         per_client = self.client_bytes(cfg, x[data.client_indices[cid][:1]])
@@ -247,7 +254,7 @@ class VectorizedExecutor:
         if dp not in self._stacked:
             try:
                 stacked = StackedNet(self.local_trainer.client.net, self.names, dp=dp)
-                x = data.train.x[data.client_indices[cid][:2]]
+                x = _train_split(data).x[data.client_indices[cid][:2]]
                 stacked.check(self._weights(ctx, 1, x.device), x)
                 self._stacked[dp] = stacked
             except (ValueError, RuntimeError, NotImplementedError) as err:
@@ -278,7 +285,8 @@ class VectorizedExecutor:
         data: FederatedDataModule,
         cfg: LocalTrainingConfig,
     ) -> list[ClientUpdate]:
-        x_all, y_all = data.train.x, data.train.y
+        train = _train_split(data)
+        x_all, y_all = train.x, train.y
         device = x_all.device
         k = len(bucket)
         steps = [len(plans[c]) for c in bucket]  # nondecreasing
