@@ -45,6 +45,7 @@ from fl_lightning.records import RoundContext
 from fl_lightning.strategies.async_local_dp import AsyncLocalDP
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.base import Metrics
+from fl_lightning.strategies.budgeted_uploads import BudgetedUploads, BudgetSchedule
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
@@ -68,8 +69,139 @@ def schedule_factor(schedule: Schedule, t: int, total_rounds: int, alpha: float)
     return 1.0
 
 
+class AdaptiveBudget(BudgetSchedule):
+    """ADP-FL's per-upload budget: the Eq. 6 schedule with its normalisation and the
+    accuracy-drop callback (Alg. 1 lines 3–6). Arguments as :class:`ADPFL`'s."""
+
+    def __init__(
+        self,
+        *,
+        schedule: Schedule = "published",
+        rescale: Rescale = "none",
+        base_epsilon: float | None = None,
+        cooling_alpha: float = 0.1,
+        accuracy_drop: float | None = 0.05,
+        accuracy_examples: int = 256,
+    ) -> None:
+        if rescale not in ("none", "expected", "rounds"):
+            raise ValueError(
+                f"strategy.rescale: expected false, true, none, expected or rounds, got {rescale!r}"
+            )
+        if schedule not in ("published", "cooling", "even"):
+            raise ValueError(
+                f"strategy.schedule: expected published, cooling or even, got {schedule!r}"
+            )
+        if base_epsilon is not None and base_epsilon <= 0:
+            raise ValueError(f"strategy.base_epsilon: must be > 0, got {base_epsilon}")
+        if cooling_alpha < 0:
+            raise ValueError(f"strategy.cooling_alpha: must be >= 0, got {cooling_alpha}")
+        if accuracy_drop is not None and accuracy_drop < 0:
+            raise ValueError(f"strategy.accuracy_drop: must be >= 0, got {accuracy_drop}")
+        if accuracy_examples < 1:
+            raise ValueError(f"strategy.accuracy_examples: must be >= 1, got {accuracy_examples}")
+        self.schedule = schedule
+        self.rescale: Rescale = rescale
+        self.base_epsilon = base_epsilon
+        self.cooling_alpha = cooling_alpha
+        self.accuracy_drop = accuracy_drop
+        self.accuracy_examples = accuracy_examples
+        self.prev_accuracy: dict[int, float] = {}
+        self.prev_epsilon: dict[int, float] = {}
+        self.frozen_total = 0
+        self.accuracy_fn: Callable[[int], float] | None = None
+        self._acc_now: dict[int, float] = {}
+
+    def attach(self, uploads: BudgetedUploads) -> None:
+        super().attach(uploads)
+        if self.rescale != "none" and uploads.epsilon is None:
+            raise ValueError("strategy.rescale: needs the total budget strategy.epsilon")
+
+    # -- set-up: the accuracy callback evaluates the global model on the client's data ---------
+    def setup(self, spec: FederationSpec) -> None:
+        if self.accuracy_drop is None:
+            return
+        net, client_data, seed = spec.global_model, spec.client_data, spec.seed
+        if net is None or client_data is None:
+            return  # callback off (a spec without a model: a unit test of the schedule)
+
+        @torch.no_grad()
+        def accuracy(client_id: int) -> float:
+            x, y = client_data(client_id)
+            g = generator_for(seed, client_id, "adp_fl_val")
+            idx = torch.randperm(len(y), generator=g)[: self.accuracy_examples].to(y.device)
+            was_training = net.training
+            net.eval()
+            pred = net(x[idx]).argmax(dim=1)
+            net.train(was_training)
+            return float((pred == y[idx]).float().mean())
+
+        self.accuracy_fn = accuracy
+
+    # -- the budget schedule -----------------------------------------------------------------
+    def base(self) -> float:
+        return self.base_epsilon if self.base_epsilon is not None else self.even_epsilon()
+
+    def round_epsilon(self, round_idx: int) -> float:
+        """ε^t of the schedule for 0-based ``round_idx`` (t = round_idx + 1)."""
+        u = self._uploads
+        E = u.rounds
+        factor = schedule_factor(self.schedule, round_idx + 1, E, self.cooling_alpha)
+        if self.rescale != "none":
+            assert u.epsilon is not None
+            total = sum(
+                schedule_factor(self.schedule, t, E, self.cooling_alpha) for t in range(1, E + 1)
+            )
+            share = u.rate if self.rescale == "expected" else 1.0
+            return u.epsilon * factor / (share * total)
+        return self.base() * factor
+
+    def client_epsilon(self, client_id: int, ctx: RoundContext) -> float:
+        eps = self.round_epsilon(ctx.round_idx)
+        if self.accuracy_drop is not None and self.accuracy_fn is not None:
+            acc = self.accuracy_fn(client_id)
+            self.observe_accuracy(client_id, acc)
+        return self.apply_accuracy_callback(client_id, eps)
+
+    def observe_accuracy(self, client_id: int, accuracy: float) -> None:
+        """Records the client's current accuracy (Acc_t); the previous one becomes Acc_{t−1}."""
+        self._acc_now[client_id] = accuracy
+
+    def apply_accuracy_callback(self, client_id: int, eps: float) -> float:
+        """Alg. 1 lines 3–6: keep the previous ε if the accuracy fell by more than λ."""
+        now = self._acc_now.pop(client_id, None)
+        prev = self.prev_accuracy.get(client_id)
+        if (
+            self.accuracy_drop is not None
+            and now is not None
+            and prev is not None
+            and client_id in self.prev_epsilon
+            and now - prev < -self.accuracy_drop
+        ):
+            eps = self.prev_epsilon[client_id]
+            self.frozen_total += 1
+        if now is not None:
+            self.prev_accuracy[client_id] = now
+        self.prev_epsilon[client_id] = eps
+        return eps
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "prev_accuracy": dict(self.prev_accuracy),
+            "prev_epsilon": dict(self.prev_epsilon),
+            "frozen_total": self.frozen_total,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.prev_accuracy = {int(c): float(v) for c, v in state_dict["prev_accuracy"].items()}
+        self.prev_epsilon = {int(c): float(v) for c, v in state_dict["prev_epsilon"].items()}
+        self.frozen_total = int(state_dict["frozen_total"])
+
+
 class ADPFL(AsyncLocalDP):
     """ADP-FL: adaptive per-upload budget, ε·λ·|D|-weighted semi-asynchronous aggregation.
+
+    The budget (schedule, normalisation, accuracy callback) is an :class:`AdaptiveBudget` on
+    the uploads (``self.budget``); this class adds Eq. 8's weights and the staleness λ_i.
 
     Args:
         schedule: ``published`` (Eq. 6, rising), ``cooling`` (falling) or ``even``.
@@ -106,118 +238,29 @@ class ADPFL(AsyncLocalDP):
         kwargs.setdefault("mechanism", "gaussian")
         if baseline:
             schedule, aggregation, accuracy_drop = "even", "num_examples", None
-        super().__init__(**kwargs)
         if rescale is True:
             rescale = "expected"
         elif rescale is False:
             rescale = "none"
-        if rescale not in ("none", "expected", "rounds"):
-            raise ValueError(
-                f"strategy.rescale: expected false, true, none, expected or rounds, got {rescale!r}"
-            )
-        if schedule not in ("published", "cooling", "even"):
-            raise ValueError(
-                f"strategy.schedule: expected published, cooling or even, got {schedule!r}"
-            )
-        if base_epsilon is not None and base_epsilon <= 0:
-            raise ValueError(f"strategy.base_epsilon: must be > 0, got {base_epsilon}")
-        if cooling_alpha < 0:
-            raise ValueError(f"strategy.cooling_alpha: must be >= 0, got {cooling_alpha}")
-        if accuracy_drop is not None and accuracy_drop < 0:
-            raise ValueError(f"strategy.accuracy_drop: must be >= 0, got {accuracy_drop}")
-        if accuracy_examples < 1:
-            raise ValueError(f"strategy.accuracy_examples: must be >= 1, got {accuracy_examples}")
         if not 0.0 < staleness_alpha <= 1.0:
             raise ValueError(f"strategy.staleness_alpha: must be in (0, 1], got {staleness_alpha}")
         if aggregation not in ("eq8", "num_examples"):
             raise ValueError(
                 f"strategy.aggregation: expected eq8 or num_examples, got {aggregation!r}"
             )
-        if rescale != "none" and self.epsilon is None:
-            raise ValueError("strategy.rescale: needs the total budget strategy.epsilon")
-        self.schedule = schedule
-        self.rescale: Rescale = rescale
-        self.base_epsilon = base_epsilon
-        self.cooling_alpha = cooling_alpha
-        self.accuracy_drop = accuracy_drop
-        self.accuracy_examples = accuracy_examples
+        budget = AdaptiveBudget(
+            schedule=schedule,
+            rescale=rescale,
+            base_epsilon=base_epsilon,
+            cooling_alpha=cooling_alpha,
+            accuracy_drop=accuracy_drop,
+            accuracy_examples=accuracy_examples,
+        )
+        super().__init__(budget=budget, **kwargs)
+        self.budget = budget
         self.staleness_alpha = staleness_alpha
         self.aggregation = aggregation
         self.staleness: dict[int, float] = {}
-        self.prev_accuracy: dict[int, float] = {}
-        self.prev_epsilon: dict[int, float] = {}
-        self.frozen_total = 0
-        self.accuracy_fn: Callable[[int], float] | None = None
-        self._acc_now: dict[int, float] = {}
-
-    # -- set-up: the accuracy callback evaluates the global model on the client's data ---------
-    def setup_federation(self, spec: FederationSpec) -> None:
-        super().setup_federation(spec)
-        net, client_data = spec.global_model, spec.client_data
-        if self.accuracy_drop is None or net is None or client_data is None:
-            return  # callback off (a spec without a model: a unit test of the schedule)
-
-        @torch.no_grad()
-        def accuracy(client_id: int) -> float:
-            x, y = client_data(client_id)
-            g = generator_for(self.seed, client_id, "adp_fl_val")
-            idx = torch.randperm(len(y), generator=g)[: self.accuracy_examples].to(y.device)
-            was_training = net.training
-            net.eval()
-            pred = net(x[idx]).argmax(dim=1)
-            net.train(was_training)
-            return float((pred == y[idx]).float().mean())
-
-        self.accuracy_fn = accuracy
-
-    # -- the budget schedule -----------------------------------------------------------------
-    def base(self) -> float:
-        return self.base_epsilon if self.base_epsilon is not None else self.even_budget()
-
-    def scheduled_epsilon(self, round_idx: int) -> float:
-        """ε^t of the schedule for 0-based ``round_idx`` (t = round_idx + 1)."""
-        E = self.rounds
-        factor = schedule_factor(self.schedule, round_idx + 1, E, self.cooling_alpha)
-        if self.rescale != "none":
-            assert self.epsilon is not None
-            total = sum(
-                schedule_factor(self.schedule, t, E, self.cooling_alpha) for t in range(1, E + 1)
-            )
-            share = self.rate if self.rescale == "expected" else 1.0
-            return self.epsilon * factor / (share * total)
-        return self.base() * factor
-
-    def planned_budgets(self) -> list[float]:
-        return [self.scheduled_epsilon(r) for r in range(self.rounds)]
-
-    def upload_budget(self, client_id: int, ctx: RoundContext) -> float:
-        eps = self.scheduled_epsilon(ctx.round_idx)
-        if self.accuracy_drop is not None and self.accuracy_fn is not None:
-            acc = self.accuracy_fn(client_id)
-            self.observe_accuracy(client_id, acc)
-        return self.apply_accuracy_callback(client_id, eps)
-
-    def observe_accuracy(self, client_id: int, accuracy: float) -> None:
-        """Records the client's current accuracy (Acc_t); the previous one becomes Acc_{t−1}."""
-        self._acc_now[client_id] = accuracy
-
-    def apply_accuracy_callback(self, client_id: int, eps: float) -> float:
-        """Alg. 1 lines 3–6: keep the previous ε if the accuracy fell by more than λ."""
-        now = self._acc_now.pop(client_id, None)
-        prev = self.prev_accuracy.get(client_id)
-        if (
-            self.accuracy_drop is not None
-            and now is not None
-            and prev is not None
-            and client_id in self.prev_epsilon
-            and now - prev < -self.accuracy_drop
-        ):
-            eps = self.prev_epsilon[client_id]
-            self.frozen_total += 1
-        if now is not None:
-            self.prev_accuracy[client_id] = now
-        self.prev_epsilon[client_id] = eps
-        return eps
 
     # -- Eq. 8 aggregation and the staleness coefficient ------------------------------------
     def lam(self, client_id: int) -> float:
@@ -240,7 +283,7 @@ class ADPFL(AsyncLocalDP):
                 out.add_(a.update.delta, alpha=w / total)
             self.model_version += 1
         self.update_staleness({a.update.client_id for a in arrivals}, ctx.num_clients)
-        metrics = {"frozen_total": float(self.frozen_total)}
+        metrics = {"frozen_total": float(self.budget.frozen_total)}
         if weights and total > 0:
             metrics["weight_max"] = max(weights) / total
         return out, metrics
@@ -252,23 +295,11 @@ class ADPFL(AsyncLocalDP):
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state.update(
-            {
-                "staleness": dict(self.staleness),
-                "prev_accuracy": dict(self.prev_accuracy),
-                "prev_epsilon": dict(self.prev_epsilon),
-                "frozen_total": self.frozen_total,
-            }
-        )
-        return state
+        return super().state_dict() | {"staleness": dict(self.staleness)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self.staleness = {int(c): float(v) for c, v in state_dict["staleness"].items()}
-        self.prev_accuracy = {int(c): float(v) for c, v in state_dict["prev_accuracy"].items()}
-        self.prev_epsilon = {int(c): float(v) for c, v in state_dict["prev_epsilon"].items()}
-        self.frozen_total = int(state_dict["frozen_total"])
 
 
-__all__ = ["ADPFL", "Rescale", "schedule_factor"]
+__all__ = ["ADPFL", "AdaptiveBudget", "Rescale", "schedule_factor"]

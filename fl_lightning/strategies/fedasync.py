@@ -4,7 +4,9 @@ Every arriving update is one server step: x ← (1 − α_τ)·x + α_τ·x_new 
 α_τ = α·s(τ) and x_new = x_base + Δ the client's local model, x_base the global model it started
 from (kept by ``AsyncStrategy`` because ``keeps_versions``) and τ the server steps since then.
 Updates arriving in the same round are applied one after another in arrival order; the round's
-aggregate is x_end − x_start (exact with the default server SGD, lr 1, no momentum).
+aggregate is x_end − x_start (exact with the default server SGD, lr 1, no momentum). Local DP
+on the uploads is a component set in the config, ``local_dp:``
+(:class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads`; none by default).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from typing import Any
 import torch
 
 from fl_lightning.records import RoundContext
-from fl_lightning.strategies.async_local_dp import AsyncLocalDP
+from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.asynchronous.staleness import StalenessFn, staleness_scale
 from fl_lightning.strategies.base import Metrics
 
 
-class FedAsync(AsyncLocalDP):
+class FedAsync(AsyncStrategy):
     """Asynchronous mixing with a staleness function.
 
     Args:
@@ -29,7 +31,7 @@ class FedAsync(AsyncLocalDP):
         staleness_fn: s(τ): ``constant``, ``polynomial`` (1+τ)^−a, ``hinge`` or ``sqrt``.
         staleness_a: a of ``polynomial`` / ``hinge``.
         staleness_b: b of ``hinge``.
-        **kwargs: :class:`AsyncLocalDP` arguments (local DP, clock, delays).
+        **kwargs: :class:`AsyncStrategy` arguments (clock, delays, ``local_dp``).
     """
 
     keeps_versions = True

@@ -7,7 +7,8 @@ updates the server takes one step with their staleness-scaled mean
 versions since the update's base version. When more than one group of K is complete in a round,
 their means are summed (the same as applying them one after another with the default server
 SGD at lr 1 and no momentum); the remainder stays buffered. Local DP on the uploads (the ADP-FL
-baselines' "same noise") comes from :class:`AsyncLocalDP` (``mechanism: none`` by default).
+baselines' "same noise") is a component set in the config, ``local_dp:``
+(:class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads`; none by default).
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.records import RoundContext
-from fl_lightning.strategies.async_local_dp import AsyncLocalDP
+from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.asynchronous.buffer import Arrival, update_from_state, update_to_state
 from fl_lightning.strategies.asynchronous.staleness import StalenessFn, staleness_scale
 from fl_lightning.strategies.base import Metrics
 
 
-class FedBuff(AsyncLocalDP):
+class FedBuff(AsyncStrategy):
     """Buffered asynchronous aggregation.
 
     Args:
@@ -33,7 +34,7 @@ class FedBuff(AsyncLocalDP):
         staleness_a: exponent/slope a of ``polynomial`` / ``hinge``.
         staleness_b: hinge point b.
         weighting: ``uniform`` (FedBuff) or ``num_examples``.
-        **kwargs: :class:`AsyncLocalDP` arguments (local DP, clock, delays).
+        **kwargs: :class:`AsyncStrategy` arguments (clock, delays, ``local_dp``).
     """
 
     def __init__(

@@ -23,12 +23,12 @@ def test_per_client_budget_holds(name, run_experiment):
     model = run.model
     assert model.rounds_completed == 2
     report = model.accountant.report()
-    private = model.strategy.upload.private
+    private = model.strategy.is_private
     assert private == ("nonprivate" not in name)
     assert (report["privacy/epsilon"] < float("inf")) == private
     if private:
         m = model.strategy_metrics  # the last round's strategy/<key> metrics
-        assert m["eps_basic_max"] <= model.strategy.epsilon * (1 + 1e-9)
+        assert m["eps_basic_max"] <= model.strategy.uploads.epsilon * (1 + 1e-9)
         # The per-client headline: basic composition, or the optimal one where tighter.
         assert report["privacy/epsilon"] == report["privacy/epsilon_local_per_client"]
         assert report["privacy/epsilon"] <= m["eps_basic_max"] * (1 + 1e-9)

@@ -82,7 +82,7 @@ def test_config_hash_describes_strategy_settings_not_process_local_objects():
         return fingerprint(describe_setting(dict(vars(strategy))))
 
     a, b = ADPFL(epsilon=10.0), ADPFL(epsilon=10.0)
-    a.accuracy_fn, b.accuracy_fn = (lambda c: 0.0), (lambda c: 1.0)
+    a.budget.accuracy_fn, b.budget.accuracy_fn = (lambda c: 0.0), (lambda c: 1.0)
     assert desc(a) == desc(b)
     assert desc(a) != desc(ADPFL(epsilon=11.0))
     assert desc(a) != desc(ADPFL(epsilon=10.0, clip_norm=2.0))  # inside the UploadMechanism

@@ -67,26 +67,26 @@ def test_published_schedule_rises_and_cooling_falls():
 def test_rescaled_schedule_spends_the_total_budget_in_expectation(schedule):
     s = ADPFL(epsilon=5.0, schedule=schedule, rescale=True, accuracy_drop=None)
     calibrate(s, rounds=30, rate=0.2, population=100)
-    assert 0.2 * sum(s.scheduled_epsilon(r) for r in range(30)) == pytest.approx(5.0)
+    assert 0.2 * sum(s.budget.round_epsilon(r) for r in range(30)) == pytest.approx(5.0)
 
 
 def test_unscaled_base_is_the_even_budget_of_eq_10():
     s = EvenBudget(epsilon=10.0, mechanism="gaussian")
     calibrate(s, rounds=20, rate=10 / 50, population=100)
-    assert s.even_budget() == pytest.approx(50 * 10.0 / (10 * 20))
+    assert s.uploads.schedule.even_epsilon() == pytest.approx(50 * 10.0 / (10 * 20))
 
 
 def test_accuracy_drop_keeps_the_previous_epsilon():
     s = ADPFL(epsilon=100.0, schedule="published", accuracy_drop=0.05)
     calibrate(s, rounds=20, rate=0.2, population=100)
     accs = iter([0.50, 0.60, 0.40, 0.41])
-    s.accuracy_fn = lambda cid: next(accs)
-    eps = [s.upload_budget(0, ctx_for(r, [0])) for r in range(4)]
-    sched = [s.scheduled_epsilon(r) for r in range(4)]
+    s.budget.accuracy_fn = lambda cid: next(accs)
+    eps = [s.uploads.upload_budget(0, ctx_for(r, [0])) for r in range(4)]
+    sched = [s.budget.round_epsilon(r) for r in range(4)]
     assert eps[0] == sched[0] and eps[1] == sched[1]  # accuracy rose: follow the schedule
     assert eps[2] == eps[1]  # fell by 0.2 > λ: keep the previous ε
     assert eps[3] == sched[3]  # rose again
-    assert s.frozen_total == 1
+    assert s.budget.frozen_total == 1
 
 
 def test_weights_follow_eq_8():
@@ -136,9 +136,9 @@ def test_budget_exhausted_clients_leave_and_are_logged():
     for r in range(5):
         ctx, _, metrics = play_round(s, r, [0, 1])
         assert ctx.cohort == ([0, 1] if r < 3 else [])
-    assert s.exited == {0, 1}
+    assert s.uploads.exited == {0, 1}
     assert metrics["clients_exited"] == 2.0
-    assert s.ledger.paper_spent(0) == pytest.approx(3.0)
+    assert s.uploads.ledger.paper_spent(0) == pytest.approx(3.0)
 
 
 def test_a_straggler_arrives_with_decayed_lambda():
@@ -190,8 +190,11 @@ def test_no_client_ever_exceeds_its_total_budget(
         receive_window=1.0,
         aggregation_window=0.3,
     )
-    s.rounds, s.rate = rounds, 0.5
-    if min(s.upload.charged_epsilon(epsilon=e) for e in s.planned_budgets()) > total:
+    s.uploads.rounds, s.uploads.rate = rounds, 0.5
+    if (
+        min(s.uploads.upload.charged_epsilon(epsilon=e) for e in s.uploads.planned_budgets())
+        > total
+    ):
         # refused (before training) exactly when no round's upload is affordable
         with pytest.raises(ValueError, match="model.clients_per_round"):
             calibrate(s, rounds=rounds, rate=0.5, population=100, num_clients=n)
@@ -199,13 +202,13 @@ def test_no_client_ever_exceeds_its_total_budget(
     calibrate(s, rounds=rounds, rate=0.5, population=100, num_clients=n)
     accs = data.draw(st.lists(st.floats(0, 1), min_size=rounds * n, max_size=rounds * n))
     it = iter(accs)
-    s.accuracy_fn = lambda cid: next(it)
+    s.budget.accuracy_fn = lambda cid: next(it)
     for r in range(rounds):
         cohort = data.draw(st.lists(st.integers(0, n - 1), max_size=n, unique=True))
         play_round(s, r, sorted(cohort), n=n, rounds=rounds, rate=0.5)
         for c in range(n):
-            assert s.ledger.basic(c)[0] <= total * (1 + 1e-9)
-            assert s.ledger.paper_spent(c) <= total * (1 + 1e-9)
+            assert s.uploads.ledger.basic(c)[0] <= total * (1 + 1e-9)
+            assert s.uploads.ledger.paper_spent(c) <= total * (1 + 1e-9)
 
 
 @pytest.mark.parametrize(
@@ -228,7 +231,7 @@ def test_bad_settings_name_the_field(kwargs, field):
 
 def test_baseline_switch_is_the_even_budget_strategy():
     s = ADPFL(epsilon=5.0, baseline=True, schedule="published", rescale=True)
-    assert (s.schedule, s.aggregation, s.accuracy_drop, s.rescale) == (
+    assert (s.budget.schedule, s.aggregation, s.budget.accuracy_drop, s.budget.rescale) == (
         "even",
         "num_examples",
         None,
@@ -236,7 +239,11 @@ def test_baseline_switch_is_the_even_budget_strategy():
     )
     calibrate(s, rounds=30, rate=0.2, population=100)
     # the even schedule normalised to the expected spend is Eq. 10 exactly
-    assert s.scheduled_epsilon(7) == pytest.approx(s.even_budget()) == pytest.approx(5.0 / 6)
+    assert (
+        s.budget.round_epsilon(7)
+        == pytest.approx(s.budget.even_epsilon())
+        == pytest.approx(5.0 / 6)
+    )
 
 
 @pytest.mark.parametrize("schedule", ["published", "cooling", "even"])
@@ -249,13 +256,13 @@ def test_rounds_normalisation_spends_eps_over_the_rounds_and_no_client_exits(sch
         epsilon=3.0, schedule=schedule, rescale="rounds", accuracy_drop=None, mechanism="laplace"
     )
     calibrate(s, rounds=E, rate=0.25, population=n)
-    assert sum(s.planned_budgets()) == pytest.approx(3.0)
+    assert sum(s.uploads.planned_budgets()) == pytest.approx(3.0)
     for r in range(E):
         ctx, _, metrics = play_round(s, r, list(range(n)), n=n, rounds=E, rate=1.0)
         assert ctx.cohort == list(range(n))  # every client still eligible, also in round E
-    assert not s.exited and metrics["clients_exited"] == 0.0
+    assert not s.uploads.exited and metrics["clients_exited"] == 0.0
     for c in range(n):
-        assert s.ledger.paper_spent(c) == pytest.approx(3.0)
+        assert s.uploads.ledger.paper_spent(c) == pytest.approx(3.0)
 
 
 def test_unnormalised_published_schedule_exits_clients_before_the_end():
@@ -266,7 +273,7 @@ def test_unnormalised_published_schedule_exits_clients_before_the_end():
     sizes = [
         len(play_round(s, r, list(range(n)), n=n, rounds=E, rate=0.5)[0].cohort) for r in range(E)
     ]
-    assert sizes[0] == n and sizes[-1] == 0 and s.exited == set(range(n))
+    assert sizes[0] == n and sizes[-1] == 0 and s.uploads.exited == set(range(n))
 
 
 @pytest.mark.parametrize("cls", [ADPFL, EvenBudget])
@@ -301,6 +308,32 @@ def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee():
     assert torch.allclose((agg_r - 0.1) * 50, agg_c - 0.1, atol=1e-4)
     ctx = ctx_for(0, [0], n=4, rounds=4, rate=0.5)
     assert rec.round_privacy(ctx).no_guarantee and not cli.round_privacy(ctx).no_guarantee
-    eps_t = rec.scheduled_epsilon(0)
+    eps_t = rec.budget.round_epsilon(0)
     assert metrics_r["epsilon_sound"] == pytest.approx(50 * eps_t)  # Laplace: 2C/b
     assert "epsilon_sound" not in metrics_c
+
+
+def test_checkpoint_round_trip_and_the_layout_before_local_dp_was_a_component():
+    """A checkpoint resumes the budget, the exits, the accuracy callback's memory and λ; one
+    written before the uploads became a component (their keys flat beside the strategy's)
+    loads to the same state."""
+
+    def played():
+        s = ADPFL(epsilon=3.0, base_epsilon=1.0, mechanism="laplace", refill=False)
+        calibrate(s, rounds=20, rate=0.2, population=10)
+        accs = iter([0.9, 0.5, 0.9, 0.9] * 5)
+        s.budget.accuracy_fn = lambda cid: next(accs)
+        for r in range(4):
+            play_round(s, r, [0, 1])
+        return s
+
+    s = played()
+    state = s.state_dict()
+    assert s.uploads.exited and s.budget.frozen_total and s.budget.prev_epsilon
+    uploads = dict(state["local_dp"])
+    flat = {k: v for k, v in state.items() if k != "local_dp"} | uploads | uploads["schedule"]
+    del flat["schedule"]
+    for layout in (state, flat):
+        fresh = ADPFL(epsilon=3.0, base_epsilon=1.0, mechanism="laplace", refill=False)
+        fresh.load_state_dict(layout)
+        assert fresh.state_dict() == state

@@ -9,6 +9,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
 from fl_lightning.server.module import FederatedModule
 from fl_lightning.strategies.asynchronous.staleness import staleness_scale
+from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
 from fl_lightning.strategies.fedasync import FedAsync
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.fedbuff import FedBuff
@@ -76,12 +77,30 @@ def test_async_strategies_run_with_stragglers_and_local_noise():
         receive_window=1.0,
         aggregation_window=0.2,
     )
-    _, _, metrics = fit(FedBuff(buffer_size=3, mechanism="gaussian", epsilon=50.0, **kw), rounds=4)
+    noise = BudgetedUploads(mechanism="gaussian", epsilon=50.0)
+    _, fb, metrics = fit(FedBuff(buffer_size=3, local_dp=noise, **kw), rounds=4)
     assert metrics["async/model_version"] >= 1
-    assert metrics["eps_basic_max"] <= 50.0 * (1 + 1e-9)
-    _, fa, _ = fit(FedAsync(mixing=0.5, **kw), rounds=4)
+    assert fb.is_private and metrics["eps_basic_max"] <= 50.0 * (1 + 1e-9)
+    _, fa, metrics = fit(FedAsync(mixing=0.5, **kw), rounds=4)
     in_flight = {a.dispatch_round for arr in fa.pending.values() for a in arr}
     assert set(fa.versions) <= in_flight
+    assert not fa.is_private and "eps_basic_max" not in metrics
+
+
+def test_local_dp_is_the_same_component_on_any_async_algorithm():
+    """Local DP is a component, not a base class: FedBuff and FedAsync given the same
+    BudgetedUploads settings dispatch the same clients and charge the same per-client ledger;
+    without one they are not private."""
+    kw = dict(receive_window=1.0)
+    runs = {}
+    for name, cls, extra in [("fedbuff", FedBuff, {"buffer_size": 2}), ("fedasync", FedAsync, {})]:
+        noise = BudgetedUploads(mechanism="laplace", epsilon=20.0, clip_norm=0.5)
+        runs[name] = fit(cls(local_dp=noise, **extra, **kw), rounds=2)[1]
+    a, b = runs["fedbuff"].local_dp, runs["fedasync"].local_dp
+    assert a is not None and b is not None
+    assert a.ledger.state_dict() == b.ledger.state_dict() and a.ledger.spent
+    plain = fit(FedBuff(buffer_size=2, **kw), rounds=2)[1]
+    assert plain.local_dp is None and not plain.is_private
 
 
 def test_staleness_functions():

@@ -19,23 +19,41 @@ How it pairs with the core (one ``FederatedModule`` training step = one round):
    ``keeps_versions``: the global vector of every round with an update still in flight is kept
    (and freed when its last update arrives).
 
+Local DP is not part of the algorithm: an ``AsyncStrategy`` may hold a
+:class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads` as ``local_dp`` (clip and
+noise on every upload within a per-client budget; clients that cannot afford their next upload
+are not dispatched), so FedBuff, FedAsync and ADP-FL's aggregation each take the same noise
+from configuration, e.g.::
+
+    strategy:
+      class_path: fl_lightning.strategies.fedbuff.FedBuff
+      init_args:
+        buffer_size: 10
+        local_dp:
+          class_path: fl_lightning.strategies.budgeted_uploads.BudgetedUploads
+          init_args: {epsilon: 10.0, mechanism: gaussian, clip_norm: 1.0}
+
 Everything is checkpointed through ``state_dict`` as tensors and plain values.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
 
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.asynchronous.buffer import update_from_state as _update_from_state
 from fl_lightning.strategies.asynchronous.buffer import update_to_state as _update_to_state
 from fl_lightning.strategies.asynchronous.clock import AsyncClock, DelayKind, DelayModel
 from fl_lightning.strategies.base import Metrics, Strategy, Weighting
+from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
+from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 
@@ -53,6 +71,8 @@ class AsyncStrategy(Strategy):
         aggregation_window: length of each round's aggregation ("red") window.
         drop_late: drop updates that miss their dispatch round instead of buffering them.
         refill: top the cohort up with idle clients when busy/ineligible ones are removed.
+        local_dp: local DP on every upload within a per-client budget (``None``: uploads
+            as trained).
     """
 
     reduction = "gather"
@@ -72,8 +92,10 @@ class AsyncStrategy(Strategy):
         aggregation_window: float = 0.0,
         drop_late: bool = False,
         refill: bool = True,
+        local_dp: BudgetedUploads | None = None,
     ) -> None:
         super().__init__(weighting=weighting)
+        self.local_dp = local_dp
         self.delay = DelayModel(
             kind=delay_kind,
             mean=delay_mean,
@@ -92,16 +114,31 @@ class AsyncStrategy(Strategy):
         self.versions: dict[int, torch.Tensor] = {}
         self.model_version = 0
         self.dropped_total = 0
+        self.client_time_total = 0.0
+        self._mark = 0.0
+
+    def setup_federation(self, spec: FederationSpec) -> None:
+        """Also fixes the upload budget's horizon and refuses one no client can spend."""
+        super().setup_federation(spec)
+        if self.local_dp is not None:
+            self.local_dp.setup(spec)
+
+    @property
+    def is_private(self) -> bool:
+        return self.local_dp is not None and self.local_dp.private
 
     # -- dispatch ----------------------------------------------------------------------------
     def client_eligible(self, client_id: int, ctx: RoundContext) -> bool:
-        """Whether an idle client may be dispatched this round. Default: always."""
-        return True
+        """Whether an idle client may be dispatched this round: while it can afford its next
+        upload (``local_dp``); always without one."""
+        return self.local_dp is None or self.local_dp.eligible(client_id, ctx)
 
     def is_busy(self, client_id: int, round_idx: int) -> bool:
         return self.busy_until.get(client_id, -math.inf) > self.clock.dispatch_time(round_idx)
 
     def select_clients(self, ctx: RoundContext) -> list[int]:
+        if self.local_dp is not None:
+            self.local_dp.start_selection(ctx)
         chosen = [
             c
             for c in ctx.cohort
@@ -119,10 +156,24 @@ class AsyncStrategy(Strategy):
                     chosen.append(c)
         return sorted(chosen)
 
+    def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
+        """Charges the dispatched clients' upload budgets and starts the per-client clock."""
+        if self.local_dp is not None:
+            self.local_dp.charge(ctx)
+        self._mark = time.perf_counter()
+        return {}
+
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
+        """Stamps the model version the update started from and privatises it (``local_dp``)."""
         update.extras["base_version"] = self.model_version
+        if self.local_dp is not None:
+            update = self.local_dp.privatize(update, generator=generator)
+        # Per-client time (ADP-FL's Table 5 analogue): local training, clipping and noise.
+        now = time.perf_counter()
+        update.metrics["client_time_s"] = now - self._mark
+        self._mark = now
         return update
 
     # -- arrival -----------------------------------------------------------------------------
@@ -132,6 +183,10 @@ class AsyncStrategy(Strategy):
         t = ctx.round_idx
         late = dropped = 0
         arrived: list[Arrival] = []
+        updates = list(updates)  # under DDP: every rank's clients
+        self.client_time_total += sum(u.metrics.get("client_time_s", 0.0) for u in updates)
+        if self.local_dp is not None:
+            self.local_dp.observe(updates)
         for u in updates:
             d = self.delay.sample(ctx.seed, t, u.client_id)
             arrival_time = self.clock.arrival_time(t, d)
@@ -190,9 +245,24 @@ class AsyncStrategy(Strategy):
             self.model_version += 1
         return result
 
+    # -- accounting --------------------------------------------------------------------------
+    def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
+        """The uploads' local releases this round (none without ``local_dp``)."""
+        return RoundPrivacy() if self.local_dp is None else self.local_dp.round_privacy(ctx)
+
+    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
+        m: Metrics = {
+            "dispatched": float(len(ctx.cohort)),
+            "client_time_total_s": self.client_time_total,
+        }
+        if self.local_dp is not None:
+            m.update(self.local_dp.metrics(ctx))
+        return m
+
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {
+        local_dp = {} if self.local_dp is None else {"local_dp": self.local_dp.state_dict()}
+        return local_dp | {
             "pending": {
                 r: [
                     {
@@ -209,6 +279,7 @@ class AsyncStrategy(Strategy):
             "versions": {r: v.detach().cpu() for r, v in self.versions.items()},
             "model_version": self.model_version,
             "dropped_total": self.dropped_total,
+            "client_time_total": self.client_time_total,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -228,6 +299,9 @@ class AsyncStrategy(Strategy):
         self.versions = {int(r): v for r, v in state_dict["versions"].items()}
         self.model_version = int(state_dict["model_version"])
         self.dropped_total = int(state_dict["dropped_total"])
+        self.client_time_total = float(state_dict.get("client_time_total", 0.0))
+        if self.local_dp is not None:  # a checkpoint from before the component: flat keys
+            self.local_dp.load_state_dict(state_dict.get("local_dp", state_dict))
 
 
 __all__ = ["Arrival", "AsyncStrategy"]
