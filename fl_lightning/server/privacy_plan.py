@@ -85,7 +85,8 @@ def check_strategy_target(strategy: Strategy, target: PrivacyTarget) -> None:
     if strategy.amplified_by_sampling and sampling is not None and sampling.without_replacement:
         what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
         refuse_without_replacement(target.accountant, what=what)
-    sigma = getattr(strategy, "noise_multiplier", None)
+    central = strategy.central_dp
+    sigma = central.noise_multiplier if central else getattr(strategy, "noise_multiplier", None)
     say_sigma_caps("strategy.noise_multiplier", sigma, target.epsilon)
 
 

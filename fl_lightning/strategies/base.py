@@ -19,6 +19,12 @@ Hooks that observe something return it with their value, as pfl's postprocessors
 metrics; the server logs them as ``strategy/<key>`` for that round only. A strategy keeps no
 metrics attribute, so nothing is overridden just to log and no value outlives its round.
 
+Client-level DP on the aggregate is a component, not a subclass: a strategy given
+``central_dp`` (:class:`~fl_lightning.strategies.central_dp.CentralGaussian`, McMahan et al.
+2018) clips each upload in the default ``process_update``, sums the clipped deltas in
+``partial_aggregate`` and releases their noisy mean in ``finalize``; ``round_privacy``,
+``is_private`` and ``amplified_by_sampling`` follow from it. ``DPFedAvg`` is FedAvg holding one.
+
 The default path is FedAvg: the weighted mean of the clients' deltas. Aggregation is split in
 two so that a round can be sharded over processes (docs/distributed.md):
 
@@ -48,6 +54,7 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
+from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.strategies.spec import FederationSpec
 
 Weighting = Literal["num_examples", "uniform"]
@@ -71,12 +78,11 @@ class Strategy(Callback):
 
     Args:
         weighting: ``"num_examples"`` weights client i by n_i (McMahan et al. 2017),
-            ``"uniform"`` weights every client equally.
+            ``"uniform"`` weights every client equally (ignored with ``central_dp``, whose sum
+            is unweighted).
+        central_dp: client-level DP on the aggregate (clip, sum, Gaussian noise, divide by the
+            expected cohort size); ``None``: none.
     """
-
-    amplified_by_sampling: ClassVar[bool] = False
-    """True when the strategy's client-level noise is amplified by cohort sampling (DP-FedAvg,
-    FedSMP): ``model.sampling: auto`` then draws Poisson cohorts, whose accounting is tight."""
 
     reduction: ClassVar[Reduction] = "sum"
     """How ``aggregate`` consumes the round's updates (the module's contract with it):
@@ -88,11 +94,14 @@ class Strategy(Callback):
     * ``"gather"``: ``aggregate`` needs every update at once (it gets a list).
     """
 
-    def __init__(self, *, weighting: Weighting = "num_examples") -> None:
+    def __init__(
+        self, *, weighting: Weighting = "num_examples", central_dp: CentralGaussian | None = None
+    ) -> None:
         super().__init__()
         if weighting not in ("num_examples", "uniform"):
             raise ValueError(f"weighting: expected 'num_examples' or 'uniform', got {weighting!r}")
         self.weighting = weighting
+        self.central_dp = central_dp
         self.num_clients = 0
         self.num_parameters = 0
         self.seed = 0
@@ -114,12 +123,21 @@ class Strategy(Callback):
         self.num_clients = spec.num_clients
         self.num_parameters = spec.num_parameters
         self.seed = spec.seed
+        if self.central_dp is not None:
+            self.central_dp.setup(spec)
 
     @property
     def is_private(self) -> bool:
         """True when the strategy privatises what clients upload or what the server releases
         (a run that releases nothing yet then says "no release yet", not "not private")."""
-        return False
+        return self.central_dp is not None
+
+    @property
+    def amplified_by_sampling(self) -> bool:
+        """True when the strategy's client-level noise is amplified by cohort sampling
+        (``central_dp``, FedSMP): ``model.sampling: auto`` then draws Poisson cohorts, whose
+        accounting is tight."""
+        return self.central_dp is not None
 
     # -- client side -------------------------------------------------------------------------
     def select_clients(self, ctx: RoundContext) -> list[int]:
@@ -146,8 +164,9 @@ class Strategy(Callback):
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
-        """Client-side processing before upload (clip, privatise). Default: unchanged."""
-        return update
+        """Client-side processing before upload (clip, privatise). Default: clipped to C with
+        ``central_dp``, else unchanged."""
+        return update if self.central_dp is None else self.central_dp.clip(update)
 
     # -- server side -------------------------------------------------------------------------
     def client_weight(self, update: ClientUpdate) -> float:
@@ -161,7 +180,14 @@ class Strategy(Callback):
         return self.finalize(self.partial_aggregate(updates, ctx), ctx, generator=generator)
 
     def partial_aggregate(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
-        """This process's share: [Σ w_i Δ_i, Σ w_i] (summed over processes by one all-reduce)."""
+        """This process's share: [Σ w_i Δ_i, Σ w_i] (summed over processes by one all-reduce);
+        with ``central_dp`` the plain sum of clipped deltas Σ Δ_k (Alg. 1: finalize divides by
+        qN, not by a data-dependent weight)."""
+        if self.central_dp is not None:
+            total = torch.zeros_like(ctx.global_params)
+            for update in updates:
+                total.add_(update.delta)
+            return total
         d = ctx.global_params.numel()
         buf = torch.zeros(d + 1, device=ctx.global_params.device)
         total = buf[:d]
@@ -174,8 +200,10 @@ class Strategy(Callback):
     def finalize(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
-        """The global delta from the all-process sum of ``partial_aggregate``, Σ w_i Δ_i / Σ w_i,
-        and what it observed (FedAvg: nothing)."""
+        """The global delta from the all-process sum of ``partial_aggregate``, Σ w_i Δ_i / Σ w_i
+        ((Σ Δ_k + N(0, σ²C²)) / qN with ``central_dp``), and what it observed (nothing)."""
+        if self.central_dp is not None:
+            return self.central_dp.release(reduced, ctx, generator=generator), {}
         d = ctx.global_params.numel()
         total_weight = float(reduced[d])
         if total_weight == 0.0:
@@ -217,8 +245,9 @@ class Strategy(Callback):
         return None
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        """Client-level and local-DP spending of this round (record-level comes from clients)."""
-        return RoundPrivacy()
+        """Client-level and local-DP spending of this round (record-level comes from clients):
+        ``central_dp``'s subsampled Gaussian, else nothing."""
+        return RoundPrivacy() if self.central_dp is None else self.central_dp.round_privacy(ctx)
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         """Called once the global model moved; returns what it observed this round."""
@@ -231,7 +260,8 @@ class Strategy(Callback):
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        return {} if self.central_dp is None else {"central_dp": self.central_dp.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        pass
+        if self.central_dp is not None:  # flat: a DPFedAvg checkpoint from before the component
+            self.central_dp.load_state_dict(state_dict.get("central_dp", state_dict))

@@ -3,7 +3,9 @@
 Each client minimises h_i(w; w_t) = F_i(w) + (μ/2)‖w − w_t‖²: the local loop adds μ(w − w_t) to
 the noisy DP-SGD gradient (``client.prox_mu``, set here per round). The proximal term does not
 touch the data, so it is post-processing of the noisy gradient and costs no privacy; ε is the
-clients' DP-SGD ε. The server averages the deltas as FedAvg (weights n_i by default).
+clients' DP-SGD ε. The server averages the deltas as FedAvg (weights n_i by default), or, given
+``central_dp``, releases their clipped noisy sum over the expected cohort size (client-level
+DP-FedProx: McMahan et al. 2018's Alg. 1 around the proximal local objective).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.central_dp import CentralGaussian
 
 
 class DPFedProx(Strategy):
@@ -21,10 +24,18 @@ class DPFedProx(Strategy):
         mu: proximal coefficient μ (Li et al. 2020; the GCFL paper gives none, common grid
             {0.001, 0.01, 0.1, 1}).
         weighting: ``num_examples`` (n_i) or ``uniform``.
+        central_dp: client-level DP on the aggregate (``None``: the DP-SGD clients' record-level
+            DP only).
     """
 
-    def __init__(self, *, mu: float = 0.01, weighting: Weighting = "num_examples") -> None:
-        super().__init__(weighting=weighting)
+    def __init__(
+        self,
+        *,
+        mu: float = 0.01,
+        weighting: Weighting = "num_examples",
+        central_dp: CentralGaussian | None = None,
+    ) -> None:
+        super().__init__(weighting=weighting, central_dp=central_dp)
         if mu < 0:
             raise ValueError(f"strategy.mu: must be >= 0, got {mu}")
         self.mu = mu

@@ -87,7 +87,9 @@ class FedSMP(Strategy):
         self.noise_multiplier = noise_multiplier
         self.epsilon = epsilon
 
-    amplified_by_sampling = True
+    @property
+    def amplified_by_sampling(self) -> bool:
+        return True
 
     @property
     def is_private(self) -> bool:

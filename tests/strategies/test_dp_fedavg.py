@@ -93,3 +93,69 @@ def test_round_privacy_refuses_an_unknown_sampling():
 def test_bad_settings_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         DPFedAvg(**kwargs)
+
+
+def _fit(strategy, rounds: int = 3):
+    """A 3-round run on synthetic data with an RDP accountant: final weights and report."""
+    import lightning.pytorch as pl
+
+    from fl_lightning.client.module import ClientModule
+    from fl_lightning.data.datamodule import FederatedDataModule
+    from fl_lightning.models.mlp import MLP
+    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.server.module import FederatedModule
+    from fl_lightning.utils.flat import trainable_parameters
+
+    torch.manual_seed(0)
+    client = ClientModule(
+        net=MLP(input_dim=16, hidden=(8,), num_classes=3), num_classes=3, lr=0.1, local_steps=2
+    )
+    model = FederatedModule(
+        client=client, strategy=strategy, privacy=PrivacyAccountant(), clients_per_round=3
+    )
+    data = FederatedDataModule(
+        dataset="synthetic",
+        num_clients=12,
+        partitioner="iid",
+        dataset_options={"num_examples": 240, "num_features": 16, "num_classes": 3},
+    )
+    pl.Trainer(
+        max_steps=rounds,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    ).fit(model, datamodule=data)
+    flat = torch.cat([p.detach().flatten() for p in trainable_parameters(model.global_net)])
+    return flat, model.accountant.report(), model.sampler.mode
+
+
+def test_fedavg_holding_central_dp_is_dp_fedavg():
+    """Central DP is a component: FedAvg given a CentralGaussian trains the same model, spends
+    the same ε and draws the same (Poisson) cohorts as DPFedAvg; FedAvg without it is another
+    run, not private."""
+    from fl_lightning.strategies.central_dp import CentralGaussian
+    from fl_lightning.strategies.fedavg import FedAvg
+
+    dp_w, dp_report, dp_mode = _fit(DPFedAvg(clip_norm=0.3, noise_multiplier=0.8))
+    fa_w, fa_report, fa_mode = _fit(
+        FedAvg(central_dp=CentralGaussian(clip_norm=0.3, noise_multiplier=0.8))
+    )
+    assert torch.equal(dp_w, fa_w)
+    assert dp_mode == fa_mode == "poisson"
+    assert dp_report["privacy/epsilon"] == fa_report["privacy/epsilon"] < float("inf")
+    plain_w, plain_report, plain_mode = _fit(FedAvg())
+    assert plain_mode == "fixed" and not torch.equal(plain_w, dp_w)
+    assert plain_report["privacy/epsilon"] == float("inf")
+
+
+def test_checkpoint_keeps_the_calibrated_sigma_in_both_layouts():
+    """σ fixed at set-up resumes from a checkpoint, and from one written before central DP
+    was a component (``{"noise_multiplier": σ}``)."""
+    s = DPFedAvg(noise_multiplier=1.7)
+    for state in (s.state_dict(), {"noise_multiplier": 1.7}):
+        resumed = DPFedAvg(noise_multiplier=None)
+        resumed.load_state_dict(state)
+        assert resumed.noise_multiplier == 1.7 and resumed.state_dict() == s.state_dict()

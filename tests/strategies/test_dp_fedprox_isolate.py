@@ -23,6 +23,32 @@ def test_fedprox_sets_mu_for_the_local_loop() -> None:
         DPFedProx(mu=-1.0)
 
 
+def test_fedprox_with_central_dp_releases_the_clipped_noisy_mean() -> None:
+    """Central DP is a component any summing strategy takes: DP-FedProx given one clips each
+    upload, sums and adds σC noise over qN, and spends a client-level event; without one it is
+    the DP-SGD clients' record-level DP only."""
+    from fl_lightning.privacy.events import CohortSampling
+    from fl_lightning.strategies.central_dp import CentralGaussian
+
+    s = DPFedProx(mu=0.1, central_dp=CentralGaussian(clip_norm=0.5, noise_multiplier=0.0))
+    ctx = _ctx(torch.zeros(2), [0, 1])
+    ctx.sampling = CohortSampling("poisson", 1.0, 2)
+    ups = [
+        s.process_update(
+            ClientUpdate(client_id=c, delta=torch.tensor([3.0, 4.0]), num_examples=5, loss=0.0),
+            ctx,
+            generator=torch.Generator(),
+        )
+        for c in (0, 1)
+    ]
+    agg, _ = s.aggregate(ups, ctx, generator=torch.Generator())
+    assert torch.allclose(agg, torch.tensor([0.3, 0.4]))  # each clipped to 0.5, sum / qN = 2
+    assert s.is_private and s.amplified_by_sampling
+    assert len(s.round_privacy(ctx).client_level) == 1
+    plain = DPFedProx(mu=0.1)
+    assert not plain.is_private and not plain.round_privacy(ctx).client_level
+
+
 def test_isolate_clients_continue_from_their_own_models() -> None:
     s = Isolate()
     x0 = torch.tensor([1.0, 1.0])
