@@ -131,8 +131,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="")
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "privacy_table.md")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.only and not args.check and args.out is None:
+        # A partial table would replace every other config's row of the shipped one.
+        parser.error("--only: writes a partial table; add --check, or --out PATH for it")
+    out = args.out or REPO / "docs" / "privacy_table.md"
     rows = []
     for config in EXPERIMENTS:
         if args.only and args.only not in str(config):
@@ -157,7 +161,7 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     bad = [r for r in rows if not r.get("agree")]
     if not args.check:
-        args.out.write_text(markdown(rows, args.rounds))
+        out.write_text(markdown(rows, args.rounds))
     return 1 if (args.check and bad) else 0
 
 
