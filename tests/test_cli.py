@@ -162,6 +162,40 @@ def test_dp_sgd_clients_report_record_level_epsilon(run_cli, tmp_path):
     assert 0 < summary["privacy/epsilon_record"] < 50
 
 
+COMPONENTS = {
+    "central": (
+        "fl_lightning.strategies.fedavg.FedAvg",
+        {"central_dp": {"class_path": "fl_lightning.strategies.central_dp.CentralGaussian",
+                        "init_args": {"clip_norm": 1.0, "noise_multiplier": 1.5}}},
+        "client-level",
+    ),
+    "local": (
+        "fl_lightning.strategies.fedbuff.FedBuff",
+        {"buffer_size": 3,
+         "local_dp": {"class_path": "fl_lightning.strategies.budgeted_uploads.BudgetedUploads",
+                      "init_args": {"epsilon": 20.0, "mechanism": "laplace", "rounds": 10}}},
+        "local",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("placement", sorted(COMPONENTS))
+def test_privacy_components_compose_from_the_config(run_cli, tmp_path, placement):
+    """DP placed on the aggregate (FedAvg + CentralGaussian) or on uploads (FedBuff +
+    BudgetedUploads) is configuration: the nested component is built by the CLI and the run
+    prints the guarantee of that placement."""
+    cls, init_args, unit = COMPONENTS[placement]
+    strategy = json.dumps({"class_path": cls, "init_args": init_args})
+    rc = run_cli(
+        ["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "2",
+         "--strategy", strategy]
+    )  # fmt: skip
+    assert rc == 0
+    summary = json.loads(next(Path(tmp_path).rglob("summary.json")).read_text())
+    assert summary["privacy/guarantee"].startswith(unit), summary["privacy/guarantee"]
+    assert 0 < summary["privacy/epsilon"] < float("inf")
+
+
 def test_wandb_offline_logging_writes_a_run(run_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     rc = run_cli(
