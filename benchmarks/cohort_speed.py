@@ -9,11 +9,25 @@ book-keeping clipping). Two models with the same shape (1.66M parameters):
 - ``user_cnn``: :class:`UserCNN`, written here the way a user writes one (functional ReLU and
   pooling, ``x.view(x.size(0), -1)``, in-place activations), which no part of the core knows;
 
-and, not of that shape, ``mnist_lstm``: ADP-FL's ``MnistLSTM`` (LSTM(28, 64) over the 28 image
-rows + Linear(64, 10), 24,714 parameters). Its DP-SGD clients use ``impl: opacus`` (Opacus'
-``DPLSTM``, the same parameters: ``ClientModule`` refuses ``nn.LSTM`` under DP-SGD, and engine
-``auto`` picks ``opacus`` for it); its bare loop keeps ``nn.LSTM`` (non-private, as above) and
-its DP ceiling runs the sequential path's engine (``opacus``) on DPLSTM.
+and, not of that shape, recurrent models:
+
+- ``mnist_lstm``: ADP-FL's ``MnistLSTM`` (LSTM(28, 64) over the 28 image rows + Linear(64, 10),
+  24,714 parameters);
+- ``user_gru``: :class:`UserGRU`, written here the way a user writes one: ``nn.GRU(28, 64)``
+  over the image rows, Linear(64, 10) on the last hidden state ``h_n`` (18,698 parameters);
+- ``user_rnn``: :class:`UserRNN`, the same with ``nn.RNN(28, 64)`` (tanh; 6,666 parameters);
+- ``char_lstm``: the project's Shakespeare ``CharLSTM`` as configured in
+  ``configs/experiment/dp_fedasgp/shakespeare_lstm.yaml`` (Embedding(90, 8), two LSTM(256)
+  layers, Linear(256, 90) on the last position; 822,570 parameters) on its natural data shape:
+  sequences of 80 token ids of a 90-character vocabulary and the next character as the label,
+  here **synthetic** (uniform random ids, seed 0; the speed does not depend on the values).
+
+Their DP-SGD clients use Opacus' drop-ins (``DPLSTM`` / ``DPGRU`` / ``DPRNN``, the same
+parameters: ``ClientModule`` refuses ``nn.LSTM`` and ``nn.GRU`` under DP-SGD; it accepts
+``nn.RNN``, but no sequential engine runs it: ``auto``/``functorch`` fail inside ``nn.RNN``
+under ``vmap``, ``ghost``/``opacus`` get no input gradient; engine ``auto`` picks ``opacus`` for
+the drop-ins); their bare loops keep ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (non-private, as
+above) and their DP ceilings run the sequential path's engine (``opacus``) on the drop-ins.
 
 Variants, run on the same global weights, interleaved (ABC CBA ...), median of ``--reps``:
 
@@ -21,6 +35,9 @@ Variants, run on the same global weights, interleaved (ABC CBA ...), median of `
   one by one, shuffled batches; non-private even with ``--dp-sgd``: the cost of privacy shows);
 - ``sequential``: ``SequentialExecutor`` (LocalTrainer, FedAvg ``process_update``);
 - ``vectorized``: ``VectorizedExecutor`` (stacked clients, ``client/stacked.py``);
+- ``vectorized_base`` (with ``--baseline-ref REF``): the vectorised executor with the stacked
+  recurrent layers of git revision REF (``fl_lightning/client/stacked_recurrent.py`` as it was
+  there, loaded from ``git show``): an A/B of a kernel change in the same run;
 - ``ceiling``: not a federated round: ONE shared model trained on batches of cohort × 10
   examples for as many steps as one client takes (the same training FLOPs as the round, none of
   the cohort's separate weights). A perfect stacking of the clients does this work *plus* keeping
@@ -67,6 +84,7 @@ from torch import nn
 from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
+from fl_lightning.models.char_lstm import CharLSTM
 from fl_lightning.models.cnn import MnistCNN
 from fl_lightning.models.lstm import MnistLSTM
 from fl_lightning.records import RoundContext
@@ -96,16 +114,77 @@ class UserCNN(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
-MODELS = {"mnist_cnn": MnistCNN, "user_cnn": UserCNN, "mnist_lstm": MnistLSTM}
+class UserGRU(nn.Module):
+    """A user's GRU classifier of MnistLSTM's shape: nn.GRU(28, 64) over the image rows and a
+    Linear head on the last hidden state; ``dp=True`` builds Opacus' ``DPGRU`` (same
+    parameters), which ``ClientModule`` needs under DP-SGD."""
+
+    def __init__(self, dp: bool = False) -> None:
+        super().__init__()
+        if dp:
+            from opacus.layers import DPGRU
+
+            self.gru: nn.Module = DPGRU(28, 64, batch_first=True)
+        else:
+            self.gru = nn.GRU(28, 64, batch_first=True)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, h = self.gru(x.squeeze(1))  # (B, 1, 28, 28) -> (B, 28, 28)
+        return self.fc(h[-1])
+
+
+class UserRNN(nn.Module):
+    """UserGRU with a plain tanh ``nn.RNN``; ``dp=True``: Opacus' ``DPRNN`` (same parameters)."""
+
+    def __init__(self, dp: bool = False) -> None:
+        super().__init__()
+        if dp:
+            from opacus.layers import DPRNN
+
+            self.rnn: nn.Module = DPRNN(28, 64, batch_first=True)
+        else:
+            self.rnn = nn.RNN(28, 64, batch_first=True)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, h = self.rnn(x.squeeze(1))
+        return self.fc(h[-1])
+
+
+def char_lstm(dp: bool = False) -> nn.Module:
+    """The Shakespeare configuration (configs/experiment/dp_fedasgp/shakespeare_lstm.yaml)."""
+    return CharLSTM(vocab_size=VOCAB, embedding_dim=8, hidden_size=256, num_layers=2,
+                    dp_lstm=dp, last_only=True)  # fmt: skip
+
+
+VOCAB, SEQ_LEN = 90, 80  # CharLSTM: LEAF Shakespeare's characters and sequence length
+MODELS = {"mnist_cnn": MnistCNN, "user_cnn": UserCNN, "mnist_lstm": MnistLSTM,
+          "user_gru": UserGRU, "user_rnn": UserRNN, "char_lstm": char_lstm}  # fmt: skip
 #: under DP-SGD, the clients' (and the ceiling's) model where it differs (Opacus' drop-ins)
-DP_MODELS = {"mnist_lstm": lambda: MnistLSTM(impl="opacus")}
+DP_MODELS = {
+    "mnist_lstm": lambda: MnistLSTM(impl="opacus"),
+    "user_gru": lambda: UserGRU(dp=True),
+    "user_rnn": lambda: UserRNN(dp=True),
+    "char_lstm": lambda: char_lstm(dp=True),
+}
+#: models on token sequences (the others read MNIST-shaped images)
+TOKEN_MODELS = {"char_lstm"}
 
 
-def make_data(clients: int) -> SimpleNamespace:
+def make_inputs(model: str, n: int, g: torch.Generator | None = None) -> tuple:
+    """n inputs and labels of the model's data shape: 1×28×28 images and 10 classes, or
+    (CharLSTM) SEQ_LEN synthetic token ids and the next one of VOCAB."""
+    if model in TOKEN_MODELS:
+        x = torch.randint(0, VOCAB, (n, SEQ_LEN), generator=g)
+        return x, torch.randint(0, VOCAB, (n,), generator=g)
+    return torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def make_data(clients: int, model: str = "mnist_cnn") -> SimpleNamespace:
     g = torch.Generator().manual_seed(0)
     n = clients * EXAMPLES
-    x = torch.randn(n, 1, 28, 28, generator=g)
-    y = torch.randint(0, 10, (n,), generator=g)
+    x, y = make_inputs(model, n, g)
     indices = [torch.arange(i * EXAMPLES, (i + 1) * EXAMPLES) for i in range(clients)]
     return SimpleNamespace(
         train=SimpleNamespace(x=x, y=y),
@@ -172,12 +251,12 @@ def ceiling_round(  # noqa: PLR0913
         opt.step()
 
 
-def train_flops(make_net) -> int:  # noqa: ANN001
+def train_flops(make_net, model: str) -> int:  # noqa: ANN001
     """FLOPs of one non-private training step (forward + backward) on a batch of BATCH."""
     from torch.utils.flop_counter import FlopCounterMode
 
     net = make_net()
-    x, y = torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
+    x, y = make_inputs(model, BATCH)
     with FlopCounterMode(display=False) as counter:
         F.cross_entropy(net(x), y).backward()
     return counter.get_total_flops()
@@ -195,31 +274,51 @@ def matmul_flops_per_s(size: int = 2048, reps: int = 5) -> float:
     return 2 * size**3 / best
 
 
+def baseline_recurrent(ref: str):  # noqa: ANN201
+    """``StackedRecurrent`` of ``fl_lightning/client/stacked_recurrent.py`` at git revision
+    ``ref`` (loaded as a separate module)."""
+    import importlib.util
+    import tempfile
+
+    path = "fl_lightning/client/stacked_recurrent.py"
+    src = subprocess.run(["git", "show", f"{ref}:{path}"], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(src)
+    spec = importlib.util.spec_from_file_location("stacked_recurrent_baseline", fh.name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.StackedRecurrent
+
+
 class Setup:
     """The executors and data of one (model, DP, cohort) row."""
 
-    def __init__(self, model: str, dp: bool, cohort: int) -> None:
+    def __init__(self, model: str, dp: bool, cohort: int, baseline: str | None = None) -> None:
         self.make_net = MODELS[model]
         private_net = DP_MODELS.get(model, self.make_net) if dp else self.make_net
-        self.data = make_data(cohort)
+        self.data = make_data(cohort, model)
         self.clients = list(range(cohort))
         dp_cfg = DPSGDConfig(noise_multiplier=1.0, max_grad_norm=1.0) if dp else None
+        classes = VOCAB if model in TOKEN_MODELS else 10
 
         def client() -> ClientModule:
             torch.manual_seed(0)
-            return ClientModule(private_net(), num_classes=10, lr=LR, batch_size=BATCH,
+            return ClientModule(private_net(), num_classes=classes, lr=LR, batch_size=BATCH,
                                 dp_sgd=dp_cfg)  # fmt: skip
 
         seq_client = client()
         self.global_flat = flatten(trainable_parameters(seq_client.net))
         self.bare_net = self.make_net()
         self.ceiling_nets = {"ceiling": private_net()}
-        cl_net = private_net().to(memory_format=torch.channels_last)
-        try:  # a user's ``x.view(x.size(0), -1)`` rejects channels_last activations
-            cl_net(torch.zeros(2, 1, 28, 28).contiguous(memory_format=torch.channels_last))
-            self.ceiling_nets["ceiling_cl"] = cl_net
-        except RuntimeError:
-            pass
+        if model not in TOKEN_MODELS:  # channels_last: image inputs only
+            cl_net = private_net().to(memory_format=torch.channels_last)
+            try:  # a user's ``x.view(x.size(0), -1)`` rejects channels_last activations
+                cl_net(torch.zeros(2, 1, 28, 28).contiguous(memory_format=torch.channels_last))
+                self.ceiling_nets["ceiling_cl"] = cl_net
+            except RuntimeError:
+                pass
         self.ceiling_engines = dict.fromkeys(self.ceiling_nets)
         # variant -> (net, clients a step); the nets are reloaded from the global weights
         self.ceilings = {v: (v, cohort) for v in self.ceiling_nets}
@@ -239,6 +338,9 @@ class Setup:
             "sequential": SequentialExecutor(LocalTrainer(seq_client)),
             "vectorized": VectorizedExecutor(LocalTrainer(client())),  # default buckets
         }
+        self.baseline = baseline_recurrent(baseline) if baseline else None
+        if baseline:
+            self.executors["vectorized_base"] = VectorizedExecutor(LocalTrainer(client()))
         self.strategy = FedAvg()
 
     def ctx(self, r: int) -> RoundContext:
@@ -266,11 +368,20 @@ class Setup:
             ceiling_round(self.ceiling_nets[net], self.global_flat, self.data, per_step,
                           self.ceiling_engines[net], net == "ceiling_cl")  # fmt: skip
             return []
-        updates = self.executors[variant].run(self.clients, self.ctx(r), self.data, self.strategy)
-        if keep:
-            return list(updates)
-        for _ in updates:
-            pass
+        import fl_lightning.client.stacked as stacked_module
+
+        current = stacked_module.StackedRecurrent
+        if variant == "vectorized_base":  # its model is stacked on its first round
+            stacked_module.StackedRecurrent = self.baseline  # type: ignore[misc]
+        try:
+            updates = self.executors[variant].run(self.clients, self.ctx(r), self.data,
+                                                  self.strategy)  # fmt: skip
+            if keep:
+                return list(updates)
+            for _ in updates:
+                pass
+        finally:
+            stacked_module.StackedRecurrent = current  # type: ignore[misc]
         return []
 
 
@@ -279,10 +390,19 @@ VARIANTS = ("bare", "sequential", "vectorized", "ceiling", "ceiling_cl", "ceilin
 MEMORY_VARIANTS = VARIANTS[:3]
 
 
-def measure_row(model: str, dp: bool, cohort: int, reps: int, skip: tuple[str, ...] = ()) -> dict:
-    s = Setup(model, dp, cohort)
+def measure_row(  # noqa: PLR0913
+    model: str,
+    dp: bool,
+    cohort: int,
+    reps: int,
+    skip: tuple[str, ...] = (),
+    baseline: str | None = None,
+) -> dict:
+    s = Setup(model, dp, cohort, baseline)
     variants = [v for v in VARIANTS if (not v.startswith("ceiling") or v in s.ceilings)
                 and v not in skip]  # fmt: skip
+    if baseline:
+        variants.insert(3, "vectorized_base")
     for v in variants:
         s.run(v, 0)  # warm-up (and the vectorised path's one-time stacking and check)
     times: dict[str, list[float]] = {v: [] for v in variants}
@@ -303,10 +423,14 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int, skip: tuple[str, .
     seq = s.run("sequential", reps + 1, keep=True)
     vec = s.executors["vectorized"].run(s.clients, s.ctx(reps + 1), s.data, s.strategy)
     max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec, strict=True))
+    if baseline:
+        base = s.run("vectorized_base", reps + 1, keep=True)
+        max_diff = max(max_diff, *(float((a.delta - b.delta).abs().max())
+                                   for a, b in zip(seq, base, strict=True)))  # fmt: skip
     del seq
-    # counted on the DP drop-in where there is one: the counter does not see nn.LSTM's fused
-    # kernel, but sees DPLSTM's per-step Linear layers (the same products)
-    flops = train_flops(DP_MODELS.get(model, s.make_net)) * (EXAMPLES // BATCH) * cohort
+    # counted on the DP drop-in where there is one: the counter does not see nn.LSTM's / nn.GRU's
+    # fused kernels, but sees DPLSTM's / DPGRU's per-step Linear layers (the same products)
+    flops = train_flops(DP_MODELS.get(model, s.make_net), model) * (EXAMPLES // BATCH) * cohort
     return {
         "model": model,
         "dp_sgd": dp,
@@ -323,6 +447,14 @@ def measure_row(model: str, dp: bool, cohort: int, reps: int, skip: tuple[str, .
         "matmul_flops_per_s": peak,
         "fraction_of_matmul_peak": {v: flops / t / peak for v, t in med.items()},
         "max_abs_delta_difference": max_diff,
+        **(
+            {
+                "baseline_ref": baseline,
+                "vectorized_over_baseline": med["vectorized_base"] / med["vectorized"],
+            }
+            if baseline
+            else {}
+        ),  # fmt: skip
     }
 
 
@@ -407,6 +539,9 @@ def table(rows: list[dict], memory: bool) -> str:
             if t:
                 line += f" (RSS {t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f})"
             line += " |"
+        if "vectorized_over_baseline" in r:
+            ref, ab = r["baseline_ref"], r["vectorized_over_baseline"]
+            line += f" A/B: vec@{ref} {c['vectorized_base']:.1f} c/s, **vec ÷ vec@{ref} {ab:.2f}x**"
         lines.append(line)
     return "\n".join(lines)
 
@@ -423,6 +558,9 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true", help="peak RSS per path (subprocesses)")
     parser.add_argument("--skip", nargs="*", default=[], choices=VARIANTS[3:],
                         help="ceiling variants left out (e.g. the cohort-wide batch)")  # fmt: skip
+    parser.add_argument("--baseline-ref", default=None,
+                        help="git revision whose stacked recurrent layers run as the extra "
+                        "variant vectorized_base (A/B in the same run)")  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -443,7 +581,8 @@ def main() -> None:
     for model in args.models:
         for dp in dps:
             for cohort in args.cohorts:
-                row = measure_row(model, dp, cohort, args.reps, tuple(args.skip))
+                row = measure_row(model, dp, cohort, args.reps, tuple(args.skip),
+                                  args.baseline_ref)  # fmt: skip
                 if args.memory:
                     row["peak_mib"] = measure_memory(model, dp, cohort, args.threads)
                 row["load_average_after"] = os.getloadavg()
@@ -464,6 +603,7 @@ def main() -> None:
             "lr": LR,
             "reps": args.reps,
             "skipped_variants": args.skip,
+            "baseline_ref": args.baseline_ref,
             "order": "interleaved, alternating",
         },  # fmt: skip
         "rows": rows,

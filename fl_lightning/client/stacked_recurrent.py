@@ -2,8 +2,9 @@
 ``DPGRU`` / ``DPRNN`` for K clients at once (``client/stacked.py``).
 
 The input projections of all time steps run as one batched GEMM, then one ``baddbmm`` a time
-step for the clients' recurrent products; the LSTM recurrence is one autograd Function
-(``LSTMSteps``) with hand-written backpropagation through time. Under DP-SGD the per-example
+step for the clients' recurrent products; the LSTM and RNN recurrences are one autograd Function
+each (``LSTMSteps``, ``RNNSteps``) with hand-written backpropagation through time (GRU: autograd
+over a per-step loop). Under DP-SGD the per-example
 squared norms of W_ih and W_hh are ghost norms over the T steps (Li et al. 2022, eq. 4), and the
 clipped sums one product per weight (``stacked_layers.linear_clipped_sums``).
 """
@@ -39,6 +40,23 @@ def rnn_mode(module: nn.Module) -> str | None:
     return None
 
 
+#: bytes of W_hh one chunk of clients runs its whole recurrence over, on CPU (a core's L2 cache,
+#: 1 MiB on the 2-core EPYC of benchmarks/results/cohort_speed.md): one ``baddbmm`` a step over
+#: all K clients streams every client's W_hh from memory at every step, up to 3× slower than
+#: recurring over a few clients whose weights stay cached (CharLSTM's 256-unit W_hh is 1 MiB a
+#: client).
+CHUNK_BYTES = 4 << 20
+
+
+def client_chunks(w_hh: torch.Tensor) -> list[slice]:
+    """The clients of the (K, G, H) stacked W_hh in chunks of at most ``CHUNK_BYTES`` of
+    weights (at least one client a chunk; one chunk of all K off the CPU)."""
+    k = w_hh.shape[0]
+    per = max(1, w_hh[0].numel() * w_hh.element_size())
+    size = k if w_hh.device.type != "cpu" else max(1, CHUNK_BYTES // per)
+    return [slice(lo, min(k, lo + size)) for lo in range(0, k, size)]
+
+
 class LSTMSteps(torch.autograd.Function):
     """The recurrence of one LSTM cell over all time steps for K clients, given the input
     projections ``gi`` (K, T, N, 4H) (x W_ihᵀ + b_ih + b_hh): per step
@@ -50,7 +68,7 @@ class LSTMSteps(torch.autograd.Function):
     the last (h, c)."""
 
     @staticmethod
-    def forward(ctx, gi, h0, c0, w_hh, reverse, probe=None, sink=None):  # noqa: ANN001, ANN205
+    def forward(ctx, gi, h0, c0, w_hh, reverse, probe=None, sink=None):  # noqa: ANN001, ANN205, PLR0913
         # states time-major inside, (T, K, N, ·): every step writes contiguous slices
         k, t, n, four = gi.shape
         hidden = four // 4
@@ -59,57 +77,70 @@ class LSTMSteps(torch.autograd.Function):
         hs = gi.new_empty(t, k, n, hidden)
         cs = gi.new_empty(t, k, n, hidden)
         tanh_cs = gi.new_empty(t, k, n, hidden)
-        h, c = h0, c0
-        w_t = w_hh.transpose(1, 2)
-        for s in range(t - 1, -1, -1) if reverse else range(t):
-            pre = gi[:, s].clone() if h is None else torch.baddbmm(gi[:, s], h, w_t)
-            # tanh(x) = 2σ(2x) − 1: one sigmoid for all four gates (torch's CPU tanh is
-            # several times slower than its sigmoid; the results agree to float rounding)
-            pre[..., g_block] *= 2
-            a = torch.sigmoid(pre, out=acts[s])
-            a[..., g_block].mul_(2).sub_(1)
-            gate_i, gate_f, gate_g, gate_o = a.chunk(4, -1)
-            if c is None:
-                c = torch.mul(gate_i, gate_g, out=cs[s])
-            else:
-                c = torch.addcmul(gate_i * gate_g, gate_f, c, out=cs[s])
-            tanh_c = torch.sigmoid(c * 2, out=tanh_cs[s]).mul_(2).sub_(1)
-            h = torch.mul(gate_o, tanh_c, out=hs[s])
+        order = range(t - 1, -1, -1) if reverse else range(t)
+        for ks in client_chunks(w_hh):  # each chunk's whole recurrence, its W_hh cache-hot
+            h = None if h0 is None else h0[ks]
+            c = None if c0 is None else c0[ks]
+            w_t = w_hh[ks].transpose(1, 2)
+            for s in order:
+                pre = gi[ks, s].clone() if h is None else torch.baddbmm(gi[ks, s], h, w_t)
+                # tanh(x) = 2σ(2x) − 1: one sigmoid for all four gates (torch's CPU tanh is
+                # several times slower than its sigmoid; the results agree to float rounding)
+                pre[..., g_block] *= 2
+                a = torch.sigmoid(pre, out=acts[s, ks])
+                a[..., g_block].mul_(2).sub_(1)
+                gate_i, gate_f, gate_g, gate_o = a.chunk(4, -1)
+                if c is None:
+                    c = torch.mul(gate_i, gate_g, out=cs[s, ks])
+                else:
+                    c = torch.addcmul(gate_i * gate_g, gate_f, c, out=cs[s, ks])
+                tanh_c = torch.sigmoid(c * 2, out=tanh_cs[s, ks]).mul_(2).sub_(1)
+                h = torch.mul(gate_o, tanh_c, out=hs[s, ks])
         ctx.save_for_backward(acts, hs, cs, tanh_cs, h0, c0, w_hh)
         ctx.reverse, ctx.sink, ctx.probe = reverse, sink, probe is not None
-        return hs.transpose(0, 1), h.clone(), c.clone()
+        last = order[-1]
+        return hs.transpose(0, 1), hs[last].clone(), cs[last].clone()
 
     @staticmethod
-    def backward(ctx, d_hs, d_h, d_c):  # noqa: ANN001, ANN205
+    def backward(ctx, d_hs, d_h_last, d_c_last):  # noqa: ANN001, ANN205
         acts, hs, cs, tanh_cs, h0, c0, w_hh = ctx.saved_tensors
         t, k, n, hidden = hs.shape
         order = list(range(t - 1, -1, -1)) if ctx.reverse else list(range(t))
         d_pre = acts.new_empty(k, t, n, 4 * hidden)  # the layout of gi
-        d_h, d_c = d_h.clone(), d_c.clone()
-        prev_c = [c0, *[cs[s] for s in order[:-1]]]
+        d_h0 = torch.empty_like(h0) if h0 is not None else None
+        d_c0 = torch.empty_like(c0) if c0 is not None else None
         g_block = slice(2 * hidden, 3 * hidden)
-        for j in range(t - 1, -1, -1):
-            s = order[j]
-            d_h += d_hs[:, s]
-            a = acts[s]
-            gate_i, gate_f, gate_g, gate_o = a.chunk(4, -1)
-            # the gates' slopes σ' = σ(1 − σ), tanh' = 1 − tanh² (per step: cache-hot)
-            slope = a * (1 - a)
-            torch.mul(gate_g, gate_g, out=slope[..., g_block]).neg_().add_(1)
-            tanh_c = tanh_cs[s]
-            d_c.addcmul_(d_h * gate_o, 1 - tanh_c * tanh_c)
-            d_s = d_pre[:, s]
-            di, df, dg, do = d_s.chunk(4, -1)  # ∂ℓ/∂(gate outputs), then × slope
-            torch.mul(d_c, gate_g, out=di)
-            torch.mul(d_c, gate_i, out=dg)
-            torch.mul(d_h, tanh_c, out=do)
-            if prev_c[j] is not None:
-                torch.mul(d_c, prev_c[j], out=df)
-            else:  # c₋₁ = 0
-                df.zero_()
-            d_s.mul_(slope)
-            d_c = d_c * gate_f
-            d_h = torch.bmm(d_s, w_hh)
+        for ks in client_chunks(w_hh):
+            d_h, d_c = d_h_last[ks].clone(), d_c_last[ks].clone()
+            w = w_hh[ks]
+            for j in range(t - 1, -1, -1):
+                s = order[j]
+                d_h += d_hs[ks, s]
+                a = acts[s, ks]
+                gate_i, gate_f, gate_g, gate_o = a.chunk(4, -1)
+                # the gates' slopes σ' = σ(1 − σ), tanh' = 1 − tanh² (per step: cache-hot)
+                slope = a * (1 - a)
+                torch.mul(gate_g, gate_g, out=slope[..., g_block]).neg_().add_(1)
+                tanh_c = tanh_cs[s, ks]
+                d_c.addcmul_(d_h * gate_o, 1 - tanh_c * tanh_c)
+                d_s = d_pre[ks, s]
+                di, df, dg, do = d_s.chunk(4, -1)  # ∂ℓ/∂(gate outputs), then × slope
+                torch.mul(d_c, gate_g, out=di)
+                torch.mul(d_c, gate_i, out=dg)
+                torch.mul(d_h, tanh_c, out=do)
+                c_prev = cs[order[j - 1], ks] if j > 0 else (None if c0 is None else c0[ks])
+                if c_prev is not None:
+                    torch.mul(d_c, c_prev, out=df)
+                else:  # c₋₁ = 0
+                    df.zero_()
+                d_s.mul_(slope)
+                d_c = d_c * gate_f
+                if j > 0 or h0 is not None:
+                    d_h = torch.bmm(d_s, w)
+            if d_h0 is not None:
+                d_h0[ks] = d_h
+            if d_c0 is not None:
+                d_c0[ks] = d_c
         d_w = None
         if ctx.needs_input_grad[3]:
             h_prev = previous_states(hs.transpose(0, 1), h0, ctx.reverse)
@@ -119,8 +150,74 @@ class LSTMSteps(torch.autograd.Function):
         if ctx.sink is not None:  # DP-SGD: G_t of every step, for the per-example norms
             ctx.sink[0][ctx.sink[1]] = d_pre
         d_probe = d_pre.new_zeros(()) if ctx.probe else None
-        d_h0 = d_h if h0 is not None else None
-        return d_pre, d_h0, d_c if c0 is not None else None, d_w, None, d_probe, None
+        return d_pre, d_h0, d_c0, d_w, None, d_probe, None
+
+
+class RNNSteps(torch.autograd.Function):
+    """The recurrence of one Elman RNN cell (``nn.RNN``, tanh or ReLU) over all time steps for K
+    clients, given the input projections ``gi`` (K, T, N, H) (x W_ihᵀ + b_ih + b_hh): per step
+    h_t = φ(gi_t + h_{t-1} W_hhᵀ) (the ``nn.RNN`` equation). As ``LSTMSteps``: the backward runs
+    backpropagation through time by hand, G_t = ∂ℓ/∂pre_t = (∂ℓ/∂h_t) φ'(pre_t) with
+    tanh' = 1 − h_t² and relu' = [h_t > 0], ∂ℓ/∂h_{t-1} += G_t W_hh (one ``bmm`` a step), and
+    ∇W_hh = Σ_t G_tᵀ h_{t-1} as one batched GEMM over all steps; G_t is the gradient of ``gi``
+    and, under DP-SGD, handed to ``sink`` for the ghost norms. Returns the (K, T, N, H) outputs
+    and the last h."""
+
+    @staticmethod
+    def forward(ctx, gi, h0, w_hh, reverse, relu, probe=None, sink=None):  # noqa: ANN001, ANN205, PLR0913
+        k, t, n, hidden = gi.shape
+        hs = gi.new_empty(t, k, n, hidden)  # time-major inside: contiguous slices a step
+        order = range(t - 1, -1, -1) if reverse else range(t)
+        for ks in client_chunks(w_hh):  # each chunk's whole recurrence, its W_hh cache-hot
+            h = None if h0 is None else h0[ks]
+            w_t = w_hh[ks].transpose(1, 2)
+            for s in order:
+                out = hs[s, ks]
+                if h is None:
+                    out.copy_(gi[ks, s])
+                else:
+                    torch.baddbmm(gi[ks, s], h, w_t, out=out)
+                if relu:
+                    out.clamp_(min=0)
+                else:  # tanh(x) = 2σ(2x) − 1 (torch's CPU tanh is several times slower)
+                    out.mul_(2).sigmoid_().mul_(2).sub_(1)
+                h = out
+        ctx.save_for_backward(hs, h0, w_hh)
+        ctx.reverse, ctx.relu, ctx.sink, ctx.probe = reverse, relu, sink, probe is not None
+        return hs.transpose(0, 1), hs[order[-1]].clone()
+
+    @staticmethod
+    def backward(ctx, d_hs, d_h_last):  # noqa: ANN001, ANN205
+        hs, h0, w_hh = ctx.saved_tensors
+        t, k, n, hidden = hs.shape
+        order = list(range(t - 1, -1, -1)) if ctx.reverse else list(range(t))
+        d_pre = hs.new_empty(k, t, n, hidden)  # the layout of gi
+        d_h0 = torch.empty_like(h0) if h0 is not None else None
+        for ks in client_chunks(w_hh):
+            d_h = d_h_last[ks].clone()
+            w = w_hh[ks]
+            for j in range(t - 1, -1, -1):
+                s = order[j]
+                d_h += d_hs[ks, s]
+                h, d_s = hs[s, ks], d_pre[ks, s]
+                if ctx.relu:
+                    torch.mul(d_h, h > 0, out=d_s)
+                else:
+                    torch.mul(h, h, out=d_s).neg_().add_(1).mul_(d_h)
+                if j > 0 or h0 is not None:
+                    d_h = torch.bmm(d_s, w)
+            if d_h0 is not None:
+                d_h0[ks] = d_h
+        d_w = None
+        if ctx.needs_input_grad[2]:
+            h_prev = previous_states(hs.transpose(0, 1), h0, ctx.reverse)
+            d_w = torch.bmm(
+                d_pre.reshape(k, t * n, -1).transpose(1, 2), h_prev.reshape(k, t * n, hidden)
+            )
+        if ctx.sink is not None:  # DP-SGD: G_t of every step, for the per-example norms
+            ctx.sink[0][ctx.sink[1]] = d_pre
+        d_probe = d_pre.new_zeros(()) if ctx.probe else None
+        return d_pre, d_h0, d_w, None, None, d_probe, None
 
 
 def previous_states(hs: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
@@ -144,8 +241,8 @@ class StackedRecurrent(StackedLayer):
     applied at T positions: ∇W_ih = Σ_t G_tᵀ x_t and ∇W_hh = Σ_t H_tᵀ h_{t-1}, with G_t and H_t
     the gradients of the input and hidden projections at step t (one and the same for LSTM and
     RNN, whose gates add them; different for GRU, whose candidate gate multiplies the hidden
-    projection by r). Under DP-SGD the LSTM's Function hands over every G_t from its backward
-    (GRU and RNN: both projections get a zero "probe" added, whose gradients are the G_t and
+    projection by r). Under DP-SGD the LSTM's and RNN's Functions hand over every G_t from their
+    backward (GRU: both projections get a zero "probe" added, whose gradients are the G_t and
     H_t), so one activation-only backward yields them all; the per-example squared norms
     are then the ghost norms of a Linear layer over the T positions (Li et al. 2022, eq. 4) and
     the clipped sums one product per weight, exactly the per-sample gradients Opacus' DPLSTM
@@ -176,7 +273,7 @@ class StackedRecurrent(StackedLayer):
         self.per_cell = 4 if self.has_bias else 2
         self.inputs: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cell, under DP-SGD
         self.parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
-        self.captured: list[torch.Tensor | None] = []  # LSTM: G_t per cell, under DP-SGD
+        self.captured: list[torch.Tensor | None] = []  # LSTM, RNN: G_t per cell, under DP-SGD
 
     def clear(self) -> None:
         super().clear()
@@ -209,13 +306,9 @@ class StackedRecurrent(StackedLayer):
         probe = None
         if self.stack.book is not None:
             gates = self._p(0).shape[1]
-            # the LSTM Function hands its G_t to ``captured`` and needs only some input to
-            # differentiate for; GRU and RNN add a zero probe to the projections
-            shape = (
-                ()
-                if self.mode == "LSTM"
-                else (cells, 2 if self.mode == "GRU" else 1, k, t, n, gates)
-            )
+            # the LSTM and RNN Functions hand their G_t to ``captured`` and need only some
+            # input to differentiate for; GRU adds a zero probe to both projections
+            shape = () if self.mode != "GRU" else (cells, 2, k, t, n, gates)
             probe = x.new_zeros(shape, requires_grad=True)
             self.inputs, self.captured = [], [None] * cells
         hn: list[torch.Tensor] = []
@@ -290,8 +383,16 @@ class StackedRecurrent(StackedLayer):
             if scalar is not None:
                 self.inputs.append((x.detach(), previous_states(seq.detach(), h0, reverse)))
             return seq, h, c
+        if not gru:
+            sink = (self.captured, cell) if scalar is not None else None
+            relu = self.mode == "RNN_RELU"
+            seq, h = RNNSteps.apply(gi, h0, w_hh, reverse, relu, scalar, sink)
+            if scalar is not None:
+                self.inputs.append((x.detach(), previous_states(seq.detach(), h0, reverse)))
+            return seq, h, None
+        # GRU: autograd over a per-step loop
         steps = gi.unbind(1)  # its backward is one stack, not a zero-filled copy a step
-        probes_h = probe[1].unbind(1) if probe is not None and gru else None
+        probes_h = probe[1].unbind(1) if probe is not None else None
         w_hh_t = w_hh.transpose(1, 2)
         h, c = h0, c0
         outs: list[Any] = [None] * t
@@ -299,22 +400,18 @@ class StackedRecurrent(StackedLayer):
         for s in range(t - 1, -1, -1) if reverse else range(t):
             prevs[s] = h
             gx = steps[s]
-            if gru:
-                hp = h if h is not None else x.new_zeros(k, n, hidden)
-                if b_hh is not None:
-                    gh = torch.baddbmm(b_hh.unsqueeze(1), hp, w_hh_t)
-                else:
-                    gh = torch.bmm(hp, w_hh_t)
-                if probes_h is not None:
-                    gh = gh + probes_h[s]
-                xr, xz, xn = gx.chunk(3, -1)
-                hr, hz, hn = gh.chunk(3, -1)
-                r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-                cand = torch.tanh(xn + r * hn)
-                h = (1 - z) * cand + z * hp
+            hp = h if h is not None else x.new_zeros(k, n, hidden)
+            if b_hh is not None:
+                gh = torch.baddbmm(b_hh.unsqueeze(1), hp, w_hh_t)
             else:
-                pre = gx if h is None else torch.baddbmm(gx, h, w_hh_t)
-                h = torch.relu(pre) if self.mode == "RNN_RELU" else torch.tanh(pre)
+                gh = torch.bmm(hp, w_hh_t)
+            if probes_h is not None:
+                gh = gh + probes_h[s]
+            xr, xz, xn = gx.chunk(3, -1)
+            hr, hz, hn = gh.chunk(3, -1)
+            r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+            cand = torch.tanh(xn + r * hn)
+            h = (1 - z) * cand + z * hp
             outs[s] = h
         if probe is not None:
             zero = x.new_zeros(k, n, hidden)
@@ -335,12 +432,10 @@ class StackedRecurrent(StackedLayer):
 
         parts = []
         for cell, (xin, hprev) in enumerate(self.inputs):
-            if self.mode == "LSTM":
+            if self.mode != "GRU":  # the Functions' G_t
                 got = self.captured[cell]  # None: the loss does not depend on this layer
                 gates = got if got is not None else xin.new_zeros(*xin.shape[:3], g_width)
                 parts.append([(rows(torch.cat([xin, hprev], -1)), rows(gates))])
-            elif g.shape[1] == 1:
-                parts.append([(rows(torch.cat([xin, hprev], -1)), rows(g[cell, 0]))])
             else:
                 parts.append([(rows(xin), rows(g[cell, 0])), (rows(hprev), rows(g[cell, 1]))])
         return parts

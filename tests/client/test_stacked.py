@@ -244,13 +244,15 @@ class _Rnn(nn.Module):
         self.lstm = "LSTM" in type(rnn).__name__
         dirs = 2 if rnn.bidirectional else 1
         self.head = nn.Linear(dirs * rnn.hidden_size, 10)
-        self.h0 = torch.linspace(-1, 1, rnn.num_layers * dirs * rnn.hidden_size)
+        if with_state:  # a start state computed from the input by a layer of its own
+            self.init = nn.Linear(rnn.input_size, rnn.num_layers * dirs * rnn.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         seq = x if self.rnn.batch_first else x.transpose(0, 1)
         state = None
-        if self.with_state:  # the same start state for every example, from the input
-            h = self.h0.view(-1, 1, self.rnn.hidden_size) * x[:, :1, :1].reshape(1, -1, 1)
+        if self.with_state:  # its gradient reaches self.init through ∂ℓ/∂h_0
+            h = torch.tanh(self.init(x[:, 0])).view(len(x), -1, self.rnn.hidden_size)
+            h = h.transpose(0, 1).contiguous()
             state = (h, torch.tanh(h)) if self.lstm else h
         out, _ = self.rnn(seq, state)
         return self.head(out[:, -1] if self.rnn.batch_first else out[-1])
@@ -266,6 +268,7 @@ def _rnn(kind: str) -> nn.Module:
             3, 4, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True
         ),
         "lstm_no_bias_state": lambda: nn.LSTM(3, 4, bias=False, batch_first=True),
+        "rnn_time_major_state": lambda: nn.RNN(3, 4),
         "dplstm_2_layers": lambda: DPLSTM(3, 4, num_layers=2, batch_first=True),
         "dpgru_bidirectional_state": lambda: DPGRU(3, 4, bidirectional=True, batch_first=True),
         "dprnn": lambda: DPRNN(3, 4, batch_first=True),
@@ -278,16 +281,25 @@ def _rnn(kind: str) -> nn.Module:
         "gru",
         "gru_time_major_no_bias_state",
         "rnn_relu_2_layers_bidirectional",
+        "rnn_time_major_state",
         "lstm_no_bias_state",
         "dplstm_2_layers",
         "dpgru_bidirectional_state",
         "dprnn",
     ],
 )
-def test_recurrent_layers_give_each_clients_gradients_and_clipped_sums(kind: str) -> None:
+@pytest.mark.parametrize("one_client_a_chunk", [False, True])
+def test_recurrent_layers_give_each_clients_gradients_and_clipped_sums(
+    kind: str, one_client_a_chunk: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """GRU / RNN / LSTM variants and Opacus' drop-ins: each client's own forward
     (``check``), gradients, and Σ_n clip_C(∇ℓ_kn) against per-example backward passes of each
-    client's own model (what every DP-SGD engine computes)."""
+    client's own model (what every DP-SGD engine computes); the LSTM and RNN recurrences over
+    all K clients at once or one client a chunk."""
+    from fl_lightning.client import stacked_recurrent
+
+    if one_client_a_chunk:
+        monkeypatch.setattr(stacked_recurrent, "CHUNK_BYTES", 1)
     torch.manual_seed(0)
     net = _Rnn(_rnn(kind), with_state=kind.endswith("state"))
     names = [n for n, _ in net.named_parameters()]

@@ -87,6 +87,26 @@ class _Residual(nn.Module):
         return self.head(h + torch.tanh(self.b(h)))
 
 
+class _RowRnn(nn.Module):
+    """A user's recurrent classifier over the image rows: nn.RNN / nn.GRU (or Opacus' drop-ins)
+    and a Linear head on the last layer's h_n."""
+
+    def __init__(self, kind: str, **kw) -> None:  # noqa: ANN003
+        super().__init__()
+        if kind.startswith("DP"):
+            from opacus import layers
+
+            self.rnn = getattr(layers, kind)(8, 6, batch_first=True, **kw)
+        else:
+            self.rnn = getattr(nn, kind)(8, 6, batch_first=True, **kw)
+        self.dirs = 2 if kw.get("bidirectional") else 1
+        self.head = nn.Linear(6 * self.dirs, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, h = self.rnn(x.squeeze(1))
+        return self.head(torch.cat(list(h[-self.dirs :]), -1))  # the last layer's directions
+
+
 def _user_cnn() -> nn.Module:
     from tests.client.test_stacked import UserCNN
 
@@ -144,6 +164,29 @@ CASES = {
         lambda: DPFedAvg(clip_norm=0.5, noise_multiplier=1.0),
         {"momentum": 0.5, "dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.3)},
     ),
+    # nn.RNN (RNNSteps) and nn.GRU (autograd loop); DP-SGD: Opacus' DPRNN / DPGRU (auto: opacus)
+    "fedavg_user_rnn_fused_sgd": (lambda: _RowRnn("RNN"), FedAvg, {}),
+    "fedavg_user_rnn_relu_2_layers_bidirectional_momentum_wd": (
+        lambda: _RowRnn("RNN", nonlinearity="relu", num_layers=2, bidirectional=True),
+        FedAvg,
+        {"momentum": 0.9, "weight_decay": 1e-3, "local_epochs": 2},
+    ),
+    "dp_sgd_dprnn": (
+        lambda: _RowRnn("DPRNN"),
+        FedAvg,
+        {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.3)},
+    ),
+    "dp_sgd_dprnn_momentum": (
+        lambda: _RowRnn("DPRNN"),
+        lambda: DPFedAvg(clip_norm=0.5, noise_multiplier=1.0),
+        {"momentum": 0.5, "dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.3)},
+    ),
+    "fedavg_user_gru_momentum": (lambda: _RowRnn("GRU"), FedAvg, {"momentum": 0.9}),
+    "dp_sgd_dpgru": (
+        lambda: _RowRnn("DPGRU"),
+        FedAvg,
+        {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.3)},
+    ),
     "dp_sgd_opacus_momentum": (
         lambda: MLP(input_dim=64, hidden=(16,)),
         lambda: DPFedAvg(clip_norm=0.5, noise_multiplier=1.0),
@@ -154,6 +197,38 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_same_updates_as_sequential(case: str) -> None:
+    _same_updates_as_sequential(case)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "fedavg_mnist_lstm_momentum_wd",
+        "dp_sgd_mnist_dplstm_momentum",
+        "fedavg_user_rnn_relu_2_layers_bidirectional_momentum_wd",
+        "dp_sgd_dprnn",
+    ],
+)
+@pytest.mark.parametrize("clients_a_chunk", [1, 3])
+def test_recurrence_in_client_chunks_equals_sequential(
+    case: str, clients_a_chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LSTM / RNN recurrences run over chunks of clients on CPU (their W_hh cache-hot):
+    chunks of 1 client, and of 3 (the 4-client cohort's last chunk holds 1), give the
+    sequential executor's updates."""
+    from fl_lightning.client import stacked_recurrent
+
+    net = CASES[case][0]()
+    w_hh = next(p for n, p in net.named_parameters() if "weight_hh" in n)
+    monkeypatch.setattr(
+        stacked_recurrent, "CHUNK_BYTES", clients_a_chunk * w_hh.numel() * w_hh.element_size()
+    )
+    stacked = torch.zeros(4, *w_hh.shape)
+    assert len(stacked_recurrent.client_chunks(stacked)) == -(-4 // clients_a_chunk)
+    _same_updates_as_sequential(case)
+
+
+def _same_updates_as_sequential(case: str) -> None:
     make_net, strategy, kw = CASES[case]
     torch.manual_seed(1)
     net = make_net()
