@@ -28,6 +28,11 @@ def dp_incompatibility(net: nn.Module) -> str | None:
                 f"client.net: {type(module).__name__} mixes examples in a batch and breaks "
                 "per-example DP-SGD; use GroupNorm"
             )
+        if isinstance(module, nn.RNN):  # Opacus validates nn.LSTM and nn.GRU, not nn.RNN
+            return (
+                "client.net: nn.RNN keeps its weights in a fused kernel that per-example "
+                "DP-SGD cannot see; use its drop-in replacement opacus.layers.DPRNN"
+            )
     errors = ModuleValidator.validate(net, strict=False)
     return f"client.net: {errors[0]}" if errors else None
 

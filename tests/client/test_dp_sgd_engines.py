@@ -203,3 +203,25 @@ def test_an_empty_poisson_batch_releases_noise_only(engine: str, physical: int |
     released = torch.cat([p.grad.reshape(-1) for p in trainable_parameters(net)])
     assert released.mean() == pytest.approx(0.0, abs=0.01)
     assert released.std() == pytest.approx(2.0 * 0.5 / 4.0, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("layer", "advice"),
+    [
+        (lambda: torch.nn.RNN(4, 4), "DPRNN"),
+        (lambda: torch.nn.RNN(4, 4, nonlinearity="relu"), "DPRNN"),
+        (lambda: torch.nn.GRU(4, 4), "GRU"),
+        (lambda: torch.nn.LSTM(4, 4), "DPLSTM"),
+    ],
+)
+def test_fused_recurrent_layers_are_refused_under_dp_sgd_with_their_replacement(layer, advice):
+    """nn.RNN/GRU/LSTM keep their weights in fused kernels no DP-SGD engine can see (nn.RNN
+    used to pass and crash inside the engine); Opacus' DP layers run."""
+    from opacus.layers import DPGRU, DPLSTM, DPRNN
+
+    from fl_lightning.client.module import dp_incompatibility
+
+    reason = dp_incompatibility(torch.nn.Sequential(layer()))
+    assert reason is not None and reason.startswith("client.net: ") and advice in reason
+    for ok in (DPRNN(4, 4), DPGRU(4, 4), DPLSTM(4, 4)):
+        assert dp_incompatibility(torch.nn.Sequential(ok)) is None
