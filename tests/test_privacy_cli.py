@@ -101,6 +101,8 @@ def test_dirichlet_dp_sgd_keeps_every_client_within_the_target(run_cli, tmp_path
             *_with_summary(TINY, tmp_path),
             "--trainer.max_steps",
             "3",
+            "--data.num_clients",
+            "4",
             "--data.alpha",
             "0.1",
             "--strategy",

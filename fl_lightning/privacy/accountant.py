@@ -199,10 +199,25 @@ class PrivacyAccountant(Callback):
         trial.load_state_dict(self.state_dict())
         trial.record(prospective)
         trial.private_run = self.private_run
-        report = trial.report()
-        if report["privacy/guarantee"].startswith("none"):
-            return False
-        return report["privacy/epsilon"] > self.target_epsilon
+        headline = trial._headline_epsilon()
+        return headline is not None and headline > self.target_epsilon
+
+    def _headline_epsilon(self) -> float | None:
+        """``report()["privacy/epsilon"]`` without the levels it does not headline (the budget
+        stop runs before every round; the per-client record-level ε of a run with client-level
+        noise is one PRV/PLD computation per client). None where the guarantee is "none"."""
+        if self.no_guarantee:
+            return None
+        if self.client_level:
+            return epsilon(self.client_level, self.delta, self.accountant)
+        if self.record_level:
+            return self._record_level_epsilon(self.record_level)
+        if self.local:
+            local = self._local_report({})
+            return None if local is None else local[0]
+        if self.rounds == 0 or self.private_run:
+            return 0.0
+        return None
 
     def report_alone(self, prospective: RoundPrivacy) -> dict[str, Any]:
         """The report ``prospective`` alone would give (what one such round costs)."""

@@ -33,6 +33,8 @@ Assumptions (the lead's accountant rewrite may change them; adapt ``round_events
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 
@@ -43,7 +45,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.events import LocalRelease, RoundPrivacy, SampledGaussian
 
 EXAMPLES = int(os.environ.get("FL_HYPOTHESIS_EXAMPLES", "30"))
 RANDOM = os.environ.get("FL_HYPOTHESIS_RANDOM") == "1"  # explore beyond the fixed examples
@@ -103,7 +105,28 @@ def round_events(cfg: dict, round_idx: int) -> RoundPrivacy:
 OPACUS_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 
 
+def _rdp_runs(events: list[SampledGaussian]) -> list[tuple[SampledGaussian, int]]:
+    """Consecutive equal events as (event, total steps): RDP composes additively, so k
+    compositions are k times one (dp-accounting's ``compose(event, k)``); PLD is composed per
+    logged event instead (``tolerance``)."""
+    runs: list[tuple[SampledGaussian, int]] = []
+    for e in events:
+        if runs and dataclasses.replace(runs[-1][0], steps=e.steps) == e:
+            runs[-1] = (runs[-1][0], runs[-1][1] + e.steps)
+        else:
+            runs.append((e, e.steps))
+    return runs
+
+
 def _history_epsilon(events: list[SampledGaussian], delta: float, accountant: str) -> float:
+    # Examples share histories (hypothesis varies one field at a time): each is computed once.
+    return _history_epsilon_of(tuple(events), delta, accountant)
+
+
+@functools.cache
+def _history_epsilon_of(
+    events: tuple[SampledGaussian, ...], delta: float, accountant: str
+) -> float:
     if not events:
         return 0.0
     if any(e.population for e in events):
@@ -112,21 +135,23 @@ def _history_epsilon(events: list[SampledGaussian], delta: float, accountant: st
         acc = dp_accounting.rdp.RdpAccountant(
             neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
         )
-        for e in events:
+        for e, steps in _rdp_runs(list(events)):
             size = round(e.sample_rate * e.population)
             gaussian = dp_accounting.GaussianDpEvent(e.noise_multiplier / 2)
             event = dp_accounting.SampledWithoutReplacementDpEvent(e.population, size, gaussian)
-            acc.compose(event, e.steps)
+            acc.compose(event, steps)
         return float(acc.get_epsilon(delta))
     if accountant == "rdp":
         acc = dp_accounting.rdp.RdpAccountant(orders=OPACUS_ORDERS)
+        runs = _rdp_runs(list(events))
     else:
         acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
-    for e in events:
+        runs = [(e, e.steps) for e in events]
+    for e, steps in runs:
         event = dp_accounting.GaussianDpEvent(e.noise_multiplier)
         if e.sample_rate < 1.0:
             event = dp_accounting.PoissonSampledDpEvent(e.sample_rate, event)
-        acc.compose(event, e.steps)
+        acc.compose(event, steps)
     return float(acc.get_epsilon(delta))
 
 
@@ -212,3 +237,51 @@ def test_record_level_headline_is_the_worst_client_under_the_chosen_accountant(a
     reported = acc.report()["privacy/epsilon"]
     assert reported == pytest.approx(expected, abs=tolerance(accountant, expected))
     assert independent_epsilon([RoundPrivacy(record_level={0: [a], 1: [b]})], cfg) == expected
+
+
+def _would_exceed_by_report(acc: PrivacyAccountant, prospective: RoundPrivacy) -> bool:
+    """``would_exceed`` as it read before it skipped the levels the headline does not use:
+    the full ``report()`` of the accountant with ``prospective`` recorded."""
+    trial = PrivacyAccountant(acc.accountant, acc.delta, None)
+    trial.load_state_dict(acc.state_dict())
+    trial.record(prospective)
+    report = trial.report()
+    if report["privacy/guarantee"].startswith("none"):
+        return False
+    return report["privacy/epsilon"] > acc.target_epsilon
+
+
+RECORD = {0: [SampledGaussian(1.1, 0.1, 40)], 1: [SampledGaussian(0.9, 0.5, 10)]}
+ROUNDS = {
+    "client and record": RoundPrivacy([SampledGaussian(1.2, 0.3, 1)], dict(RECORD)),
+    "record": RoundPrivacy(record_level=dict(RECORD)),
+    "local": RoundPrivacy(local={3: [LocalRelease(0.5, 0.0, "coordinate", 4)]}),
+    "no guarantee": RoundPrivacy([SampledGaussian(1.2, 0.3, 1)], no_guarantee="values in clear"),
+    "nothing": RoundPrivacy(),
+}
+
+
+@pytest.mark.parametrize("private_run", [True, False])
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+@pytest.mark.parametrize("spent", list(ROUNDS))
+def test_the_budget_stop_decides_as_the_full_report_would(spent, accountant, private_run):
+    """``would_exceed`` computes only the headline ε (not, e.g., every client's record-level ε
+    of a run with client-level noise); it must stop exactly where the full report says so."""
+    for rounds_before in (0, 1, 2):
+        reported = PrivacyAccountant(accountant, 1e-5, None)
+        reported.private_run = private_run
+        for _ in range(rounds_before):
+            reported.record(ROUNDS[spent])
+        after = PrivacyAccountant(accountant, 1e-5, None)
+        after.load_state_dict(reported.state_dict())
+        after.record(ROUNDS[spent])
+        eps = after.report()["privacy/epsilon"]
+        finite = eps if 0 < eps < math.inf else 1.0
+        for target in (finite * 0.5, finite * 0.999, finite * 1.001, finite * 2 + 0.1):
+            acc = PrivacyAccountant(accountant, 1e-5, target)
+            acc.load_state_dict(reported.state_dict())
+            assert acc.would_exceed(ROUNDS[spent]) == _would_exceed_by_report(acc, ROUNDS[spent]), (
+                spent,
+                rounds_before,
+                target,
+            )
