@@ -23,6 +23,7 @@ stop, the checkpoint and every report read this one ledger.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 from lightning.pytorch.callbacks import Callback
@@ -149,43 +150,57 @@ class PrivacyAccountant(Callback):
     def report(self) -> dict[str, Any]:
         """The metrics to log: ε per level, the headline ε and the guarantee in words."""
         out: dict[str, Any] = {"privacy/delta": self.delta}
-        eps_client = epsilon(self.client_level, self.delta, self.accountant)
-        eps_record = self._record_level_epsilon(self.record_level)
         local = self._local_report(out)
+        eps_client = eps_record = None
         if self.client_level:
-            out["privacy/epsilon_client"] = eps_client
+            eps_client = out["privacy/epsilon_client"] = self._client_level_epsilon()
         if self.record_level:
-            out["privacy/epsilon_record"] = eps_record
+            eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon(
+                self.record_level
+            )
+        eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
+        out["privacy/epsilon"], out["privacy/guarantee"] = eps, guarantee
+        return out
+
+    def _client_level_epsilon(self) -> float:
+        return epsilon(self.client_level, self.delta, self.accountant)
+
+    def _headline(
+        self,
+        local: Callable[[], tuple[float, float, str] | None],
+        eps_client: float | None = None,
+        eps_record: float | None = None,
+    ) -> tuple[float, str]:
+        """The headline ε and its sentence: the first level that released something, in the
+        order no guarantee, client, record, local. A level's ε not given is computed only if
+        it is the headline (the budget stop before every round needs the headline alone, and
+        the record level is one PRV/PLD computation per client)."""
         name = ACCOUNTANT_NAMES[self.accountant]
         if self.no_guarantee:
-            out["privacy/epsilon"] = math.inf
-            out["privacy/guarantee"] = f"none: {self.no_guarantee}"
-        elif self.client_level:
-            out["privacy/epsilon"] = eps_client
+            return math.inf, f"none: {self.no_guarantee}"
+        if self.client_level:
+            client = self._client_level_epsilon() if eps_client is None else eps_client
             how = describe_sampling(self.client_level, "client")
             if not self.client_level[-1].population:
                 how = f"{how}, {name}"
-            out["privacy/guarantee"] = f"client-level ({eps_client:.3g}, {self.delta:g})-DP, {how}"
-        elif self.record_level:
-            out["privacy/epsilon"] = eps_record
-            out["privacy/guarantee"] = (
-                f"record-level ({eps_record:.3g}, {self.delta:g})-DP, add/remove one record, "
+            return client, f"client-level ({client:.3g}, {self.delta:g})-DP, {how}"
+        if self.record_level:
+            record = eps_record
+            if record is None:
+                record = self._record_level_epsilon(self.record_level)
+            return record, (
+                f"record-level ({record:.3g}, {self.delta:g})-DP, add/remove one record, "
                 f"Poisson batches, {name}, max over clients, no amplification by client "
                 "sampling claimed"
             )
-        elif local is not None:
-            out["privacy/epsilon"] = local[0]
-            out["privacy/guarantee"] = local[2]
-        elif self.rounds == 0:
-            out["privacy/epsilon"] = 0.0
-            out["privacy/guarantee"] = "nothing released: no round completed"
-        elif self.private_run:
-            out["privacy/epsilon"] = 0.0
-            out["privacy/guarantee"] = "no release yet, ε = 0"
-        else:
-            out["privacy/epsilon"] = math.inf
-            out["privacy/guarantee"] = f"none: not private ({self.not_private_reason})"
-        return out
+        released = local()
+        if released is not None:
+            return released[0], released[2]
+        if self.rounds == 0:
+            return 0.0, "nothing released: no round completed"
+        if self.private_run:
+            return 0.0, "no release yet, ε = 0"
+        return math.inf, f"none: not private ({self.not_private_reason})"
 
     @property
     def epsilon(self) -> float:
@@ -199,25 +214,8 @@ class PrivacyAccountant(Callback):
         trial.load_state_dict(self.state_dict())
         trial.record(prospective)
         trial.private_run = self.private_run
-        headline = trial._headline_epsilon()
-        return headline is not None and headline > self.target_epsilon
-
-    def _headline_epsilon(self) -> float | None:
-        """``report()["privacy/epsilon"]`` without the levels it does not headline (the budget
-        stop runs before every round; the per-client record-level ε of a run with client-level
-        noise is one PRV/PLD computation per client). None where the guarantee is "none"."""
-        if self.no_guarantee:
-            return None
-        if self.client_level:
-            return epsilon(self.client_level, self.delta, self.accountant)
-        if self.record_level:
-            return self._record_level_epsilon(self.record_level)
-        if self.local:
-            local = self._local_report({})
-            return None if local is None else local[0]
-        if self.rounds == 0 or self.private_run:
-            return 0.0
-        return None
+        eps, guarantee = trial._headline(lambda: trial._local_report({}))
+        return not guarantee.startswith("none") and eps > self.target_epsilon
 
     def report_alone(self, prospective: RoundPrivacy) -> dict[str, Any]:
         """The report ``prospective`` alone would give (what one such round costs)."""
