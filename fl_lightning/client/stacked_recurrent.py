@@ -141,15 +141,7 @@ class LSTMSteps(torch.autograd.Function):
                 d_h0[ks] = d_h
             if d_c0 is not None:
                 d_c0[ks] = d_c
-        d_w = None
-        if ctx.needs_input_grad[3]:
-            h_prev = previous_states(hs.transpose(0, 1), h0, ctx.reverse)
-            d_w = torch.bmm(
-                d_pre.reshape(k, t * n, -1).transpose(1, 2), h_prev.reshape(k, t * n, hidden)
-            )
-        if ctx.sink is not None:  # DP-SGD: G_t of every step, for the per-example norms
-            ctx.sink[0][ctx.sink[1]] = d_pre
-        d_probe = d_pre.new_zeros(()) if ctx.probe else None
+        d_w, d_probe = finish_backward(ctx, d_pre, hs, h0, needs_w=ctx.needs_input_grad[3])
         return d_pre, d_h0, d_c0, d_w, None, d_probe, None
 
 
@@ -208,16 +200,28 @@ class RNNSteps(torch.autograd.Function):
                     d_h = torch.bmm(d_s, w)
             if d_h0 is not None:
                 d_h0[ks] = d_h
-        d_w = None
-        if ctx.needs_input_grad[2]:
-            h_prev = previous_states(hs.transpose(0, 1), h0, ctx.reverse)
-            d_w = torch.bmm(
-                d_pre.reshape(k, t * n, -1).transpose(1, 2), h_prev.reshape(k, t * n, hidden)
-            )
-        if ctx.sink is not None:  # DP-SGD: G_t of every step, for the per-example norms
-            ctx.sink[0][ctx.sink[1]] = d_pre
-        d_probe = d_pre.new_zeros(()) if ctx.probe else None
+        d_w, d_probe = finish_backward(ctx, d_pre, hs, h0, needs_w=ctx.needs_input_grad[2])
         return d_pre, d_h0, d_w, None, None, d_probe, None
+
+
+def finish_backward(
+    ctx: Any, d_pre: torch.Tensor, hs: torch.Tensor, h0: torch.Tensor | None, *, needs_w: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The end of ``LSTMSteps``/``RNNSteps``' backward, from the gates' gradients ``d_pre``
+    (K, T, N, G) and the time-major states ``hs`` (T, K, N, H): ∇W_hh = Σ_t G_tᵀ h_{t-1} as one
+    batched GEMM over all steps (when asked), every G_t handed to the DP-SGD sink, and the
+    probe's zero gradient."""
+    k, t, n, _ = d_pre.shape
+    hidden = hs.shape[-1]
+    d_w = None
+    if needs_w:
+        h_prev = previous_states(hs.transpose(0, 1), h0, ctx.reverse)
+        d_w = torch.bmm(
+            d_pre.reshape(k, t * n, -1).transpose(1, 2), h_prev.reshape(k, t * n, hidden)
+        )
+    if ctx.sink is not None:  # DP-SGD: G_t of every step, for the per-example norms
+        ctx.sink[0][ctx.sink[1]] = d_pre
+    return d_w, (d_pre.new_zeros(()) if ctx.probe else None)
 
 
 def previous_states(hs: torch.Tensor, h0: torch.Tensor | None, reverse: bool) -> torch.Tensor:
