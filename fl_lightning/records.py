@@ -10,6 +10,9 @@ import torch
 
 from fl_lightning.privacy.events import CohortSampling, SampledGaussian
 
+Metrics = dict[str, float]
+"""What a strategy hook or component observed this round (logged as ``strategy/<key>``)."""
+
 
 @dataclass
 class ClientUpdate:

@@ -19,11 +19,19 @@ Hooks that observe something return it with their value, as pfl's postprocessors
 metrics; the server logs them as ``strategy/<key>`` for that round only. A strategy keeps no
 metrics attribute, so nothing is overridden just to log and no value outlives its round.
 
-Client-level DP on the aggregate is a component, not a subclass: a strategy given
-``central_dp`` (:class:`~fl_lightning.strategies.central_dp.CentralGaussian`, McMahan et al.
-2018) clips each upload in the default ``process_update``, sums the clipped deltas in
-``partial_aggregate`` and releases their noisy mean in ``finalize``; ``round_privacy``,
-``is_private`` and ``amplified_by_sampling`` follow from it. ``DPFedAvg`` is FedAvg holding one.
+DP placed on the aggregate or on uploads is a component, not a subclass (Flower's server- and
+client-side DP wrappers):
+
+* ``central_dp`` (:class:`~fl_lightning.strategies.central_dp.CentralGaussian`, McMahan et al.
+  2018): the default ``process_update`` clips each upload, ``partial_aggregate`` sums the
+  clipped deltas and ``finalize`` releases their noisy mean. ``DPFedAvg`` is FedAvg holding one.
+* ``local_dp`` (:class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads`, Wu et al.
+  2025): ``select_clients`` dispatches only clients that can afford their next upload,
+  ``configure_round`` charges their budgets and ``process_update`` clips and noises each upload
+  on the client. The ADP-FL baseline and FedBuff/FedAsync with "the same noise" hold one.
+
+``round_privacy``, ``is_private`` and ``amplified_by_sampling`` follow from the two; a subclass
+that overrides one of those hooks calls ``super()`` to keep them.
 
 The default path is FedAvg: the weighted mean of the clients' deltas. Aggregation is split in
 two so that a round can be sharded over processes (docs/distributed.md):
@@ -53,14 +61,13 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import RoundPrivacy
-from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
+from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext
+from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
 from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.strategies.spec import FederationSpec
 
 Weighting = Literal["num_examples", "uniform"]
 Reduction = Literal["sum", "stream", "gather"]
-Metrics = dict[str, float]
-"""What a hook observed this round (logged as ``strategy/<key>``)."""
 
 
 def unsynced_state_problem(strategy: Strategy) -> str:
@@ -80,6 +87,7 @@ class Strategy(Callback):
         weighting: ``"num_examples"`` weights client i by n_i (McMahan et al. 2017),
             ``"uniform"`` weights every client equally (ignored with ``central_dp``, whose sum
             is unweighted).
+        local_dp: local DP on every upload within a per-client budget; ``None``: none.
         central_dp: client-level DP on the aggregate (clip, sum, Gaussian noise, divide by the
             expected cohort size); ``None``: none.
     """
@@ -95,12 +103,17 @@ class Strategy(Callback):
     """
 
     def __init__(
-        self, *, weighting: Weighting = "num_examples", central_dp: CentralGaussian | None = None
+        self,
+        *,
+        weighting: Weighting = "num_examples",
+        local_dp: BudgetedUploads | None = None,
+        central_dp: CentralGaussian | None = None,
     ) -> None:
         super().__init__()
         if weighting not in ("num_examples", "uniform"):
             raise ValueError(f"weighting: expected 'num_examples' or 'uniform', got {weighting!r}")
         self.weighting = weighting
+        self.local_dp = local_dp
         self.central_dp = central_dp
         self.num_clients = 0
         self.num_parameters = 0
@@ -123,6 +136,8 @@ class Strategy(Callback):
         self.num_clients = spec.num_clients
         self.num_parameters = spec.num_parameters
         self.seed = spec.seed
+        if self.local_dp is not None:
+            self.local_dp.setup(spec)
         if self.central_dp is not None:
             self.central_dp.setup(spec)
 
@@ -130,7 +145,8 @@ class Strategy(Callback):
     def is_private(self) -> bool:
         """True when the strategy privatises what clients upload or what the server releases
         (a run that releases nothing yet then says "no release yet", not "not private")."""
-        return self.central_dp is not None
+        local = self.local_dp is not None and self.local_dp.private
+        return local or self.central_dp is not None
 
     @property
     def amplified_by_sampling(self) -> bool:
@@ -144,12 +160,23 @@ class Strategy(Callback):
         """The clients dispatched this round, given the sampled ``ctx.cohort``. Default: all.
 
         Asynchronous strategies drop clients still busy with an earlier round (and may top the
-        cohort up); budgeted ones drop clients whose privacy budget is spent.
+        cohort up); with ``local_dp``, clients that cannot afford their next upload leave.
         """
-        return list(ctx.cohort)
+        if self.local_dp is None:
+            return list(ctx.cohort)
+        self.local_dp.start_selection(ctx)
+        return [c for c in ctx.cohort if self.client_eligible(c, ctx)]
+
+    def client_eligible(self, client_id: int, ctx: RoundContext) -> bool:
+        """Whether a sampled client may be dispatched this round: while it can afford its next
+        upload (``local_dp``; Wu et al. 2025, Alg. 1 line 2); always without one."""
+        return self.local_dp is None or self.local_dp.eligible(client_id, ctx)
 
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
-        """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``)."""
+        """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``); charges
+        the dispatched clients' upload budgets (``local_dp``)."""
+        if self.local_dp is not None:
+            self.local_dp.charge(ctx)
         return {}
 
     def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:
@@ -164,8 +191,10 @@ class Strategy(Callback):
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
-        """Client-side processing before upload (clip, privatise). Default: clipped to C with
-        ``central_dp``, else unchanged."""
+        """Client-side processing before upload (clip, privatise). Default: clipped and noised
+        at the client's budget with ``local_dp``, clipped to C with ``central_dp``."""
+        if self.local_dp is not None:
+            update = self.local_dp.privatize(update, generator=generator)
         return update if self.central_dp is None else self.central_dp.clip(update)
 
     # -- server side -------------------------------------------------------------------------
@@ -246,12 +275,16 @@ class Strategy(Callback):
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """Client-level and local-DP spending of this round (record-level comes from clients):
-        ``central_dp``'s subsampled Gaussian, else nothing."""
-        return RoundPrivacy() if self.central_dp is None else self.central_dp.round_privacy(ctx)
+        ``local_dp``'s releases and ``central_dp``'s subsampled Gaussian, else nothing."""
+        spent = RoundPrivacy() if self.local_dp is None else self.local_dp.round_privacy(ctx)
+        if self.central_dp is not None:
+            spent.client_level.extend(self.central_dp.round_privacy(ctx).client_level)
+        return spent
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
-        """Called once the global model moved; returns what it observed this round."""
-        return {}
+        """Called once the global model moved; returns what it observed this round (the
+        uploads' budgets with ``local_dp``)."""
+        return {} if self.local_dp is None else self.local_dp.metrics(ctx)
 
     def evaluation_models(self) -> list[torch.Tensor] | None:
         """Flat weight vectors whose test metrics are averaged in place of the global model's
@@ -260,8 +293,17 @@ class Strategy(Callback):
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {} if self.central_dp is None else {"central_dp": self.central_dp.state_dict()}
+        state: dict[str, Any] = {}
+        if self.local_dp is not None:
+            state["local_dp"] = self.local_dp.state_dict()
+        if self.central_dp is not None:
+            state["central_dp"] = self.central_dp.state_dict()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self.central_dp is not None:  # flat: a DPFedAvg checkpoint from before the component
+        """Also loads checkpoints written before the components (their keys flat beside the
+        strategy's own: AsyncLocalDP/ADP-FL's uploads, DPFedAvg's σ)."""
+        if self.local_dp is not None:
+            self.local_dp.load_state_dict(state_dict.get("local_dp", state_dict))
+        if self.central_dp is not None:
             self.central_dp.load_state_dict(state_dict.get("central_dp", state_dict))

@@ -2,9 +2,9 @@
 
 A :class:`BudgetedUploads` sits beside an aggregation algorithm the way Flower's client-side DP
 wrappers and pfl's local mechanisms do: the algorithm (FedBuff, FedAsync, ADP-FL's Eq. 8, plain
-FedAvg) never sees the noise, and the noise never sees the algorithm. An
-:class:`~fl_lightning.strategies.asynchronous.base.AsyncStrategy` holds one as ``local_dp`` and
-calls it at four points of the round:
+FedAvg) never sees the noise, and the noise never sees the algorithm. A strategy holds one as
+``local_dp`` (``Strategy(local_dp=...)``, synchronous or asynchronous) and its base hooks call
+it at four points of the round:
 
 1. dispatch (``eligible``): a client uploads only while ε_acc + ε_i^t ≤ ε (the strict form of
    Wu et al. 2025, Alg. 1 line 2, decision D9); one that cannot afford its next upload leaves
@@ -33,7 +33,6 @@ could ever upload, and the paper defines no other split.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -46,8 +45,7 @@ from fl_lightning.privacy.local_budget import (
     TightAccountant,
     UploadMechanism,
 )
-from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics
+from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
 
 RECORD_READING = (
@@ -158,6 +156,7 @@ class BudgetedUploads:
         self._round_eps: dict[int, float] = {}
         self._tight: dict[int, float] = {}
         self._sound: dict[int, float] = {}
+        self._sizes: tuple[int, ...] = ()
 
     @property
     def private(self) -> bool:
@@ -173,6 +172,12 @@ class BudgetedUploads:
         """Fixes the budget horizon E (``rounds``, else the run's rounds) and the cohort rate,
         and refuses a budget no client can spend (``check_affordable``)."""
         self.rounds, self.rate = int(self.horizon or spec.rounds), float(spec.sampling.rate)
+        self._sizes = spec.client_sizes
+        if self.upload.private and self.upload.sensitivity_kind == "record" and not self._sizes:
+            raise ValueError(
+                "strategy.sensitivity: record calibrates to 2C/|D_i| and needs the clients' "
+                "sizes (FederationSpec.client_sizes)"
+            )
         self.schedule.setup(spec)
         self.check_affordable()
 
@@ -239,9 +244,12 @@ class BudgetedUploads:
         return True
 
     def charge(self, ctx: RoundContext) -> None:
-        """Charges every dispatched client its planned ε_i^t (Alg. 1 line 8)."""
+        """Charges every dispatched client its planned ε_i^t (Alg. 1 line 8) and, under the
+        record reading, the sound client-level ε of the smaller noise its upload gets (on the
+        server, from |D_i|: every process agrees, whichever trained the client)."""
         self.ensure_horizon(ctx)
         self._round_eps = {}
+        record = self.upload.private and self.upload.sensitivity_kind == "record"
         for cid in ctx.cohort:
             if cid not in self._planned:  # a cohort not chosen by select_clients (tests)
                 self._planned[cid] = self.upload_budget(cid, ctx)
@@ -249,6 +257,10 @@ class BudgetedUploads:
             self._round_eps[cid] = eps
             if self.budgeted:
                 self.ledger.charge(cid, eps)
+            if record:
+                size = self._sizes[cid] if cid < len(self._sizes) else None
+                cost = self.upload.sound_epsilon(epsilon=eps, num_examples=size)
+                self._sound[cid] = self._sound.get(cid, 0.0) + cost
 
     # -- on the client -----------------------------------------------------------------------
     def privatize(self, update: ClientUpdate, *, generator: torch.Generator) -> ClientUpdate:
@@ -264,16 +276,6 @@ class BudgetedUploads:
         return update
 
     # -- on the server -----------------------------------------------------------------------
-    def observe(self, updates: Iterable[ClientUpdate]) -> None:
-        """Adds each received upload's sound client-level ε (record reading only)."""
-        if not (self.upload.private and self.upload.sensitivity_kind == "record"):
-            return
-        for u in updates:
-            cost = self.upload.sound_epsilon(
-                epsilon=float(u.extras["epsilon"]), num_examples=u.num_examples
-            )
-            self._sound[u.client_id] = self._sound.get(u.client_id, 0.0) + cost
-
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """One local release per dispatched client at its charged ε_i^t."""
         if not self.upload.private:

@@ -14,6 +14,7 @@ from typing import Any
 
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
 from fl_lightning.strategies.central_dp import CentralGaussian
 
 
@@ -24,6 +25,7 @@ class DPFedProx(Strategy):
         mu: proximal coefficient μ (Li et al. 2020; the GCFL paper gives none, common grid
             {0.001, 0.01, 0.1, 1}).
         weighting: ``num_examples`` (n_i) or ``uniform``.
+        local_dp: local DP on every upload within a per-client budget (``None``: none).
         central_dp: client-level DP on the aggregate (``None``: the DP-SGD clients' record-level
             DP only).
     """
@@ -33,12 +35,13 @@ class DPFedProx(Strategy):
         *,
         mu: float = 0.01,
         weighting: Weighting = "num_examples",
+        local_dp: BudgetedUploads | None = None,
         central_dp: CentralGaussian | None = None,
     ) -> None:
-        super().__init__(weighting=weighting, central_dp=central_dp)
+        super().__init__(weighting=weighting, local_dp=local_dp, central_dp=central_dp)
         if mu < 0:
             raise ValueError(f"strategy.mu: must be >= 0, got {mu}")
         self.mu = mu
 
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
-        return {"prox_mu": self.mu}
+        return super().configure_round(ctx) | {"prox_mu": self.mu}

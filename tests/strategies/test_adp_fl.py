@@ -43,13 +43,16 @@ def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
 
 def calibrate(s, *, rounds: int, rate: float, population: int, num_clients: int = 0) -> None:
     """The server's set-up with no privacy target: E = ``rounds``, fixed cohorts of ``rate``
-    of ``population`` (N = ``num_clients``, default ``population``)."""
+    of ``population`` (N = ``num_clients``, default ``population``); client c holds 50 + c
+    examples, as ``play_round``'s updates say."""
     sampling = CohortSampling("fixed", rate, population)
+    n = num_clients or population
     spec = FederationSpec(
-        num_clients=num_clients or population,
+        num_clients=n,
         num_parameters=D,
         rounds=rounds,
         privacy=PrivacyTarget(sampling=sampling),
+        client_sizes=tuple(50 + c for c in range(n)),
     )
     s.setup_federation(spec)
 

@@ -112,3 +112,15 @@ def test_staleness_functions():
         FedBuff(buffer_size=0)
     with pytest.raises(ValueError, match="mixing"):
         FedAsync(mixing=0.0)
+
+
+def test_local_dp_composes_with_a_synchronous_strategy_and_its_budget_holds():
+    """Budgeted local DP is not tied to the asynchronous loop: FedAvg holding a BudgetedUploads
+    (ε = 2, 1 per upload) dispatches every client twice, then none (Alg. 1 line 2 of Wu et al.
+    2025: a client that cannot afford its next upload leaves)."""
+    noise = BudgetedUploads(mechanism="laplace", epsilon=2.0, upload_epsilon=1.0)
+    _, s, metrics = fit(FedAvg(local_dp=noise), rounds=4, clients_per_round=8)
+    assert s.is_private and s.local_dp is noise
+    assert noise.exited == set(range(8)) and metrics["clients_exited"] == 8.0
+    assert metrics["eps_basic_max"] == pytest.approx(2.0)
+    assert all(noise.ledger.paper_spent(c) == pytest.approx(2.0) for c in range(8))

@@ -19,11 +19,11 @@ How it pairs with the core (one ``FederatedModule`` training step = one round):
    ``keeps_versions``: the global vector of every round with an update still in flight is kept
    (and freed when its last update arrives).
 
-Local DP is not part of the algorithm: an ``AsyncStrategy`` may hold a
+Local DP is not part of the algorithm: like any strategy, an ``AsyncStrategy`` may hold a
 :class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads` as ``local_dp`` (clip and
 noise on every upload within a per-client budget; clients that cannot afford their next upload
-are not dispatched), so FedBuff, FedAsync and ADP-FL's aggregation each take the same noise
-from configuration, e.g.::
+are not dispatched, nor drawn to refill the cohort), so FedBuff, FedAsync and ADP-FL's
+aggregation each take the same noise from configuration, e.g.::
 
     strategy:
       class_path: fl_lightning.strategies.fedbuff.FedBuff
@@ -45,7 +45,6 @@ from typing import Any, ClassVar
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.asynchronous.buffer import update_from_state as _update_from_state
@@ -53,7 +52,6 @@ from fl_lightning.strategies.asynchronous.buffer import update_to_state as _upda
 from fl_lightning.strategies.asynchronous.clock import AsyncClock, DelayKind, DelayModel
 from fl_lightning.strategies.base import Metrics, Strategy, Weighting
 from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
-from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
 
@@ -94,8 +92,7 @@ class AsyncStrategy(Strategy):
         refill: bool = True,
         local_dp: BudgetedUploads | None = None,
     ) -> None:
-        super().__init__(weighting=weighting)
-        self.local_dp = local_dp
+        super().__init__(weighting=weighting, local_dp=local_dp)
         self.delay = DelayModel(
             kind=delay_kind,
             mean=delay_mean,
@@ -117,22 +114,7 @@ class AsyncStrategy(Strategy):
         self.client_time_total = 0.0
         self._mark = 0.0
 
-    def setup_federation(self, spec: FederationSpec) -> None:
-        """Also fixes the upload budget's horizon and refuses one no client can spend."""
-        super().setup_federation(spec)
-        if self.local_dp is not None:
-            self.local_dp.setup(spec)
-
-    @property
-    def is_private(self) -> bool:
-        return self.local_dp is not None and self.local_dp.private
-
     # -- dispatch ----------------------------------------------------------------------------
-    def client_eligible(self, client_id: int, ctx: RoundContext) -> bool:
-        """Whether an idle client may be dispatched this round: while it can afford its next
-        upload (``local_dp``); always without one."""
-        return self.local_dp is None or self.local_dp.eligible(client_id, ctx)
-
     def is_busy(self, client_id: int, round_idx: int) -> bool:
         return self.busy_until.get(client_id, -math.inf) > self.clock.dispatch_time(round_idx)
 
@@ -158,18 +140,16 @@ class AsyncStrategy(Strategy):
 
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
         """Charges the dispatched clients' upload budgets and starts the per-client clock."""
-        if self.local_dp is not None:
-            self.local_dp.charge(ctx)
+        overrides = super().configure_round(ctx)
         self._mark = time.perf_counter()
-        return {}
+        return overrides
 
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
         """Stamps the model version the update started from and privatises it (``local_dp``)."""
         update.extras["base_version"] = self.model_version
-        if self.local_dp is not None:
-            update = self.local_dp.privatize(update, generator=generator)
+        update = super().process_update(update, ctx, generator=generator)
         # Per-client time (ADP-FL's Table 5 analogue): local training, clipping and noise.
         now = time.perf_counter()
         update.metrics["client_time_s"] = now - self._mark
@@ -185,8 +165,6 @@ class AsyncStrategy(Strategy):
         arrived: list[Arrival] = []
         updates = list(updates)  # under DDP: every rank's clients
         self.client_time_total += sum(u.metrics.get("client_time_s", 0.0) for u in updates)
-        if self.local_dp is not None:
-            self.local_dp.observe(updates)
         for u in updates:
             d = self.delay.sample(ctx.seed, t, u.client_id)
             arrival_time = self.clock.arrival_time(t, d)
@@ -245,24 +223,15 @@ class AsyncStrategy(Strategy):
             self.model_version += 1
         return result
 
-    # -- accounting --------------------------------------------------------------------------
-    def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        """The uploads' local releases this round (none without ``local_dp``)."""
-        return RoundPrivacy() if self.local_dp is None else self.local_dp.round_privacy(ctx)
-
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
-        m: Metrics = {
+        return {
             "dispatched": float(len(ctx.cohort)),
             "client_time_total_s": self.client_time_total,
-        }
-        if self.local_dp is not None:
-            m.update(self.local_dp.metrics(ctx))
-        return m
+        } | super().after_round(ctx, aggregate)
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        local_dp = {} if self.local_dp is None else {"local_dp": self.local_dp.state_dict()}
-        return local_dp | {
+        return super().state_dict() | {
             "pending": {
                 r: [
                     {
@@ -300,8 +269,7 @@ class AsyncStrategy(Strategy):
         self.model_version = int(state_dict["model_version"])
         self.dropped_total = int(state_dict["dropped_total"])
         self.client_time_total = float(state_dict.get("client_time_total", 0.0))
-        if self.local_dp is not None:  # a checkpoint from before the component: flat keys
-            self.local_dp.load_state_dict(state_dict.get("local_dp", state_dict))
+        super().load_state_dict(state_dict)
 
 
 __all__ = ["Arrival", "AsyncStrategy"]
