@@ -267,6 +267,11 @@ class BudgetedUploads:
         """Clips and noises the client's delta at its ε_i^t (Thm. 1 / Def. 6); the budget rides
         with the upload (``extras["epsilon"]``, ADP-FL's Eq. 8 weight)."""
         eps = self._round_eps.get(update.client_id)
+        if eps is None and self.upload.private:
+            raise RuntimeError(
+                f"local_dp: client {update.client_id} uploads without a charged budget; a "
+                "strategy that overrides configure_round must call super().configure_round"
+            )
         update.delta, norm = self.upload.privatize(
             update.delta, epsilon=eps, generator=generator, num_examples=update.num_examples
         )

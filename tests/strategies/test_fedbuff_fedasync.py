@@ -124,3 +124,16 @@ def test_local_dp_composes_with_a_synchronous_strategy_and_its_budget_holds():
     assert noise.exited == set(range(8)) and metrics["clients_exited"] == 8.0
     assert metrics["eps_basic_max"] == pytest.approx(2.0)
     assert all(noise.ledger.paper_spent(c) == pytest.approx(2.0) for c in range(8))
+
+
+def test_an_upload_whose_budget_was_never_charged_is_refused_not_sent_in_clear():
+    """A subclass that overrides configure_round without super() would skip the charge: the
+    upload is refused with the reason, never released without its noise or its accounting."""
+
+    class Forgetful(FedAvg):
+        def configure_round(self, ctx):
+            return {}
+
+    noise = BudgetedUploads(mechanism="laplace", epsilon=2.0, upload_epsilon=1.0)
+    with pytest.raises(RuntimeError, match="super\\(\\).configure_round"):
+        fit(Forgetful(local_dp=noise), rounds=1)
