@@ -304,13 +304,18 @@ def build_cli_class():  # noqa: ANN201
             if self.already_saved:
                 return
             log_dir = trainer.log_dir  # a collective under DDP: every rank asks
-            if log_dir and not self.overwrite:
+            # Rank 0 looks and tells every rank: a rank that looked itself could find the
+            # config.yaml rank 0 has just written and refuse alone, leaving rank 0 waiting.
+            held = None
+            if trainer.is_global_zero and log_dir and not self.overwrite:
                 target = os.path.join(log_dir, self.config_filename)
-                if os.path.exists(target):
-                    raise ValueError(
-                        f"trainer.default_root_dir: {log_dir} already holds a run ({target}); "
-                        "choose another directory so nothing is overwritten"
-                    )
+                held = target if os.path.exists(target) else None
+            held = trainer.strategy.broadcast(held)
+            if held:
+                raise ValueError(
+                    f"trainer.default_root_dir: {log_dir} already holds a run ({held}); "
+                    "choose another directory so nothing is overwritten"
+                )
             if trainer.is_global_zero:
                 if log_dir and self.save_to_log_dir:
                     # Atomic, and with environment secrets redacted (utils/redact.py).

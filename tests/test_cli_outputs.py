@@ -220,3 +220,30 @@ def test_summary_json_follows_the_run(run_cli, tmp_path):
     assert rc == 0
     summary = json.loads((Path(tmp_path) / "summary.json").read_text())
     assert summary["rounds"] == 1
+
+
+def test_every_ddp_rank_follows_rank_zeros_look_at_the_run_directory(tmp_path):
+    """Under DDP rank 0 writes config.yaml right after it has looked for an earlier run; a rank
+    that looked for itself a moment later found that file and refused alone (exit 2, silent),
+    leaving rank 0 waiting for it: an intermittent failure of 2-process runs. Every rank now
+    acts on what rank 0 saw, broadcast to all."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    from fl_lightning.runs import build_cli_class
+
+    cli = build_cli_class()(["--config", str(QUICKSTART), *TINY], run=False)
+    callback = next(c for c in cli.trainer.callbacks if isinstance(c, SaveConfigCallback))
+    (tmp_path / "config.yaml").write_text("written by rank 0 after its look\n")
+
+    def rank_one(rank_zero_saw: str | None) -> SimpleNamespace:
+        told = iter([rank_zero_saw, False])  # the look, then whether rank 0 saved
+        strategy = SimpleNamespace(broadcast=lambda obj: next(told))
+        return SimpleNamespace(log_dir=str(tmp_path), is_global_zero=False, strategy=strategy)
+
+    callback.setup(rank_one(None), None, "fit")  # rank 0 found no run: rank 1 goes on
+    callback.already_saved = False
+    target = str(tmp_path / "config.yaml")
+    with pytest.raises(ValueError, match="already holds a run"):
+        callback.setup(rank_one(target), None, "fit")  # rank 0 found one: all refuse
