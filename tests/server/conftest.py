@@ -71,12 +71,25 @@ ADP = ["--strategy", str(REPO / "configs" / "strategy" / "adp_fl.yaml"),
 
 # name: (rounds, arguments); each runs on 1 and on 2 processes (and ``sum_3`` on 1 only,
 # ``sum_resumed`` on 2 only: it resumes ``sum``'s 2-process checkpoint).
+# FedAvg holding budgeted local DP, record reading: budgets charged and the sound ε summed on
+# the server (every rank), uploads noised on the rank that trained the client.
+UPLOADS = {
+    "class_path": "fl_lightning.strategies.budgeted_uploads.BudgetedUploads",
+    "init_args": {"epsilon": 50.0, "mechanism": "laplace", "sensitivity": "record"},
+}
+LOCAL_DP = [
+    "--strategy",
+    json.dumps({"class_path": "fl_lightning.strategies.fedavg.FedAvg",
+                "init_args": {"local_dp": UPLOADS}}),
+]  # fmt: skip
+
 RUNS: dict[str, tuple[int, list[str]]] = {
     "sum": (2, SUM_BASED),
     "all_updates": (2, ALL_UPDATES),
     "scaffold": (CLIENT_STATE_ROUNDS, SCAFFOLD),
     "agn": (CLIENT_STATE_ROUNDS, AGN),
     "adp": (CLIENT_STATE_ROUNDS, ADP),
+    "local_dp": (2, LOCAL_DP),
 }
 # Launched by Lightning, with "sum_resumed" (the rest of RUNS: torchrun-style, after
 # "collectives" and "refused").

@@ -51,6 +51,23 @@ def test_two_processes_match_one_sum_based_with_dp_sgd_and_resume(ddp_runs):
     ddp_runs.one.exited_cleanly()
 
 
+def test_two_processes_match_one_with_budgeted_local_dp_on_a_sum_strategy(ddp_runs):
+    """FedAvg + BudgetedUploads (tests/server/conftest.py LOCAL_DP, record reading): the
+    budgets and the sound client-level ε are charged on the server on every rank, the noise is
+    drawn on the rank that trained the client from a generator keyed by (seed, round, client),
+    so two processes report the same per-client ε and end with the same model."""
+    one, two = ddp_runs.run("local_dp", 1), ddp_runs.run("local_dp", 2)
+    assert_same_run(one, two)
+    sa = json.loads((one / "summary.json").read_text())
+    sb = json.loads((two / "summary.json").read_text())
+    assert (
+        sa["privacy/guarantee"].startswith("none")
+        and "record-level sensitivity" in (sa["privacy/guarantee"])
+    )
+    assert sa["privacy/epsilon_sound"] == pytest.approx(sb["privacy/epsilon_sound"], rel=1e-12)
+    assert 0 < sa["privacy/epsilon_sound"] < float("inf")
+
+
 def test_two_processes_match_one_when_the_strategy_needs_every_update(ddp_runs):
     """DP-FedExP (tests/server/conftest.py ALL_UPDATES) reads every update's norm."""
     from fl_lightning.strategies.dp_fedexp import DPFedExP
