@@ -27,6 +27,7 @@ def tiny_run(
     dp: bool = True,
     num_clients: int = 4,
     num_examples: int = 400,
+    clients_per_round: int | None = None,
 ) -> tuple[FederatedModule, pl.Trainer]:
     pl.seed_everything(0, verbose=False)
     client = ClientModule(
@@ -42,7 +43,7 @@ def tiny_run(
         client=client,
         strategy=strategy,
         privacy=PrivacyAccountant("rdp", 1e-5, target_epsilon),
-        clients_per_round=num_clients,
+        clients_per_round=clients_per_round or num_clients,
         eval_every=0,
         seed=0,
     )

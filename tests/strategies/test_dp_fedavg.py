@@ -95,41 +95,18 @@ def test_bad_settings_name_the_field(kwargs, field):
         DPFedAvg(**kwargs)
 
 
-def _fit(strategy, rounds: int = 3):
-    """A 3-round run on synthetic data with an RDP accountant: final weights and report."""
-    import lightning.pytorch as pl
-
-    from fl_lightning.client.module import ClientModule
-    from fl_lightning.data.datamodule import FederatedDataModule
-    from fl_lightning.models.mlp import MLP
-    from fl_lightning.privacy.accountant import PrivacyAccountant
-    from fl_lightning.server.module import FederatedModule
+def _fit(strategy):
+    """3 rounds of 3 of 12 clients (plain SGD, no DP-SGD) with an RDP accountant
+    (``tiny_run``): the final global weights, the accountant's report and the sampling."""
     from fl_lightning.utils.flat import trainable_parameters
+    from tests.strategies.dpfl_agn_helpers import tiny_run
 
-    torch.manual_seed(0)
-    client = ClientModule(
-        net=MLP(input_dim=16, hidden=(8,), num_classes=3), num_classes=3, lr=0.1, local_steps=2
-    )
-    model = FederatedModule(
-        client=client, strategy=strategy, privacy=PrivacyAccountant(), clients_per_round=3
-    )
-    data = FederatedDataModule(
-        dataset="synthetic",
-        num_clients=12,
-        partitioner="iid",
-        dataset_options={"num_examples": 240, "num_features": 16, "num_classes": 3},
-    )
-    pl.Trainer(
-        max_steps=rounds,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    ).fit(model, datamodule=data)
-    flat = torch.cat([p.detach().flatten() for p in trainable_parameters(model.global_net)])
-    return flat, model.accountant.report(), model.sampler.mode
+    module, _ = tiny_run(
+        strategy, dp=False, optimizer="sgd", lr=0.1, local_steps=2, num_clients=12,
+        num_examples=240, clients_per_round=3,
+    )  # fmt: skip
+    flat = torch.cat([p.detach().flatten() for p in trainable_parameters(module.global_net)])
+    return flat, module.accountant.report(), module.sampler.mode
 
 
 def test_fedavg_holding_central_dp_is_dp_fedavg():
