@@ -257,10 +257,16 @@ class ADPFL(AsyncLocalDP):
             accuracy_examples=accuracy_examples,
         )
         super().__init__(budget=budget, **kwargs)
-        self.budget = budget
         self.staleness_alpha = staleness_alpha
         self.aggregation = aggregation
         self.staleness: dict[int, float] = {}
+
+    @property
+    def budget(self) -> AdaptiveBudget:
+        """The uploads' schedule: ADP-FL's Eq. 6 budget and accuracy callback."""
+        schedule = self.uploads.schedule
+        assert isinstance(schedule, AdaptiveBudget)
+        return schedule
 
     # -- Eq. 8 aggregation and the staleness coefficient ------------------------------------
     def lam(self, client_id: int) -> float:

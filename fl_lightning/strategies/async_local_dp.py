@@ -70,8 +70,12 @@ class AsyncLocalDP(AsyncStrategy):
             schedule=budget,
         )
         super().__init__(local_dp=uploads, **kwargs)
-        self.uploads = uploads
-        """The same object as ``local_dp``, never None here."""
+
+    @property
+    def uploads(self) -> BudgetedUploads:
+        """``local_dp``, never None here."""
+        assert self.local_dp is not None
+        return self.local_dp
 
 
 __all__ = ["AsyncLocalDP"]

@@ -28,8 +28,12 @@ class DPFedAvg(Strategy):
     def __init__(self, *, clip_norm: float = 1.0, noise_multiplier: float | None = 1.0) -> None:
         dp = CentralGaussian(clip_norm=clip_norm, noise_multiplier=noise_multiplier)
         super().__init__(weighting="uniform", central_dp=dp)
-        self.dp = dp
-        """The same object as ``central_dp``, never None here."""
+
+    @property
+    def dp(self) -> CentralGaussian:
+        """``central_dp``, never None here."""
+        assert self.central_dp is not None
+        return self.central_dp
 
     @property
     def noise_multiplier(self) -> float | None:
