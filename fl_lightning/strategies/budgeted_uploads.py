@@ -163,6 +163,12 @@ class BudgetedUploads:
         return self.upload.private
 
     @property
+    def record_reading(self) -> bool:
+        """True when the noise is calibrated to Δ = 2C/|D_i| (no guarantee claimed; the sound
+        ε of the same noise is logged instead)."""
+        return self.upload.private and self.upload.sensitivity_kind == "record"
+
+    @property
     def budgeted(self) -> bool:
         """True when uploads are charged to a ledger (a private mechanism or a total ε)."""
         return self.upload.private or self.epsilon is not None
@@ -173,7 +179,7 @@ class BudgetedUploads:
         and refuses a budget no client can spend (``check_affordable``)."""
         self.rounds, self.rate = int(self.horizon or spec.rounds), float(spec.sampling.rate)
         self._sizes = spec.client_sizes
-        if self.upload.private and self.upload.sensitivity_kind == "record" and not self._sizes:
+        if self.record_reading and not self._sizes:
             raise ValueError(
                 "strategy.sensitivity: record calibrates to 2C/|D_i| and needs the clients' "
                 "sizes (FederationSpec.client_sizes)"
@@ -230,14 +236,20 @@ class BudgetedUploads:
         self.ensure_horizon(ctx)
         self._planned = {}
 
+    def planned_budget(self, client_id: int, ctx: RoundContext) -> float:
+        """ε_i^t of this round's dispatch, asked of the schedule once per client and round (the
+        accuracy callback runs there); a client charged without having been selected (a cohort
+        handed to ``charge`` directly, in tests) is planned then."""
+        if client_id not in self._planned:
+            self._planned[client_id] = self.upload_budget(client_id, ctx)
+        return self._planned[client_id]
+
     def eligible(self, client_id: int, ctx: RoundContext) -> bool:
         """Alg. 1 line 2: whether the client can afford its next upload; one that cannot leaves
         the federation for good."""
         if client_id in self.exited:
             return False
-        if client_id not in self._planned:
-            self._planned[client_id] = self.upload_budget(client_id, ctx)
-        eps = self._planned[client_id]
+        eps = self.planned_budget(client_id, ctx)
         if self.epsilon is not None and not self.ledger.can_afford(client_id, eps, self.epsilon):
             self.exited.add(client_id)
             return False
@@ -249,15 +261,11 @@ class BudgetedUploads:
         server, from |D_i|: every process agrees, whichever trained the client)."""
         self.ensure_horizon(ctx)
         self._round_eps = {}
-        record = self.upload.private and self.upload.sensitivity_kind == "record"
         for cid in ctx.cohort:
-            if cid not in self._planned:  # a cohort not chosen by select_clients (tests)
-                self._planned[cid] = self.upload_budget(cid, ctx)
-            eps = self._planned[cid]
-            self._round_eps[cid] = eps
+            eps = self._round_eps[cid] = self.planned_budget(cid, ctx)
             if self.budgeted:
                 self.ledger.charge(cid, eps)
-            if record:
+            if self.record_reading:
                 size = self._sizes[cid] if cid < len(self._sizes) else None
                 cost = self.upload.sound_epsilon(epsilon=eps, num_examples=size)
                 self._sound[cid] = self._sound.get(cid, 0.0) + cost
@@ -285,7 +293,7 @@ class BudgetedUploads:
         """One local release per dispatched client at its charged ε_i^t."""
         if not self.upload.private:
             return RoundPrivacy()
-        if self.upload.sensitivity_kind == "record":
+        if self.record_reading:
             return RoundPrivacy(no_guarantee=RECORD_READING)
         return RoundPrivacy(
             local={
@@ -319,7 +327,7 @@ class BudgetedUploads:
         m["delta_basic_max"] = max((b[1] for b in basics.values()), default=0.0)
         m["eps_tight_max"] = max(self._tight.values(), default=0.0)
         m["eps_tight_delta"] = delta
-        if self.upload.sensitivity_kind == "record":
+        if self.record_reading:
             m["epsilon_sound"] = max(self._sound.values(), default=0.0)
         return m
 
