@@ -13,9 +13,10 @@ and, not of that shape, recurrent models:
 
 - ``mnist_lstm``: ADP-FL's ``MnistLSTM`` (LSTM(28, 64) over the 28 image rows + Linear(64, 10),
   24,714 parameters);
-- ``user_gru``: :class:`UserGRU`, written here the way a user writes one: ``nn.GRU(28, 64)``
-  over the image rows, Linear(64, 10) on the last hidden state ``h_n`` (18,698 parameters);
-- ``user_rnn``: :class:`UserRNN`, the same with ``nn.RNN(28, 64)`` (tanh; 6,666 parameters);
+- ``user_gru``: ``UserGRU`` (:class:`UserRecurrent`), written here the way a user writes one:
+  ``nn.GRU(28, 64)`` over the image rows, Linear(64, 10) on the last hidden state ``h_n``
+  (18,698 parameters);
+- ``user_rnn``: ``UserRNN``, the same with ``nn.RNN(28, 64)`` (tanh; 6,666 parameters);
 - ``char_lstm``: the project's Shakespeare ``CharLSTM`` as configured in
   ``configs/experiment/dp_fedasgp/shakespeare_lstm.yaml`` (Embedding(90, 8), two LSTM(256)
   layers, Linear(256, 90) on the last position; 822,570 parameters) on its natural data shape:
@@ -114,42 +115,31 @@ class UserCNN(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
-class UserGRU(nn.Module):
-    """A user's GRU classifier of MnistLSTM's shape: nn.GRU(28, 64) over the image rows and a
-    Linear head on the last hidden state; ``dp=True`` builds Opacus' ``DPGRU`` (same
+class UserRecurrent(nn.Module):
+    """A user's recurrent classifier of MnistLSTM's shape: ``nn.GRU(28, 64)`` (``UserGRU``) or
+    a plain tanh ``nn.RNN(28, 64)`` (``UserRNN``) over the image rows and a Linear head on the
+    last hidden state; ``dp=True`` builds Opacus' drop-in (``DPGRU`` / ``DPRNN``, same
     parameters), which ``ClientModule`` needs under DP-SGD."""
 
-    def __init__(self, dp: bool = False) -> None:
+    def __init__(self, layer: str, dp: bool = False) -> None:
         super().__init__()
-        if dp:
-            from opacus.layers import DPGRU
+        from opacus.layers import DPGRU, DPRNN
 
-            self.gru: nn.Module = DPGRU(28, 64, batch_first=True)
-        else:
-            self.gru = nn.GRU(28, 64, batch_first=True)
+        kinds = {"gru": (nn.GRU, DPGRU), "rnn": (nn.RNN, DPRNN)}
+        self.rnn: nn.Module = kinds[layer][dp](28, 64, batch_first=True)
         self.fc = nn.Linear(64, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _, h = self.gru(x.squeeze(1))  # (B, 1, 28, 28) -> (B, 28, 28)
+        _, h = self.rnn(x.squeeze(1))  # (B, 1, 28, 28) -> (B, 28, 28)
         return self.fc(h[-1])
 
 
-class UserRNN(nn.Module):
-    """UserGRU with a plain tanh ``nn.RNN``; ``dp=True``: Opacus' ``DPRNN`` (same parameters)."""
+def UserGRU(dp: bool = False) -> UserRecurrent:  # noqa: N802 - a model name, as in the tables
+    return UserRecurrent("gru", dp)
 
-    def __init__(self, dp: bool = False) -> None:
-        super().__init__()
-        if dp:
-            from opacus.layers import DPRNN
 
-            self.rnn: nn.Module = DPRNN(28, 64, batch_first=True)
-        else:
-            self.rnn = nn.RNN(28, 64, batch_first=True)
-        self.fc = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _, h = self.rnn(x.squeeze(1))
-        return self.fc(h[-1])
+def UserRNN(dp: bool = False) -> UserRecurrent:  # noqa: N802 - a model name, as in the tables
+    return UserRecurrent("rnn", dp)
 
 
 def char_lstm(dp: bool = False) -> nn.Module:
