@@ -442,17 +442,24 @@ def test_dp_sgd_cohort_of_a_user_model_equals_sequential(engine: str) -> None:
         assert v.loss == pytest.approx(s.loss, rel=1e-5, nan_ok=True)
 
 
+def _token_data(sizes: list[int], *, length: int) -> SimpleNamespace:
+    """``_data``'s clients holding sequences of ``length`` token ids of a 20-token vocabulary
+    (seeded), for Embedding and CharLSTM models."""
+    data = _data(sizes, shape=(length,))
+    tokens = torch.randint(0, 20, data.train.x.shape, generator=torch.Generator().manual_seed(1))
+    indices = data.client_indices
+    data.train.x = tokens
+    data.client_data = lambda c: (tokens[indices[c]], data.train.y[indices[c]])
+    return data
+
+
 def test_dp_sgd_cohort_of_an_embedding_model_equals_sequential() -> None:
     """Token inputs through nn.Embedding under DP-SGD (repeated tokens in a sequence: the
     ghost norm's cross terms) give the sequential engine's updates."""
     from tests.client.test_stacked import EmbedNet
 
     torch.manual_seed(3)
-    data = _data([13, 30, 7, 22], shape=(5,))
-    tokens = torch.randint(0, 20, data.train.x.shape, generator=torch.Generator().manual_seed(1))
-    indices = data.client_indices
-    data.train.x = tokens
-    data.client_data = lambda c: (tokens[indices[c]], data.train.y[indices[c]])
+    data = _token_data([13, 30, 7, 22], length=5)
     dp = DPSGDConfig(noise_multiplier=0.7, max_grad_norm=0.3, engine="functorch")
     cohort = [2, 0, 3, 1]
     seq, vec, path = _both(EmbedNet(), FedAvg, data, cohort, lr=0.1, batch_size=6, dp_sgd=dp)
@@ -468,11 +475,7 @@ def test_char_lstm_cohort_equals_sequential(dp: bool) -> None:
     position), clients of 2 to 5 steps, plain SGD, or DP-SGD with Opacus' DPLSTM (auto engine:
     opacus): the sequential executor's updates."""
     torch.manual_seed(3)
-    data = _data([13, 30, 7, 22], shape=(7,))
-    tokens = torch.randint(0, 20, data.train.x.shape, generator=torch.Generator().manual_seed(1))
-    indices = data.client_indices
-    data.train.x = tokens
-    data.client_data = lambda c: (tokens[indices[c]], data.train.y[indices[c]])
+    data = _token_data([13, 30, 7, 22], length=7)
     net = CharLSTM(
         vocab_size=20, embedding_dim=4, hidden_size=6, num_layers=2, dp_lstm=dp, last_only=True
     )
