@@ -64,6 +64,11 @@ core count and load average (``os.getloadavg``, before and after) are measured, 
 
     PYTHONPATH=. python benchmarks/cohort_speed.py --cohorts 10 100 --reps 5 --memory \\
         --out benchmarks/results/cohort_speed.json
+
+``--device cuda`` runs every path on a GPU (data, models, executors, bare loop and ceilings;
+each round timed after ``torch.cuda.synchronize``; the matmul limit is an 8192² float32 product
+at PyTorch's default settings; ``--memory`` then reports the peak of PyTorch's allocated device
+memory above setup instead of RSS; the machine record names the GPU).
 """
 
 from __future__ import annotations
@@ -96,6 +101,13 @@ from fl_lightning.utils.flat import flatten, flatten_into, load_flat_, trainable
 
 BATCH, LR = 10, 0.05
 EXAMPLES = 60  # per client (``--examples``)
+DEVICE = torch.device("cpu")  # ``--device``: where the data, the models and every path run
+
+
+def sync() -> None:
+    """Waits for the device's queued work (a CUDA round is timed when it has finished)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 class UserCNN(nn.Module):
@@ -174,8 +186,10 @@ def make_inputs(model: str, n: int, g: torch.Generator | None = None) -> tuple:
 def make_data(clients: int, model: str = "mnist_cnn") -> SimpleNamespace:
     g = torch.Generator().manual_seed(0)
     n = clients * EXAMPLES
-    x, y = make_inputs(model, n, g)
-    indices = [torch.arange(i * EXAMPLES, (i + 1) * EXAMPLES) for i in range(clients)]
+    x, y = (t.to(DEVICE) for t in make_inputs(model, n, g))
+    indices = [
+        torch.arange(i * EXAMPLES, (i + 1) * EXAMPLES, device=DEVICE) for i in range(clients)
+    ]
     return SimpleNamespace(
         train=SimpleNamespace(x=x, y=y),
         client_indices=indices,
@@ -191,7 +205,7 @@ def bare_round(net: nn.Module, global_flat: torch.Tensor, data, clients) -> None
     for cid in clients:
         x, y = data.client_data(cid)
         load_flat_(params, global_flat)
-        order = torch.randperm(len(y))
+        order = torch.randperm(len(y), device=DEVICE)
         for i in range(0, len(y), BATCH):
             idx = order[i : i + BATCH]
             opt.zero_grad(set_to_none=True)
@@ -219,7 +233,7 @@ def ceiling_round(  # noqa: PLR0913
         x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(params, lr=LR)
     big = BATCH * clients_per_step
-    order = torch.randperm(len(y))
+    order = torch.randperm(len(y), device=DEVICE)
     noise = [torch.empty_like(p) for p in params] if engine is not None else []
     for i in range(0, len(y), big):
         idx = order[i : i + big]
@@ -253,13 +267,19 @@ def train_flops(make_net, model: str) -> int:  # noqa: ANN001
 
 
 def matmul_flops_per_s(size: int = 2048, reps: int = 5) -> float:
-    """FLOP/s of one large float32 matmul (the best of ``reps``): the machine's limit."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    """FLOP/s of one large float32 matmul (the best of ``reps``): the machine's limit. On a GPU
+    the product is 8192² (2048² does not fill one) at PyTorch's default float32 settings, the
+    settings the models train with."""
+    if DEVICE.type == "cuda":
+        size = max(size, 8192)
+    a, b = torch.randn(size, size, device=DEVICE), torch.randn(size, size, device=DEVICE)
     a @ b
+    sync()
     best = float("inf")
     for _ in range(reps):
         t = time.perf_counter()
         a @ b
+        sync()
         best = min(best, time.perf_counter() - t)
     return 2 * size**3 / best
 
@@ -299,13 +319,14 @@ class Setup:
                                 dp_sgd=dp_cfg)  # fmt: skip
 
         seq_client = client()
-        self.global_flat = flatten(trainable_parameters(seq_client.net))
-        self.bare_net = self.make_net()
-        self.ceiling_nets = {"ceiling": private_net()}
+        self.global_flat = flatten(trainable_parameters(seq_client.net)).to(DEVICE)
+        self.bare_net = self.make_net().to(DEVICE)
+        self.ceiling_nets = {"ceiling": private_net().to(DEVICE)}
         if model not in TOKEN_MODELS:  # channels_last: image inputs only
-            cl_net = private_net().to(memory_format=torch.channels_last)
+            cl_net = private_net().to(DEVICE, memory_format=torch.channels_last)
+            probe = torch.zeros(2, 1, 28, 28, device=DEVICE)
             try:  # a user's ``x.view(x.size(0), -1)`` rejects channels_last activations
-                cl_net(torch.zeros(2, 1, 28, 28).contiguous(memory_format=torch.channels_last))
+                cl_net(probe.contiguous(memory_format=torch.channels_last))
                 self.ceiling_nets["ceiling_cl"] = cl_net
             except RuntimeError:
                 pass
@@ -325,12 +346,12 @@ class Setup:
                 else:
                     self.ceiling_engines[v] = BookKeepingEngine(net)
         self.executors = {
-            "sequential": SequentialExecutor(LocalTrainer(seq_client)),
-            "vectorized": VectorizedExecutor(LocalTrainer(client())),  # default buckets
+            "sequential": SequentialExecutor(LocalTrainer(seq_client, DEVICE)),
+            "vectorized": VectorizedExecutor(LocalTrainer(client(), DEVICE)),  # default buckets
         }
         self.baseline = baseline_recurrent(baseline) if baseline else None
         if baseline:
-            self.executors["vectorized_base"] = VectorizedExecutor(LocalTrainer(client()))
+            self.executors["vectorized_base"] = VectorizedExecutor(LocalTrainer(client(), DEVICE))
         self.strategy = FedAvg()
 
     def ctx(self, r: int) -> RoundContext:
@@ -400,13 +421,15 @@ def measure_row(  # noqa: PLR0913
     for r in range(reps):
         for v in variants if r % 2 == 0 else variants[::-1]:
             peaks.append(matmul_flops_per_s(reps=2))
+            sync()
             t = time.perf_counter()
             s.run(v, r + 1)
+            sync()
             times[v].append(time.perf_counter() - t)
     peak = statistics.median(peaks)
     med = {v: statistics.median(t) for v, t in times.items()}
-    fastest = min((v for v in med if v.startswith("ceiling")), key=med.__getitem__)
-    ceiling = med[fastest]
+    ceilings = [v for v in med if v.startswith("ceiling")]  # none when all are skipped
+    fastest = min(ceilings, key=med.__getitem__) if ceilings else None
     assert s.executors["vectorized"].last_path == "stacked", "vectorised fell back"
     # the same round on both paths, untimed: the sequential updates held, the vectorised ones
     # compared as they come
@@ -430,9 +453,15 @@ def measure_row(  # noqa: PLR0913
         "clients_per_s": {v: cohort / t for v, t in med.items()},
         "ratio_to_bare": {v: med["bare"] / t for v, t in med.items()},
         "vectorized_over_sequential": med["sequential"] / med["vectorized"],
-        "ceiling_over_sequential": med["sequential"] / ceiling,
-        "vectorized_over_ceiling": ceiling / med["vectorized"],
-        "fastest_ceiling": fastest,
+        **(
+            {
+                "ceiling_over_sequential": med["sequential"] / med[fastest],
+                "vectorized_over_ceiling": med[fastest] / med["vectorized"],
+                "fastest_ceiling": fastest,
+            }
+            if fastest
+            else {}
+        ),
         "flops_per_round": flops,
         "matmul_flops_per_s": peak,
         "fraction_of_matmul_peak": {v: flops / t / peak for v, t in med.items()},
@@ -458,8 +487,19 @@ def _status_kib(field: str) -> int:
 
 def memory_child(model: str, dp: bool, cohort: int, variant: str) -> None:
     """Peak RSS of one round above the RSS after setup (Linux: the peak is reset by writing 5
-    to /proc/self/clear_refs, so the setup's own transient peak does not hide the round's)."""
+    to /proc/self/clear_refs, so the setup's own transient peak does not hide the round's); on
+    a GPU, the peak of PyTorch's allocated device memory above what setup left allocated."""
     s = Setup(model, dp, cohort)
+    if DEVICE.type == "cuda":
+        sync()
+        torch.cuda.reset_peak_memory_stats(DEVICE)
+        base = torch.cuda.memory_allocated(DEVICE)
+        s.run(variant, 0)
+        sync()
+        peak = torch.cuda.max_memory_allocated(DEVICE)
+        print(json.dumps({"peak_mib_above_setup": (peak - base) / 2**20,
+                          "peak_rss_mib": peak / 2**20}))  # fmt: skip
+        return
     base = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")
@@ -472,7 +512,8 @@ def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
     out = {}
     for v in MEMORY_VARIANTS:
         cmd = [sys.executable, __file__, "--memory-child", model, str(int(dp)), str(cohort), v,
-               "--threads", str(threads), "--examples", str(EXAMPLES)]  # fmt: skip
+               "--threads", str(threads), "--examples", str(EXAMPLES),
+               "--device", str(DEVICE)]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[v] = json.loads(res.stdout.strip().splitlines()[-1])
     return {
@@ -488,7 +529,9 @@ def machine(threads: int) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": threads,
         "torch": torch.__version__,
-        "gpu": None,  # CPU run; GPU rows are left empty unless measured on a GPU
+        "device": str(DEVICE),
+        # the GPU's name where the run used one (measured, never typed in)
+        "gpu": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else None,
     }
 
 
@@ -502,7 +545,8 @@ def table(rows: list[dict], memory: bool) -> str:
     head += "| **best ceiling ÷ seq** "
     head += "| FLOP/s ÷ matmul (bare / seq / vec / ceil) |"
     if memory:
-        head += " peak MiB above setup (total peak RSS), bare / seq / vec |"
+        where = "allocated on the GPU" if DEVICE.type == "cuda" else "RSS"
+        head += f" peak MiB above setup (total peak {where}), bare / seq / vec |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         c, q, f = r["clients_per_s"], r["ratio_to_bare"], r["fraction_of_matmul_peak"]
@@ -527,7 +571,7 @@ def table(rows: list[dict], memory: bool) -> str:
             line += f" {m['bare']:.0f} / {m['sequential']:.0f} / {m['vectorized']:.0f}"
             t = r["peak_mib"].get("peak_rss")
             if t:
-                line += f" (RSS {t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f})"
+                line += f" ({t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f})"
             line += " |"
         if "vectorized_over_baseline" in r:
             ref, ab = r["baseline_ref"], r["vectorized_over_baseline"]
@@ -537,7 +581,7 @@ def table(rows: list[dict], memory: bool) -> str:
 
 
 def main() -> None:
-    global EXAMPLES
+    global EXAMPLES, DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cohorts", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
@@ -545,6 +589,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--examples", type=int, default=60, help="per client")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu",
+                        help="where the data, models and paths run: cpu, cuda, cuda:1")  # fmt: skip
     parser.add_argument("--memory", action="store_true", help="peak RSS per path (subprocesses)")
     parser.add_argument("--skip", nargs="*", default=[], choices=VARIANTS[3:],
                         help="ceiling variants left out (e.g. the cohort-wide batch)")  # fmt: skip
@@ -556,6 +602,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     EXAMPLES = args.examples
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device: {args.device} asked for, but torch sees no CUDA device")
     if args.memory_child:
         model, dp, cohort, variant = args.memory_child
         memory_child(model, bool(int(dp)), int(cohort), variant)

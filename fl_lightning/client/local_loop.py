@@ -84,7 +84,9 @@ class LocalTrainer:
                 noise_multiplier=dp.noise_multiplier,
                 max_grad_norm=dp.max_grad_norm,
                 expected_batch_size=rate * n,
-                generator=generator_for(ctx.seed, ctx.round_idx, client_id, "dp_sgd"),
+                generator=generator_for(
+                    ctx.seed, ctx.round_idx, client_id, "dp_sgd", device=self.device
+                ),
             )
         prox_anchor = None
         if cfg.prox_mu > 0:

@@ -14,6 +14,12 @@ a stack of clients at once) call these functions, so the two paths cannot drift 
   ``(seed, round, client, "dp_sgd")`` generator, parameter by parameter in parameter order;
 - ``client/local_loop.py: client_update``: the ``ClientUpdate`` (mean loss over non-empty
   steps, ``local_steps``, the DP-SGD event of ``privacy/budget.py: dp_sgd_event``).
+
+Every one of these generators, and the ``(seed, round, client, "client_mechanism")`` generator
+of the strategy's upload mechanism, lives on the device of the client's data and update, so that
+the draws happen where the tensors are (a CPU generator cannot draw a CUDA tensor). A run is
+reproducible on its device; a GPU run's streams are CUDA's Philox, not the CPU's Mersenne
+Twister, so its numbers differ from the same seed on the CPU.
 """
 
 from __future__ import annotations

@@ -82,7 +82,9 @@ class SequentialExecutor:
             plan = strategy.configure_client(client_id, ctx)
             refuse_unsynced_state(plan, strategy)
             update = self.local_trainer.train(client_id, x, y, ctx, plan)
-            g = generator_for(ctx.seed, ctx.round_idx, client_id, "client_mechanism")
+            g = generator_for(
+                ctx.seed, ctx.round_idx, client_id, "client_mechanism", device=update.delta.device
+            )
             update = strategy.process_update(update, ctx, generator=g)
             if hooks is not None:
                 hooks.end(client_id, ctx, update)

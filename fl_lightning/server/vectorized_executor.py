@@ -196,7 +196,13 @@ class VectorizedExecutor:
 
     def _finish(self, update: ClientUpdate, ctx: RoundContext, strategy: Strategy) -> ClientUpdate:
         """The strategy's client-side processing of a trained update (as the sequential loop)."""
-        g = generator_for(ctx.seed, ctx.round_idx, update.client_id, "client_mechanism")
+        g = generator_for(
+            ctx.seed,
+            ctx.round_idx,
+            update.client_id,
+            "client_mechanism",
+            device=update.delta.device,
+        )
         update = strategy.process_update(update, ctx, generator=g)
         if self.hooks is not None:
             self.hooks.end(update.client_id, ctx, update)
@@ -306,7 +312,9 @@ class VectorizedExecutor:
         if dp is not None:
             assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
             expected = [dp_sgd_rate(batch_size=cfg.batch_size, size=n) * n for n in sizes]
-            noise_gens = [generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd") for c in bucket]
+            noise_gens = [
+                generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd", device=device) for c in bucket
+            ]
             std = dp.noise_multiplier * dp.max_grad_norm
         losses = torch.full((max(steps), k), float("nan"), device=device)
         # plain SGD: the stacked Linear layers fuse the update into their backward pass

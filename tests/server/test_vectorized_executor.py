@@ -26,12 +26,12 @@ from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.utils.flat import flatten, trainable_parameters
 
 
-def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0) -> SimpleNamespace:
+def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0, device: str = "cpu") -> SimpleNamespace:
     g = torch.Generator().manual_seed(seed)
     total = sum(sizes)
-    x = torch.randn(total, *shape, generator=g)
-    y = torch.randint(0, 10, (total,), generator=g)
-    perm = torch.randperm(total, generator=g)
+    x = torch.randn(total, *shape, generator=g).to(device)
+    y = torch.randint(0, 10, (total,), generator=g).to(device)
+    perm = torch.randperm(total, generator=g).to(device)
     bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
     indices = [perm[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     return SimpleNamespace(
@@ -41,7 +41,9 @@ def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0) -> SimpleNamespace:
     )
 
 
-def _ctx(client: ClientModule, cohort: list[int], round_idx: int = 3) -> RoundContext:
+def _ctx(
+    client: ClientModule, cohort: list[int], round_idx: int = 3, device: str = "cpu"
+) -> RoundContext:
     return RoundContext(
         round_idx=round_idx,
         total_rounds=5,
@@ -50,21 +52,23 @@ def _ctx(client: ClientModule, cohort: list[int], round_idx: int = 3) -> RoundCo
         cohort=cohort,
         expected_cohort_size=float(len(cohort)),
         sample_rate=1.0,
-        global_params=flatten(trainable_parameters(client.net)),
+        global_params=flatten(trainable_parameters(client.net)).to(device),
     )
 
 
-def _both(net: nn.Module, strategy_factory, data, cohort, low_rank_ratio=0.5, **client_kw):
+def _both(  # noqa: PLR0913
+    net: nn.Module, strategy_factory, data, cohort, low_rank_ratio=0.5, device="cpu", **client_kw
+):
     out = {}
     for name, cls in (("seq", SequentialExecutor), ("vec", VectorizedExecutor)):
         torch.manual_seed(0)
         client = ClientModule(copy.deepcopy(net), num_classes=10, **client_kw)
-        trainer = LocalTrainer(client)
+        trainer = LocalTrainer(client, device)
         if cls is VectorizedExecutor:
             executor = cls(trainer, low_rank_ratio=low_rank_ratio)
         else:
             executor = cls(trainer)
-        ctx = _ctx(client, cohort)
+        ctx = _ctx(client, cohort, device=device)
         out[name] = list(executor.run(cohort, ctx, data, strategy_factory()))
         if cls is VectorizedExecutor:
             assert executor.last_fallback_reason is None
@@ -228,20 +232,17 @@ def test_recurrence_in_client_chunks_equals_sequential(
     _same_updates_as_sequential(case)
 
 
-def _same_updates_as_sequential(case: str) -> None:
+def _same_updates_as_sequential(case: str, device: str = "cpu") -> None:
     make_net, strategy, kw = CASES[case]
     torch.manual_seed(1)
     net = make_net()
     sizes = [13, 30, 7, 30, 22]
-    data = _data(sizes)
-    if "cifar" in case:
-        data = _data(sizes, shape=(3, 16, 16))
+    shape = (3, 16, 16) if "cifar" in case else (1, 16, 16) if "user_cnn" in case else (1, 8, 8)
+    data = _data(sizes, shape=shape, device=device)
     steps = {(n + 5) // 6 * kw.get("local_epochs", 1) for n in sizes}
     assert len(steps) > 1  # clients with different numbers of local steps
-    if "user_cnn" in case:
-        data = _data(sizes, shape=(1, 16, 16))
     cohort = [3, 0, 4, 1]
-    seq, vec, path = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, **kw)
+    seq, vec, path = _both(net, strategy, data, cohort, lr=0.1, batch_size=6, device=device, **kw)
     assert path == "stacked"
     assert [u.client_id for u in vec] == cohort
     for s, v in zip(seq, vec):

@@ -1,0 +1,95 @@
+"""GPU readiness (issue 22): what only a CUDA device can check; skipped without one.
+
+CI has no GPU, so these run where one is lent (``pytest -m gpu``; docs/performance.md says
+where they last ran and what they found). On such a machine the rest of the suite runs on the
+GPU as well, since the trainer's ``accelerator`` defaults to ``auto``: the config tests
+(tests/configs/test_experiments.py) then train every experiment config there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.server.test_vectorized_executor import CASES, _same_updates_as_sequential
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _full_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No TF32: the two paths use different kernels (grouped vs per-client convolutions), and
+    TF32's 10-bit mantissa would make their float32 results differ by ~1e-3 for that reason
+    alone. With it off they must agree as on the CPU."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "fedavg_user_cnn_fused_sgd",
+        "fedavg_cnn_momentum_wd",
+        "fedavg_residual",
+        "dp_fedavg_cnn",
+        "dp_sgd_clients",
+        "fedavg_mnist_lstm_momentum_wd",
+        "dp_sgd_mnist_dplstm",
+        "dp_sgd_dprnn",
+        "fedavg_user_gru_momentum",
+        "dp_sgd_opacus_momentum",
+    ],
+)
+def test_stacked_cohort_equals_sequential_on_cuda(case: str) -> None:
+    """The vectorised executor gives the sequential executor's updates on the GPU too: the same
+    batches, clip and per-client DP-SGD noise, now drawn from CUDA generators on the device."""
+    assert case in CASES
+    _same_updates_as_sequential(case, device="cuda")
+
+
+def _run(config: Path, root: Path, accelerator: str) -> dict:
+    from fl_lightning.runs import build_cli_class
+    from tests.configs.conftest import offline_overrides
+
+    build_cli_class()(
+        [
+            "fit", "--config", str(config), *offline_overrides(config, root),
+            "--trainer.accelerator", accelerator, "--trainer.devices", "1",
+            "--trainer.default_root_dir", str(root / "run"),
+        ]
+    )  # fmt: skip
+    (summary,) = sorted(root.rglob("summary.json"))
+    return json.loads(summary.read_text())
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "quickstart.yaml",  # DP-FedAvg: clip, Gaussian noise on the aggregate, Poisson cohorts
+        "gcfl/table2_mnist.yaml",  # clients run DP-SGD (record level), GCFL projects
+        "adp_fl/table2_mnist_adp_fl.yaml",  # local DP on every upload, budgeted per client
+    ],
+)
+def test_a_gpu_run_accounts_as_the_cpu_run(
+    config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run on the GPU trains (the mechanisms draw their noise there, from generators on the
+    device) and reports the ε of the same config on the CPU: the events depend on the
+    configuration, never on the device."""
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    path = REPO / "configs" / "experiment" / config
+    gpu = _run(path, tmp_path / "gpu", "gpu")
+    cpu = _run(path, tmp_path / "cpu", "cpu")
+    assert gpu["rounds"] == cpu["rounds"]
+    assert gpu["privacy/epsilon"] == pytest.approx(cpu["privacy/epsilon"], rel=1e-9)
+    assert gpu["privacy/guarantee"] == cpu["privacy/guarantee"]
+    assert 0.0 <= gpu["test/accuracy"] <= 1.0
