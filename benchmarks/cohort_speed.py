@@ -613,26 +613,15 @@ def main() -> None:
     peak = matmul_flops_per_s()
     info = machine(args.threads)
     print(f"machine: {info}; load average before (1/5/15 min): {load_before}")
-    print(f"one 2048² matmul: {peak / 1e9:.1f} GFLOP/s at {args.threads} thread(s) (now; each "
-          "row uses the median of matmuls timed between its rounds)")  # fmt: skip
+    print(f"one large float32 matmul: {peak / 1e9:.1f} GFLOP/s at {args.threads} thread(s) "
+          "(now; each row uses the median of matmuls timed between its rounds)")  # fmt: skip
     dps = {"no": [False], "yes": [True], "both": [False, True]}[args.dp]
-    rows = []
-    for model in args.models:
-        for dp in dps:
-            for cohort in args.cohorts:
-                row = measure_row(model, dp, cohort, args.reps, tuple(args.skip),
-                                  args.baseline_ref)  # fmt: skip
-                if args.memory:
-                    row["peak_mib"] = measure_memory(model, dp, cohort, args.threads)
-                row["load_average_after"] = os.getloadavg()
-                rows.append(row)
-                print(table([row], args.memory).splitlines()[-1], flush=True)
     result = {
         "benchmark": "benchmarks/cohort_speed.py",
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "machine": info,
         "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
+        "load_average_after": None,
         "matmul_flops_per_s": peak,
         "workload": {
             "examples_per_client": EXAMPLES,
@@ -645,17 +634,27 @@ def main() -> None:
             "baseline_ref": args.baseline_ref,
             "order": "interleaved, alternating",
         },  # fmt: skip
-        "rows": rows,
+        "rows": [],
     }
-    print(table(rows, args.memory))
-    if args.out:
-        runs = []
-        if os.path.exists(args.out):
-            with open(args.out) as fh:
-                runs = json.load(fh)
-        runs.append(result)
-        with open(args.out, "w") as fh:
-            json.dump(runs, fh, indent=1)
+    earlier = []
+    if args.out and os.path.exists(args.out):
+        with open(args.out) as fh:
+            earlier = json.load(fh)
+    for model in args.models:
+        for dp in dps:
+            for cohort in args.cohorts:
+                row = measure_row(model, dp, cohort, args.reps, tuple(args.skip),
+                                  args.baseline_ref)  # fmt: skip
+                if args.memory:
+                    row["peak_mib"] = measure_memory(model, dp, cohort, args.threads)
+                row["load_average_after"] = os.getloadavg()
+                result["rows"].append(row)
+                result["load_average_after"] = row["load_average_after"]
+                print(table([row], args.memory).splitlines()[-1], flush=True)
+                if args.out:  # after every row: a run cut short keeps the rows it measured
+                    with open(args.out, "w") as fh:
+                        json.dump([*earlier, result], fh, indent=1)
+    print(table(result["rows"], args.memory))
 
 
 if __name__ == "__main__":

@@ -16,13 +16,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,utilization.gp
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" \
   | tee -a "$out/gpu.txt"
 workers=$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))
-timeout "${GPU_CHECK_TEST_S:-180}" python3 -m pytest -p no:cacheprovider -n "$workers" \
+timeout "${GPU_CHECK_TEST_S:-150}" python3 -m pytest -p no:cacheprovider -n "$workers" \
   -m "not slow" tests/server/test_gpu.py tests/configs/test_experiments.py -rfs \
   2>&1 | tee "$out/tests.log" | tail -25
-timeout "${GPU_CHECK_BENCH_S:-300}" python3 benchmarks/cohort_speed.py --device cuda \
+timeout "${GPU_CHECK_BENCH_S:-240}" python3 benchmarks/cohort_speed.py --device cuda \
   --models mnist_cnn user_cnn --dp both --cohorts 10 100 1000 --reps 3 \
   --out "$out/cohort_speed_gpu.json" 2>&1 | tee "$out/bench.log" | grep -v Warning
-timeout "${GPU_CHECK_MEMORY_S:-100}" python3 benchmarks/cohort_speed.py --device cuda \
+timeout "${GPU_CHECK_MEMORY_S:-80}" python3 benchmarks/cohort_speed.py --device cuda \
   --models user_cnn --dp both --cohorts 100 --reps 1 --memory \
   --skip ceiling ceiling_cl ceiling10 ceiling10_cl \
   --out "$out/cohort_speed_gpu.json" 2>&1 | tee "$out/memory.log" | grep -v Warning
