@@ -160,13 +160,21 @@ def _invert_once(
     device = params[0].device
     targets = [g.to(device) for g in target_grads]
     gen = torch.Generator().manual_seed(seed)
-    dummy = torch.randn((batch_size, *input_shape), generator=gen).to(device).requires_grad_(True)
+    dummy = (
+        torch.randn((batch_size, *input_shape), generator=gen, device=gen.device)
+        .to(device)
+        .requires_grad_(True)
+    )
     opt_vars: list[torch.Tensor] = [dummy]
     if method == "idlg":
         label = torch.tensor([infer_label(targets, num_classes)], device=device)
         soft = None
     else:
-        soft = torch.randn((batch_size, num_classes), generator=gen).to(device).requires_grad_(True)
+        soft = (
+            torch.randn((batch_size, num_classes), generator=gen, device=gen.device)
+            .to(device)
+            .requires_grad_(True)
+        )
         opt_vars.append(soft)
         label = None
 

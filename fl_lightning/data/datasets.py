@@ -171,9 +171,11 @@ def _load_synthetic(
     dims = [num_features] if shape is None else [int(v) for v in shape]
     features = int(np.prod(dims))
     g = torch.Generator().manual_seed(seed)
-    centres = torch.randn(num_classes, features, generator=g) * 2.0
-    y = torch.randint(0, num_classes, (num_examples,), generator=g)
-    x = (centres[y] + torch.randn(num_examples, features, generator=g)).view(-1, *dims)
+    centres = torch.randn(num_classes, features, generator=g, device=g.device) * 2.0
+    y = torch.randint(0, num_classes, (num_examples,), generator=g, device=g.device)
+    x = (centres[y] + torch.randn(num_examples, features, generator=g, device=g.device)).view(
+        -1, *dims
+    )
     tr, te = stratified_split(y.numpy(), test_fraction, seed)
     return (
         TensorDataset(x[tr], y[tr], num_classes),

@@ -77,8 +77,12 @@ class CohortSampler:
     def sample(self, seed: int, round_idx: int, num_clients: int) -> list[int]:
         g = generator_for(seed, round_idx, "cohort")
         if self.mode != "poisson":
-            chosen = torch.randperm(num_clients, generator=g)[: self.clients_per_round]
+            chosen = torch.randperm(num_clients, generator=g, device=g.device)[
+                : self.clients_per_round
+            ]
         else:
             rate = self.sample_rate(num_clients)
-            chosen = (torch.rand(num_clients, generator=g) < rate).nonzero().squeeze(1)
+            chosen = (
+                (torch.rand(num_clients, generator=g, device=g.device) < rate).nonzero().squeeze(1)
+            )
         return sorted(int(c) for c in chosen)

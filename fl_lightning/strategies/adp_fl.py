@@ -128,7 +128,9 @@ class AdaptiveBudget(BudgetSchedule):
         def accuracy(client_id: int) -> float:
             x, y = client_data(client_id)
             g = generator_for(seed, client_id, "adp_fl_val")
-            idx = torch.randperm(len(y), generator=g)[: self.accuracy_examples].to(y.device)
+            idx = torch.randperm(len(y), generator=g, device=g.device)[: self.accuracy_examples].to(
+                y.device
+            )
             was_training = net.training
             net.eval()
             pred = net(x[idx]).argmax(dim=1)

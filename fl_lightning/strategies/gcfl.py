@@ -219,13 +219,13 @@ class GCFL(Strategy):
             project = project_published
         else:
             m = min(self.reference_clients, n)
-            refs = torch.randperm(n, generator=generator)[:m].tolist()
+            refs = torch.randperm(n, generator=generator, device=generator.device)[:m].tolist()
             ref_set = set(refs)
             pairs = {}
             for i in range(n):
                 if i in ref_set:
                     continue
-                order = torch.randperm(m, generator=generator).tolist()
+                order = torch.randperm(m, generator=generator, device=generator.device).tolist()
                 pairs[i] = [refs[k] for k in order]
             project = project_sequential
         for i, js in pairs.items():

@@ -41,8 +41,10 @@ def fwht(x: torch.Tensor) -> torch.Tensor:
 
 
 def random_signs(
-    n: int, *, generator: torch.Generator, device: torch.device | str = "cpu"
+    n: int, *, generator: torch.Generator, device: torch.device | str | None = None
 ) -> torch.Tensor:
+    """n independent uniform signs ±1 on ``device`` (by default the generator's)."""
+    device = generator.device if device is None else device
     return torch.randint(0, 2, (n,), generator=generator, device=device).float().mul_(2).sub_(1)
 
 

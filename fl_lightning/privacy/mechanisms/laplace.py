@@ -13,10 +13,12 @@ def sample_laplace(
     *,
     scale: float,
     generator: torch.Generator,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Draws Lap(0, scale) by inverse CDF from one uniform draw per entry."""
+    """Draws Lap(0, scale) by inverse CDF from one uniform draw per entry, on ``device`` (by
+    default the generator's: a generator draws only on its own device type)."""
+    device = generator.device if device is None else device
     u = torch.rand(shape, generator=generator, device=device, dtype=dtype) - 0.5
     # -b·sign(u)·ln(1 − 2|u|); clamp keeps ln finite when u is exactly ±0.5.
     return -scale * torch.sign(u) * torch.log1p(-2.0 * u.abs()).clamp(min=-80.0)

@@ -129,7 +129,7 @@ class AsyncStrategy(Strategy):
         if self.refill and len(chosen) < len(ctx.cohort):
             sampled = set(ctx.cohort)
             g = generator_for(ctx.seed, ctx.round_idx, "async_refill")
-            for c in torch.randperm(ctx.num_clients, generator=g).tolist():
+            for c in torch.randperm(ctx.num_clients, generator=g, device=g.device).tolist():
                 if len(chosen) >= len(ctx.cohort):
                     break
                 if c in sampled or self.is_busy(c, ctx.round_idx):
