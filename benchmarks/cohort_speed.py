@@ -477,6 +477,35 @@ def measure_row(  # noqa: PLR0913
     }
 
 
+def profile_round(model: str, dp: bool, cohort: int, variant: str, out: str | None) -> None:
+    """One warm round of ``variant`` under ``torch.profiler``: the host's and the device's busy
+    time and the top operators by device (or CPU) time, to tell a launch-bound path (host
+    time ≫ device time) from a compute-bound one. ``out``: a Chrome trace file."""
+    from torch.profiler import ProfilerActivity, profile
+
+    s = Setup(model, dp, cohort)
+    s.run(variant, 0)
+    sync()
+    activities = [ProfilerActivity.CPU]
+    if DEVICE.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        t = time.perf_counter()
+        s.run(variant, 1)
+        sync()
+        wall = time.perf_counter() - t
+    events = prof.key_averages()
+    device_us = sum(e.self_device_time_total for e in events)
+    kernels = sum(e.count for e in events if e.device_type.name == "CUDA")
+    key = "self_cuda_time_total" if DEVICE.type == "cuda" else "self_cpu_time_total"
+    print(f"profile {model} dp={dp} cohort={cohort} {variant}: wall {wall * 1e3:.1f} ms, "
+          f"device busy {device_us / 1e3:.1f} ms ({device_us / 1e6 / wall:.0%} of wall), "
+          f"{kernels} device kernels")  # fmt: skip
+    print(events.table(sort_by=key, row_limit=12, max_name_column_width=60))
+    if out:
+        prof.export_chrome_trace(out)
+
+
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -599,6 +628,10 @@ def main() -> None:
                         "variant vectorized_base (A/B in the same run)")  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", choices=VARIANTS[:3], default=None,
+                        help="instead of timing: one round of this path under torch.profiler, "
+                        "for each model, DP setting and cohort")  # fmt: skip
+    parser.add_argument("--trace", default=None, help="with --profile: Chrome trace file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     EXAMPLES = args.examples
@@ -609,13 +642,19 @@ def main() -> None:
         model, dp, cohort, variant = args.memory_child
         memory_child(model, bool(int(dp)), int(cohort), variant)
         return
+    dps = {"no": [False], "yes": [True], "both": [False, True]}[args.dp]
+    if args.profile:
+        for model in args.models:
+            for dp in dps:
+                for cohort in args.cohorts:
+                    profile_round(model, dp, cohort, args.profile, args.trace)
+        return
     load_before = os.getloadavg()
     peak = matmul_flops_per_s()
     info = machine(args.threads)
     print(f"machine: {info}; load average before (1/5/15 min): {load_before}")
     print(f"one large float32 matmul: {peak / 1e9:.1f} GFLOP/s at {args.threads} thread(s) "
           "(now; each row uses the median of matmuls timed between its rounds)")  # fmt: skip
-    dps = {"no": [False], "yes": [True], "both": [False, True]}[args.dp]
     result = {
         "benchmark": "benchmarks/cohort_speed.py",
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
