@@ -710,6 +710,8 @@ def main() -> None:
                 result["rows"].append(row)
                 result["load_average_after"] = row["load_average_after"]
                 print(table([row], args.memory).splitlines()[-1], flush=True)
+                if row["vectorized_path"] != "stacked":
+                    print(f"  (vectorized ran the sequential loop: client.precision {PRECISION})")
                 if args.out:  # after every row: a run cut short keeps the rows it measured
                     with open(args.out, "w") as fh:
                         json.dump([*earlier, result], fh, indent=1)

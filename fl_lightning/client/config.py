@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 PRECISIONS = ("32", "bf16-mixed")
 
+
 @dataclass(frozen=True)
 class DPSGDConfig:
     """Sample-level DP-SGD (Abadi et al. 2016) run by every client through Opacus.

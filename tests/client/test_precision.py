@@ -25,7 +25,9 @@ def _problem(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _train(precision: str, overrides: dict | None = None) -> tuple[torch.Tensor, list[float]]:
+def _train(
+    precision: str, overrides: dict | None = None, device: str = "cpu"
+) -> tuple[torch.Tensor, list[float]]:
     torch.manual_seed(0)
     client = ClientModule(
         MLP(input_dim=16, hidden=(32,), num_classes=4),
@@ -35,8 +37,8 @@ def _train(precision: str, overrides: dict | None = None) -> tuple[torch.Tensor,
         batch_size=32,
         precision=precision,
     )
-    trainer = LocalTrainer(client)
-    x, y = _problem()
+    trainer = LocalTrainer(client, device)
+    x, y = (t.to(device) for t in _problem())
     ctx = RoundContext(
         round_idx=0,
         total_rounds=1,
@@ -45,7 +47,7 @@ def _train(precision: str, overrides: dict | None = None) -> tuple[torch.Tensor,
         cohort=[0],
         expected_cohort_size=1.0,
         sample_rate=1.0,
-        global_params=flatten(trainable_parameters(client.net)),
+        global_params=flatten(trainable_parameters(client.net)).to(device),
     )
     ctx.client_config = overrides or {}
     losses: list[float] = []
@@ -64,23 +66,32 @@ def _train(precision: str, overrides: dict | None = None) -> tuple[torch.Tensor,
 
 
 def test_bf16_mixed_trains_close_to_float32_but_not_identically() -> None:
-    fp32, fp32_losses = _train("32")
-    bf16, bf16_losses = _train("bf16-mixed")
+    trains_close_to_float32("cpu")
+
+
+def test_bf16_mixed_forward_runs_under_autocast() -> None:
+    forward_runs_in_bf16("cpu")
+
+
+def trains_close_to_float32(device: str) -> None:
+    """bf16-mixed learns, and lands near the float32 run (tests/server/test_gpu.py: on CUDA)."""
+    fp32, fp32_losses = _train("32", device=device)
+    bf16, bf16_losses = _train("bf16-mixed", device=device)
     assert sum(bf16_losses[-5:]) < 0.75 * sum(bf16_losses[:5])  # it learns
     rel = float((bf16 - fp32).norm() / fp32.norm())
     assert 0 < rel < 5e-2, rel  # bfloat16 rounding moved the result, a little
     # a per-round override switches it on the same way
-    overridden, _ = _train("32", {"precision": "bf16-mixed"})
+    overridden, _ = _train("32", {"precision": "bf16-mixed"}, device=device)
     torch.testing.assert_close(overridden, bf16, rtol=0, atol=0)
 
 
-def test_bf16_mixed_forward_runs_under_autocast() -> None:
+def forward_runs_in_bf16(device: str) -> None:
     """The forward's matmuls run in bfloat16; the loss comes back as a float."""
     seen: list[torch.dtype] = []
-    net = torch.nn.Linear(4, 3)
+    net = torch.nn.Linear(4, 3).to(device)
     net.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     engine = build_engine(net, None)
-    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    x, y = torch.randn(5, 4, device=device), torch.tensor([0, 1, 2, 0, 1], device=device)
     loss = engine.compute_gradients(x, y, torch.nn.functional.cross_entropy, precision="32")
     engine.compute_gradients(x, y, torch.nn.functional.cross_entropy, precision="bf16-mixed")
     assert seen == [torch.float32, torch.bfloat16]
