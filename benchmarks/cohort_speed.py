@@ -54,6 +54,11 @@ Variants, run on the same global weights, interleaved (ABC CBA ...), median of `
   stay in the caches (a batch of 1,000 or 10,000 examples does not, so one huge batch is not the
   fastest way to do the work). The honest bound is the fastest of the ceilings.
 
+``--precision bf16-mixed`` runs the local forward and loss of ``sequential``, ``vectorized``
+and ``bare`` under bfloat16 autocast (``client.precision``; the same context in all three); the
+vectorised executor then falls back to the sequential loop (its stacked autograd Functions are
+not autocast), recorded as ``vectorized_path``; the ceilings stay float32; DP-SGD refuses it.
+
 Printed and recorded per (model, DP, cohort): seconds a round, clients/s, each variant ÷ bare,
 vectorised ÷ sequential and ceiling ÷ sequential (the faster ceiling); achieved FLOP/s (the
 non-private training FLOPs of the round, counted by ``torch.utils.flop_counter``, ÷ seconds) ÷
@@ -88,6 +93,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_lightning.client.config import DPSGDConfig
+from fl_lightning.client.dp_sgd import forward_precision
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.char_lstm import CharLSTM
@@ -101,6 +107,7 @@ from fl_lightning.utils.flat import flatten, flatten_into, load_flat_, trainable
 
 BATCH, LR = 10, 0.05
 EXAMPLES = 60  # per client (``--examples``)
+PRECISION = "32"  # client.precision of bare, sequential and vectorized (``--precision``)
 DEVICE = torch.device("cpu")  # ``--device``: where the data, the models and every path run
 
 
@@ -209,7 +216,9 @@ def bare_round(net: nn.Module, global_flat: torch.Tensor, data, clients) -> None
         for i in range(0, len(y), BATCH):
             idx = order[i : i + BATCH]
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(net(x[idx]), y[idx]).backward()
+            with forward_precision(PRECISION, x.device):
+                loss = F.cross_entropy(net(x[idx]), y[idx])
+            loss.backward()
             opt.step()
         flatten_into(params, buf).clone().sub_(global_flat)
 
@@ -316,7 +325,7 @@ class Setup:
         def client() -> ClientModule:
             torch.manual_seed(0)
             return ClientModule(private_net(), num_classes=classes, lr=LR, batch_size=BATCH,
-                                dp_sgd=dp_cfg)  # fmt: skip
+                                dp_sgd=dp_cfg, precision=PRECISION)  # fmt: skip
 
         seq_client = client()
         self.global_flat = flatten(trainable_parameters(seq_client.net)).to(DEVICE)
@@ -430,7 +439,8 @@ def measure_row(  # noqa: PLR0913
     med = {v: statistics.median(t) for v, t in times.items()}
     ceilings = [v for v in med if v.startswith("ceiling")]  # none when all are skipped
     fastest = min(ceilings, key=med.__getitem__) if ceilings else None
-    assert s.executors["vectorized"].last_path == "stacked", "vectorised fell back"
+    vec_path = s.executors["vectorized"].last_path
+    assert vec_path == "stacked" or PRECISION != "32", "vectorised fell back"
     # the same round on both paths, untimed: the sequential updates held, the vectorised ones
     # compared as they come
     seq = s.run("sequential", reps + 1, keep=True)
@@ -466,6 +476,8 @@ def measure_row(  # noqa: PLR0913
         "matmul_flops_per_s": peak,
         "fraction_of_matmul_peak": {v: flops / t / peak for v, t in med.items()},
         "max_abs_delta_difference": max_diff,
+        "precision": PRECISION,
+        "vectorized_path": vec_path,
         **(
             {
                 "baseline_ref": baseline,
@@ -542,7 +554,7 @@ def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
     for v in MEMORY_VARIANTS:
         cmd = [sys.executable, __file__, "--memory-child", model, str(int(dp)), str(cohort), v,
                "--threads", str(threads), "--examples", str(EXAMPLES),
-               "--device", str(DEVICE)]  # fmt: skip
+               "--device", str(DEVICE), "--precision", PRECISION]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[v] = json.loads(res.stdout.strip().splitlines()[-1])
     return {
@@ -610,7 +622,7 @@ def table(rows: list[dict], memory: bool) -> str:
 
 
 def main() -> None:
-    global EXAMPLES, DEVICE
+    global EXAMPLES, DEVICE, PRECISION
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cohorts", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
@@ -626,6 +638,9 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default=None,
                         help="git revision whose stacked recurrent layers run as the extra "
                         "variant vectorized_base (A/B in the same run)")  # fmt: skip
+    parser.add_argument("--precision", choices=["32", "bf16-mixed"], default="32",
+                        help="client.precision of bare, sequential, vectorized (not the "
+                        "ceilings); bf16-mixed needs --dp no")  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--profile", choices=VARIANTS[:3], default=None,
@@ -638,6 +653,10 @@ def main() -> None:
     DEVICE = torch.device(args.device)
     if DEVICE.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device: {args.device} asked for, but torch sees no CUDA device")
+    PRECISION = args.precision
+    if PRECISION != "32" and args.dp != "no":
+        parser.error(f"--precision {PRECISION}: DP-SGD clients refuse it (client.precision); "
+                     "use --dp no")  # fmt: skip
     if args.memory_child:
         model, dp, cohort, variant = args.memory_child
         memory_child(model, bool(int(dp)), int(cohort), variant)
@@ -668,6 +687,7 @@ def main() -> None:
             "batch": BATCH,
             "epochs": 1,
             "lr": LR,
+            "precision": PRECISION,
             "reps": args.reps,
             "skipped_variants": args.skip,
             "baseline_ref": args.baseline_ref,
@@ -690,6 +710,8 @@ def main() -> None:
                 result["rows"].append(row)
                 result["load_average_after"] = row["load_average_after"]
                 print(table([row], args.memory).splitlines()[-1], flush=True)
+                if row["vectorized_path"] != "stacked":
+                    print(f"  (vectorized ran the sequential loop: client.precision {PRECISION})")
                 if args.out:  # after every row: a run cut short keeps the rows it measured
                     with open(args.out, "w") as fh:
                         json.dump([*earlier, result], fh, indent=1)

@@ -26,3 +26,8 @@ timeout "${GPU_CHECK_MEMORY_S:-80}" python3 benchmarks/cohort_speed.py --device 
   --models user_cnn --dp both --cohorts 100 --reps 1 --memory \
   --skip ceiling ceiling_cl ceiling10 ceiling10_cl \
   --out "$out/cohort_speed_gpu.json" 2>&1 | tee "$out/memory.log" | grep -v Warning
+# client.precision bf16-mixed (bare, sequential; vectorized falls back): ratios are to a bf16 bare loop
+timeout "${GPU_CHECK_BF16_S:-60}" python3 benchmarks/cohort_speed.py --device cuda \
+  --precision bf16-mixed --models user_cnn --dp no --cohorts 100 --reps 3 \
+  --skip ceiling ceiling_cl ceiling10 ceiling10_cl \
+  --out "$out/cohort_speed_gpu.json" 2>&1 | tee "$out/bf16.log" | grep -v Warning

@@ -16,6 +16,12 @@ BAD_INPUTS = [
     (["--privacy.delta", "1.5"], "privacy.delta"),
     (["--model.clients_per_round", "11"], "model.clients_per_round"),
     (["--client.lr", "-0.1"], "client.lr"),
+    (["--client.precision", "fp8"], "client.precision"),
+    (
+        ["--client.precision", "bf16-mixed", "--client.dp_sgd.noise_multiplier", "1.0"],
+        "client.precision",
+    ),
+    (["--trainer.precision", "bf16-mixed"], "trainer.precision"),
     (["--data.dataset", "imagenet22k"], "data.dataset"),
     (["--data.partitioner", "zipf"], "data.partitioner"),
     (["--strategy.noise_multiplier", "lots"], "strategy.noise_multiplier"),
@@ -96,6 +102,24 @@ def test_fit_prints_accuracy_and_epsilon_and_writes_summary(run_cli, capsys, tmp
     assert summary["rounds"] == 3
     assert 0.0 <= summary["test/accuracy"] <= 1.0
     assert summary["privacy/epsilon"] > 0 and summary["privacy/guarantee"].startswith("client")
+
+
+def test_fit_with_bf16_mixed_clients(run_cli, tmp_path, monkeypatch):
+    from fl_lightning.client import dp_sgd
+
+    seen: list[str] = []
+    original = dp_sgd.forward_precision
+    monkeypatch.setattr(
+        dp_sgd, "forward_precision", lambda p, d: (seen.append(p), original(p, d))[1]
+    )
+    rc = run_cli(
+        ["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "2",
+         "--client.precision", "bf16-mixed"]
+    )  # fmt: skip
+    assert rc == 0
+    summary = json.loads(next(Path(tmp_path).rglob("summary.json")).read_text())
+    assert summary["rounds"] == 2 and summary["test/loss"] == summary["test/loss"]  # not NaN
+    assert seen and set(seen) == {"bf16-mixed"}  # every local forward ran under autocast
 
 
 def test_target_epsilon_stops_before_exceeding(run_cli, tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
+PRECISIONS = ("32", "bf16-mixed")
+
 
 @dataclass(frozen=True)
 class DPSGDConfig:
@@ -64,6 +66,19 @@ class LocalTrainingConfig:
         batch_size: B; under DP-SGD the expected Poisson batch size (rate B/n_i).
         prox_mu: FedProx proximal coefficient μ (Li et al. 2020); 0 disables it.
         dp_sgd: sample-level DP-SGD settings, or None for non-private local training.
+        precision: arithmetic of the local forward and loss, named as Lightning names it:
+            ``"32"`` (float32 throughout) or ``"bf16-mixed"`` (forward and loss under
+            ``torch.autocast(dtype=torch.bfloat16)`` on the data's device; parameters,
+            gradients and optimizer state stay float32). Server-side evaluation stays float32.
+
+    ``bf16-mixed`` is refused under ``dp_sgd`` (any engine). DP-SGD's guarantee rests on every
+    clipped per-example gradient having L2 norm ≤ C, so that the sum's sensitivity is C
+    (Abadi et al. 2016, Alg. 1; the accountant assumes it). The ghost and book-keeping engines
+    compute the per-example norms in one pass and the clipped sum in another (Bu et al. 2023,
+    Alg. 1); in bfloat16 (8 bits of mantissa) the two passes round differently, so the factor
+    min(1, C/‖g_i‖) computed from one may leave the gradient of the other above C, and the
+    noise N(0, σ²C²) no longer covers the sensitivity the accountant assumes. The check runs
+    here, so per-round overrides (``with_overrides``, ``ctx.client_config``) cannot bypass it.
     """
 
     optimizer: Literal["sgd", "adam"] = "sgd"
@@ -75,6 +90,7 @@ class LocalTrainingConfig:
     batch_size: int = 32
     prox_mu: float = 0.0
     dp_sgd: DPSGDConfig | None = None
+    precision: Literal["32", "bf16-mixed"] = "32"
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("sgd", "adam"):
@@ -93,6 +109,17 @@ class LocalTrainingConfig:
             raise ValueError(f"client.batch_size: must be >= 1, got {self.batch_size}")
         if self.prox_mu < 0:
             raise ValueError(f"client.prox_mu: must be >= 0, got {self.prox_mu}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"client.precision: expected one of {list(PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.precision != "32" and self.dp_sgd is not None:
+            raise ValueError(
+                f"client.precision: {self.precision!r} is refused under client.dp_sgd: per-example "
+                "norms and the clipped sum computed in bfloat16 in separate passes can disagree, "
+                "so a clipped gradient may exceed max_grad_norm, the sensitivity the accountant "
+                "assumes; use '32' with DP-SGD"
+            )
 
     def steps_for(self, num_examples: int) -> int:
         """Local steps a client with ``num_examples`` examples runs in one round."""

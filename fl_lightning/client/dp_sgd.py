@@ -8,6 +8,7 @@ once per process and reconfigured per client (noise generator, σ, batch size), 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -16,6 +17,17 @@ from torch import nn
 from fl_lightning.privacy.clipping import clip_factors
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def forward_precision(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context of the local forward and loss for ``client.precision``: nothing for ``"32"``,
+    ``torch.autocast(device.type, dtype=torch.bfloat16)`` for ``"bf16-mixed"`` (parameters,
+    gradients and optimizer state stay float32; backward runs outside the context)."""
+    if precision == "32":
+        return contextlib.nullcontext()
+    if precision == "bf16-mixed":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    raise ValueError(f"client.precision: expected '32' or 'bf16-mixed', got {precision!r}")
 
 
 class GradientEngine:
@@ -39,15 +51,19 @@ class GradientEngine:
     ) -> None:
         """Per-client settings (ignored without DP)."""
 
-    def compute_gradients(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
-        """Leaves the batch gradient in ``p.grad``; returns the batch's mean loss."""
+    def compute_gradients(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, *, precision: str = "32"
+    ) -> float:
+        """Leaves the batch gradient in ``p.grad``; returns the batch's mean loss. The forward
+        and loss run under ``forward_precision(precision)``, the backward outside it."""
         for p in self.params:
             p.grad = None
         if len(x) == 0:
             for p in self.params:
                 p.grad = torch.zeros_like(p)
             return float("nan")
-        loss = loss_fn(self.net(x), y)
+        with forward_precision(precision, x.device):
+            loss = loss_fn(self.net(x), y)
         loss.backward()
         return float(loss.detach())
 
@@ -113,7 +129,11 @@ class DPSGDEngine(GradientEngine):
             self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
         return [s.clone() for s in self._sums]
 
-    def compute_gradients(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> float:
+    def compute_gradients(
+        self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, *, precision: str = "32"
+    ) -> float:
+        if precision != "32":  # LocalTrainingConfig refuses it first; see its docstring
+            raise ValueError(f"client.precision: {precision!r} is refused under client.dp_sgd")
         for s in self._sums:
             s.zero_()
         loss_total = 0.0

@@ -96,7 +96,11 @@ class LocalTrainer:
         losses = []
         self.client.net.train()
         for idx in batches:
-            losses.append(self.engine.compute_gradients(x[idx], y[idx], self.client.loss))
+            losses.append(
+                self.engine.compute_gradients(
+                    x[idx], y[idx], self.client.loss, precision=cfg.precision
+                )
+            )
             if prox_anchor is not None:
                 # FedProx (Li et al. 2020, Eq. 2): ∇(μ/2)‖w − w_t‖² = μ(w − w_t).
                 for p, anchor in zip(self.params, prox_anchor):

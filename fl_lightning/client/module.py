@@ -56,6 +56,10 @@ class ClientModule(pl.LightningModule):
         batch_size: local batch size (expected Poisson batch size under DP-SGD).
         prox_mu: FedProx proximal coefficient.
         dp_sgd: sample-level DP-SGD settings (None: non-private local training).
+        precision: ``"32"`` (default; YAML's ``32`` too) or ``"bf16-mixed"``: the local forward
+            and loss under bfloat16 autocast, weights, gradients and optimizer state float32;
+            refused under ``dp_sgd`` (``client/config.py: LocalTrainingConfig``). Evaluation
+            stays float32.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class ClientModule(pl.LightningModule):
         batch_size: int = 32,
         prox_mu: float = 0.0,
         dp_sgd: DPSGDConfig | None = None,
+        precision: str | int = "32",
     ) -> None:
         super().__init__()
         self.net = net
@@ -85,6 +90,7 @@ class ClientModule(pl.LightningModule):
             batch_size=batch_size,
             prox_mu=prox_mu,
             dp_sgd=dp_sgd,
+            precision=str(precision),  # type: ignore[arg-type]  # checked in __post_init__
         )
         if dp_sgd is not None:
             problem = dp_incompatibility(net)

@@ -12,16 +12,21 @@ import logging
 
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.server.executor import AutoExecutor, Executor, SequentialExecutor
-from fl_lightning.server.vectorized_executor import VectorizedExecutor, model_blocker
+from fl_lightning.server.vectorized_executor import (
+    VectorizedExecutor,
+    model_blocker,
+    precision_blocker,
+)
 
 log = logging.getLogger(__name__)
 
 
 def auto_blocker(trainer: LocalTrainer) -> str | None:
     """Why ``executor: auto`` cannot consider the vectorised path (None when the model can be
-    stacked, ``client/stacked.py: stack_blocker``, with or without DP-SGD)."""
-    dp = trainer.client.training_config.dp_sgd is not None
-    return model_blocker(trainer.client.net, dp=dp)
+    stacked, ``client/stacked.py: stack_blocker``, with or without DP-SGD, and
+    ``client.precision`` is ``"32"``)."""
+    cfg = trainer.client.training_config
+    return model_blocker(trainer.client.net, dp=cfg.dp_sgd is not None) or precision_blocker(cfg)
 
 
 def auto_vectorizes(trainer: LocalTrainer) -> bool:

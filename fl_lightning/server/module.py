@@ -145,6 +145,13 @@ class FederatedModule(pl.LightningModule):
                 f"client.num_classes: model has {self.num_classes} classes, dataset "
                 f"{data.dataset_name!r} has {data.num_classes}"
             )
+        precision = str(self.trainer.precision)
+        if precision not in ("32-true", "32", "64-true", "64"):
+            # Lightning's plugin would run every round (DP-SGD included) under its autocast.
+            raise ValueError(
+                f"trainer.precision: {precision!r} is not supported; set client.precision: "
+                "bf16-mixed for mixed-precision local training (non-private clients only)"
+            )
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
             set_up_federation(
                 strategy=self.strategy,

@@ -18,7 +18,9 @@ Updates agree with the sequential executor's up to float rounding (tested).
 
 What it cannot run identically is handed to the ``SequentialExecutor`` with one WARNING line
 (``vectorization_blocker``): a strategy that adjusts local gradients, keeps client optimizer
-state or starts clients from their own weights; FedProx; Adam; a model that cannot be stacked
+state or starts clients from their own weights; FedProx; Adam; ``client.precision:
+bf16-mixed`` (the stacked layers are hand-written autograd Functions, some fusing the SGD step
+into their backward, that autocast does not cast); a model that cannot be stacked
 (``client/stacked.py: stack_blocker``: BatchNorm, LSTM projections, parameters in other layer
 types) or whose stacked forward differs from its own (``StackedNet.check``).
 """
@@ -60,11 +62,21 @@ def model_blocker(net: torch.nn.Module, *, dp: bool = False) -> str | None:
     return stack_blocker(net, dp=dp)
 
 
+def precision_blocker(cfg: LocalTrainingConfig) -> str | None:
+    """Why ``cfg.precision`` cannot be vectorised (None when it can): the stacked layers are
+    hand-written autograd Functions (``client/stacked_layers.py``, ``stacked_recurrent.py``),
+    some with the SGD step fused into their backward; autocast does not cast their inputs, so
+    ``bf16-mixed`` runs in the sequential loop only."""
+    if cfg.precision != "32":
+        return f"client.precision {cfg.precision!r}: only the sequential loop runs mixed precision"
+    return None
+
+
 def vectorization_blocker(
     net: torch.nn.Module, strategy: Strategy, cfg: LocalTrainingConfig
 ) -> str | None:
     """Why this round cannot be vectorised (None when it can)."""
-    reason = model_blocker(net, dp=cfg.dp_sgd is not None)
+    reason = model_blocker(net, dp=cfg.dp_sgd is not None) or precision_blocker(cfg)
     if reason:
         return reason
     cls = type(strategy)

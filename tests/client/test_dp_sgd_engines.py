@@ -155,9 +155,9 @@ def test_poisson_sampling_is_kept(engine: str, monkeypatch: pytest.MonkeyPatch) 
         sizes: list[int] = []
         original = trainer.engine.compute_gradients
 
-        def spy(x, y, loss_fn, _orig=original, _sizes=sizes):
+        def spy(x, y, loss_fn, _orig=original, _sizes=sizes, **kwargs):
             _sizes.append(len(x))
-            return _orig(x, y, loss_fn)
+            return _orig(x, y, loss_fn, **kwargs)
 
         monkeypatch.setattr(trainer.engine, "compute_gradients", spy)
         g = torch.Generator().manual_seed(3)

@@ -93,3 +93,13 @@ def test_a_gpu_run_accounts_as_the_cpu_run(
     assert gpu["privacy/epsilon"] == pytest.approx(cpu["privacy/epsilon"], rel=1e-9)
     assert gpu["privacy/guarantee"] == cpu["privacy/guarantee"]
     assert 0.0 <= gpu["test/accuracy"] <= 1.0
+
+
+def test_bf16_mixed_clients_train_on_cuda() -> None:
+    """``client.precision: bf16-mixed`` on the GPU: float32 weights and delta, a loss that falls,
+    a delta within bfloat16 rounding of the float32 one (TF32 off), and the forward's matmuls
+    really in bfloat16."""
+    from tests.client.test_precision import forward_runs_in_bf16, trains_close_to_float32
+
+    trains_close_to_float32("cuda")
+    forward_runs_in_bf16("cuda")

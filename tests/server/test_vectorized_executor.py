@@ -306,6 +306,32 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
     assert "BatchNorm1d" in executor.last_fallback_reason
 
 
+def test_bf16_mixed_falls_back_to_the_sequential_loop(caplog: pytest.LogCaptureFixture) -> None:
+    """The stacked layers are autograd Functions autocast does not cast: ``bf16-mixed`` trains
+    sequentially (same updates as the SequentialExecutor), and ``auto`` does not measure."""
+    from fl_lightning.server.executor_choice import build_executor
+
+    data = _data([10, 12])
+    out = {}
+    for name, cls in (("seq", SequentialExecutor), ("vec", VectorizedExecutor)):
+        torch.manual_seed(0)
+        client = ClientModule(
+            MLP(input_dim=64, hidden=(16,)), num_classes=10, precision="bf16-mixed"
+        )
+        executor = cls(LocalTrainer(client))
+        with caplog.at_level(logging.WARNING):
+            out[name] = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
+    assert "client.precision 'bf16-mixed'" in executor.last_fallback_reason
+    assert executor.last_path == "sequential"
+    for s, v in zip(out["seq"], out["vec"]):
+        torch.testing.assert_close(v.delta, s.delta, rtol=0, atol=0)
+    client = ClientModule(MLP(input_dim=64, hidden=(16,)), num_classes=10, precision="bf16-mixed")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert isinstance(build_executor("auto", LocalTrainer(client)), SequentialExecutor)
+    assert "client.precision 'bf16-mixed'" in caplog.text
+
+
 def test_reused_buffers_across_rounds() -> None:
     """One executor, rounds with different cohorts and bucket sizes: the weight buffers kept
     between rounds leak nothing into the next round, and earlier updates are not overwritten."""
