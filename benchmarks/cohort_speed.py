@@ -314,7 +314,9 @@ def baseline_recurrent(ref: str):  # noqa: ANN201
 class Setup:
     """The executors and data of one (model, DP, cohort) row."""
 
-    def __init__(self, model: str, dp: bool, cohort: int, baseline: str | None = None) -> None:
+    def __init__(
+        self, model: str, dp: bool, cohort: int, baseline: str | None = None, wide: int = 0
+    ) -> None:
         self.make_net = MODELS[model]
         private_net = DP_MODELS.get(model, self.make_net) if dp else self.make_net
         self.data = make_data(cohort, model)
@@ -361,6 +363,10 @@ class Setup:
         self.baseline = baseline_recurrent(baseline) if baseline else None
         if baseline:
             self.executors["vectorized_base"] = VectorizedExecutor(LocalTrainer(client(), DEVICE))
+        if wide:  # ``--max-clients``: buckets of up to ``wide`` clients (default: 64)
+            self.executors["vectorized_wide"] = VectorizedExecutor(
+                LocalTrainer(client(), DEVICE), max_clients=wide
+            )
         self.strategy = FedAvg()
 
     def ctx(self, r: int) -> RoundContext:
@@ -417,12 +423,15 @@ def measure_row(  # noqa: PLR0913
     reps: int,
     skip: tuple[str, ...] = (),
     baseline: str | None = None,
+    wide: int = 0,
 ) -> dict:
-    s = Setup(model, dp, cohort, baseline)
+    s = Setup(model, dp, cohort, baseline, wide)
     variants = [v for v in VARIANTS if (not v.startswith("ceiling") or v in s.ceilings)
                 and v not in skip]  # fmt: skip
     if baseline:
         variants.insert(3, "vectorized_base")
+    if wide:
+        variants.insert(3, "vectorized_wide")
     for v in variants:
         s.run(v, 0)  # warm-up (and the vectorised path's one-time stacking and check)
     times: dict[str, list[float]] = {v: [] for v in variants}
@@ -478,6 +487,15 @@ def measure_row(  # noqa: PLR0913
         "max_abs_delta_difference": max_diff,
         "precision": PRECISION,
         "vectorized_path": vec_path,
+        **(
+            {
+                "max_clients_wide": wide,
+                "wide_buckets": s.executors["vectorized_wide"].last_bucket_size,
+                "vectorized_wide_over_vectorized": med["vectorized"] / med["vectorized_wide"],
+            }
+            if wide
+            else {}
+        ),
         **(
             {
                 "baseline_ref": baseline,
@@ -614,6 +632,10 @@ def table(rows: list[dict], memory: bool) -> str:
             if t:
                 line += f" ({t['bare']:.0f} / {t['sequential']:.0f} / {t['vectorized']:.0f})"
             line += " |"
+        if "vectorized_wide_over_vectorized" in r:
+            ab = r["vectorized_wide_over_vectorized"]
+            line += (f" buckets of {r['wide_buckets']}: {c['vectorized_wide']:.1f} c/s, "
+                     f"**÷ vec {ab:.2f}x**")  # fmt: skip
         if "vectorized_over_baseline" in r:
             ref, ab = r["baseline_ref"], r["vectorized_over_baseline"]
             line += f" A/B: vec@{ref} {c['vectorized_base']:.1f} c/s, **vec ÷ vec@{ref} {ab:.2f}x**"
@@ -641,6 +663,9 @@ def main() -> None:
     parser.add_argument("--precision", choices=["32", "bf16-mixed"], default="32",
                         help="client.precision of bare, sequential, vectorized (not the "
                         "ceilings); bf16-mixed needs --dp no")  # fmt: skip
+    parser.add_argument("--max-clients", type=int, default=0,
+                        help="also time vectorized_wide: buckets of up to this many clients "
+                        "(the executor's max_clients; default buckets hold 64)")  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON file (rows are appended)")
     parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--profile", choices=VARIANTS[:3], default=None,
@@ -691,6 +716,7 @@ def main() -> None:
             "reps": args.reps,
             "skipped_variants": args.skip,
             "baseline_ref": args.baseline_ref,
+            "max_clients_wide": args.max_clients,
             "order": "interleaved, alternating",
         },  # fmt: skip
         "rows": [],
@@ -703,7 +729,7 @@ def main() -> None:
         for dp in dps:
             for cohort in args.cohorts:
                 row = measure_row(model, dp, cohort, args.reps, tuple(args.skip),
-                                  args.baseline_ref)  # fmt: skip
+                                  args.baseline_ref, args.max_clients)  # fmt: skip
                 if args.memory:
                     row["peak_mib"] = measure_memory(model, dp, cohort, args.threads)
                 row["load_average_after"] = os.getloadavg()
