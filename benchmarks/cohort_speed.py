@@ -525,8 +525,10 @@ def profile_round(model: str, dp: bool, cohort: int, variant: str, out: str | No
         sync()
         wall = time.perf_counter() - t
     events = prof.key_averages()
-    device_us = sum(e.self_device_time_total for e in events)
-    kernels = sum(e.count for e in events if e.device_type.name == "CUDA")
+    # the kernels' own rows (an operator's row repeats its kernels' time)
+    kernel_rows = [e for e in events if e.device_type.name == "CUDA"]
+    device_us = sum(e.self_device_time_total for e in kernel_rows)
+    kernels = sum(e.count for e in kernel_rows)
     key = "self_cuda_time_total" if DEVICE.type == "cuda" else "self_cpu_time_total"
     print(f"profile {model} dp={dp} cohort={cohort} {variant}: wall {wall * 1e3:.1f} ms, "
           f"device busy {device_us / 1e3:.1f} ms ({device_us / 1e6 / wall:.0%} of wall), "
