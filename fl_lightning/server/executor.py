@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+import torch
+
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.server.distributed import rank_and_world
@@ -101,6 +103,14 @@ def refuse_unsynced_state(plan: ClientPlan, strategy: Strategy) -> None:
         raise ValueError(f"strategy: {unsynced_state_problem(strategy)}")
 
 
+def _device_clock(device: torch.device) -> float:
+    """``time.perf_counter()`` once the device's queued work is done (a GPU runs kernels after
+    the host returns from launching them, so an unsynchronised clock would time the launches)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class AutoExecutor:
     """``executor: auto``: never the slower path. Rounds whose cohort can be vectorised are
     split while calibrating: the first ``probe`` clients train sequentially, the others stacked,
@@ -114,6 +124,7 @@ class AutoExecutor:
         vectorized: the vectorised executor (``server/vectorized_executor.py``).
         probe: clients trained sequentially per calibration round.
         rounds: calibration rounds (the last one's measurement decides).
+        device: where the clients train (on a GPU the clock is read after a synchronize).
     """
 
     def __init__(
@@ -123,12 +134,14 @@ class AutoExecutor:
         *,
         probe: int = 3,
         rounds: int = 2,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.sequential = sequential
         self.vectorized = vectorized
         self.hooks: ClientHooks | None = None
         self.probe = probe
         self.rounds = rounds
+        self.device = torch.device(device)
         self.choice: str | None = None  # "sequential" or "vectorized" once decided
         self.reason: str | None = None
         self.measured: dict[str, float] = {}  # seconds per client of the deciding round
@@ -163,12 +176,13 @@ class AutoExecutor:
             if self.vectorized.last_path == "sequential":
                 self._decide("sequential", str(self.vectorized.last_fallback_reason))
             return
-        start = time.perf_counter()
+        device = self.device
+        start = _device_clock(device)
         first = list(self.sequential.run(clients[:probe], ctx, data, strategy))
-        seq = (time.perf_counter() - start) / probe
-        start = time.perf_counter()
+        seq = (_device_clock(device) - start) / probe
+        start = _device_clock(device)
         rest = list(self.vectorized.run(clients[probe:], ctx, data, strategy))
-        vec = (time.perf_counter() - start) / (len(clients) - probe)
+        vec = (_device_clock(device) - start) / (len(clients) - probe)
         yield from first
         yield from rest
         if self.vectorized.last_path == "sequential":

@@ -41,7 +41,9 @@ def build_executor(name: str, trainer: LocalTrainer) -> Executor:
     if name == "auto":
         reason = auto_blocker(trainer)
         if reason is None:
-            return AutoExecutor(SequentialExecutor(trainer), VectorizedExecutor(trainer))
+            return AutoExecutor(
+                SequentialExecutor(trainer), VectorizedExecutor(trainer), device=trainer.device
+            )
         log.warning("executor auto: sequential training: %s", reason)
     return SequentialExecutor(trainer)
 

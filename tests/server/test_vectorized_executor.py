@@ -445,6 +445,24 @@ def test_auto_executor_keeps_the_faster_path(monkeypatch, caplog, seq_cost, vec_
         assert "slower" in warnings[0].getMessage()
 
 
+def test_auto_executor_reads_a_gpu_clock_after_a_synchronize(monkeypatch) -> None:
+    """On a GPU the host returns from a launch before the kernel runs: the calibration's clock is
+    read only after ``torch.cuda.synchronize`` (before and after each path's share)."""
+    from fl_lightning.server import executor as executor_module
+
+    clock, events = [0.0], []
+    monkeypatch.setattr(executor_module.time, "perf_counter", lambda: events.append("clock") or 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
+    seq, vec = _Timed(clock, 1.0), _Timed(clock, 0.5)
+    auto = executor_module.AutoExecutor(seq, vec, probe=2, rounds=2, device="cuda")
+    list(auto.run(list(range(6)), SimpleNamespace(round_idx=0), None, None))
+    assert events == ["sync", "clock"] * 4
+    cpu = executor_module.AutoExecutor(seq, vec, probe=2, rounds=2)
+    events.clear()
+    list(cpu.run(list(range(6)), SimpleNamespace(round_idx=0), None, None))
+    assert events == ["clock"] * 4
+
+
 @pytest.mark.parametrize("engine", ["functorch", "bk"])
 def test_dp_sgd_cohort_of_a_user_model_equals_sequential(engine: str) -> None:
     """DP-SGD clients of a model the core has never seen (functional ops, in-place ReLU,
