@@ -53,19 +53,21 @@ class GradientEngine:
 
     def compute_gradients(
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, *, precision: str = "32"
-    ) -> float:
-        """Leaves the batch gradient in ``p.grad``; returns the batch's mean loss. The forward
-        and loss run under ``forward_precision(precision)``, the backward outside it."""
+    ) -> torch.Tensor:
+        """Leaves the batch gradient in ``p.grad``; returns the batch's mean loss as a 0-dim
+        tensor on the batch's device (NaN for an empty batch), so that a step does not wait for
+        the device: the local loop reads the client's losses once, after its last step. The
+        forward and loss run under ``forward_precision(precision)``, the backward outside it."""
         for p in self.params:
             p.grad = None
         if len(x) == 0:
             for p in self.params:
                 p.grad = torch.zeros_like(p)
-            return float("nan")
+            return torch.full((), float("nan"), device=x.device)
         with forward_precision(precision, x.device):
             loss = loss_fn(self.net(x), y)
         loss.backward()
-        return float(loss.detach())
+        return loss.detach()
 
 
 class DPSGDEngine(GradientEngine):
@@ -117,8 +119,9 @@ class DPSGDEngine(GradientEngine):
 
     def _clipped_sum_(
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
-    ) -> float:
-        """Adds the chunk's clipped per-example gradients to ``sums``; returns its loss sum."""
+    ) -> torch.Tensor:
+        """Adds the chunk's clipped per-example gradients to ``sums``; returns its loss sum (a
+        0-dim tensor on the chunk's device)."""
         raise NotImplementedError
 
     def clipped_sum(self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn) -> list[torch.Tensor]:
@@ -131,14 +134,15 @@ class DPSGDEngine(GradientEngine):
 
     def compute_gradients(
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, *, precision: str = "32"
-    ) -> float:
+    ) -> torch.Tensor:
         if precision != "32":  # LocalTrainingConfig refuses it first; see its docstring
             raise ValueError(f"client.precision: {precision!r} is refused under client.dp_sgd")
         for s in self._sums:
             s.zero_()
-        loss_total = 0.0
-        for lo, hi in self._chunks(len(x)):
-            loss_total += self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
+        chunk_losses = [
+            self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
+            for lo, hi in self._chunks(len(x))
+        ]
         noisy_mean_(
             self._sums,
             std=self.noise_multiplier * self.max_grad_norm,
@@ -147,7 +151,9 @@ class DPSGDEngine(GradientEngine):
         )
         for p, s in zip(self.params, self._sums):
             p.grad = s.clone()
-        return loss_total / len(x) if len(x) else float("nan")
+        if not chunk_losses:  # an empty Poisson batch
+            return torch.full((), float("nan"), device=x.device)
+        return torch.stack(chunk_losses).sum() / len(x)
 
 
 def noisy_mean_(
@@ -208,7 +214,7 @@ class OpacusEngine(DPSGDEngine):
 
     def _clipped_sum_(
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
-    ) -> float:
+    ) -> torch.Tensor:
         self._dp.zero_grad(set_to_none=True)
         self._dp.max_grad_norm = self.max_grad_norm
         loss = loss_fn(self.grad_sample_module(x), y)
@@ -220,7 +226,7 @@ class OpacusEngine(DPSGDEngine):
             p.grad_sample = None  # type: ignore[attr-defined]  # set by Opacus
             p.summed_grad = None  # type: ignore[attr-defined]  # set by Opacus
             p.grad = None
-        return float(loss.detach()) * len(x)
+        return loss.detach() * len(x)
 
 
 class GhostEngine(DPSGDEngine):
@@ -252,7 +258,7 @@ class GhostEngine(DPSGDEngine):
 
     def _clipped_sum_(
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
-    ) -> float:
+    ) -> torch.Tensor:
         gsm = self.grad_sample_module
         gsm.max_grad_norm = self.max_grad_norm
         for p in self.params:
@@ -271,7 +277,7 @@ class GhostEngine(DPSGDEngine):
             assert p.grad is not None  # the second backward left Σ_i c_i g_i there
             s.add_(p.grad)
             p.grad = None
-        return float(losses.detach().sum())
+        return losses.detach().sum()
 
 
 class FunctorchEngine(DPSGDEngine):
@@ -298,7 +304,7 @@ class FunctorchEngine(DPSGDEngine):
 
     def _clipped_sum_(
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
-    ) -> float:
+    ) -> torch.Tensor:
         params = {n: p.detach() for n, p in zip(self._names, self.params)}
         buffers = dict(self.net.named_buffers())
         grads, losses = self._per_sample(params, buffers, x, y, loss_fn)
@@ -309,7 +315,7 @@ class FunctorchEngine(DPSGDEngine):
         factors = clip_factors(norms, self.max_grad_norm)
         for gi, s in zip(g, sums):
             s.add_(torch.einsum("i,i...->...", factors, gi))
-        return float(losses.sum())
+        return losses.detach().sum()
 
 
 class BookKeepingEngine(DPSGDEngine):
@@ -329,12 +335,12 @@ class BookKeepingEngine(DPSGDEngine):
 
     def _clipped_sum_(
         self, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, sums: list[torch.Tensor]
-    ) -> float:
+    ) -> torch.Tensor:
         with torch.enable_grad():
             loss_sum = self.keeper.clipped_sum_(
                 x, y, loss_fn, max_grad_norm=self.max_grad_norm, sums=sums
             )
-        return float(loss_sum)
+        return loss_sum.detach()
 
 
 DP_SGD_ENGINES: dict[str, type[DPSGDEngine]] = {

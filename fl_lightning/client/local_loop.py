@@ -113,11 +113,13 @@ class LocalTrainer:
             plan.save_optimizer_state(self.optimizer.state_dict())
 
         delta = flatten_into(self.params, self._local).clone().sub_(start)
+        # the steps' losses stay on the device until here: one read a client, none a step
+        step_losses = torch.stack(losses).tolist() if losses else []
         return client_update(
             client_id,
             delta,
             num_examples=n,
-            step_losses=losses,
+            step_losses=step_losses,
             steps=len(batches),
             cfg=cfg,
             round_idx=ctx.round_idx,

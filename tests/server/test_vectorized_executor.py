@@ -560,18 +560,22 @@ def test_packed_sequence_input_falls_back(caplog: pytest.LogCaptureFixture) -> N
     assert "PackedSequence" in executor.last_fallback_reason
 
 
-@pytest.mark.parametrize("dp", [False, True], ids=["sgd", "dp-sgd"])
-def test_no_host_sync_per_local_step(monkeypatch: pytest.MonkeyPatch, dp: bool) -> None:
-    """GPU readiness: the stacked hot loop calls no ``.item()`` / ``.cpu()`` / ``.tolist()`` /
-    ``float(t)`` / ``bool(t)`` per step: the count for a round of 3 local epochs equals the
-    count for 1 epoch (what remains is per bucket and per client, after training)."""
+@pytest.mark.parametrize("executor_cls", [VectorizedExecutor, SequentialExecutor])
+@pytest.mark.parametrize("engine", [None, "functorch", "bk"], ids=["sgd", "functorch", "bk"])
+def test_no_host_sync_per_local_step(
+    monkeypatch: pytest.MonkeyPatch, engine: str | None, executor_cls: type
+) -> None:
+    """GPU readiness: neither executor's hot loop calls ``.item()`` / ``.cpu()`` /
+    ``.tolist()`` / ``float(t)`` / ``bool(t)`` per step (DP-SGD engines included, ``bk`` and
+    ``functorch``): the count for a round of 3 local epochs equals the count for 1 epoch (what
+    remains is per bucket and per client, after training)."""
     import dataclasses
 
     torch.manual_seed(4)
     net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
-    dp_sgd = DPSGDConfig(noise_multiplier=1.0, engine="functorch") if dp else None
+    dp_sgd = DPSGDConfig(noise_multiplier=1.0, engine=engine) if engine else None
     client = ClientModule(net, num_classes=10, lr=0.1, batch_size=6, dp_sgd=dp_sgd)
-    executor = VectorizedExecutor(LocalTrainer(client))
+    executor = executor_cls(LocalTrainer(client))
     data = _data([13, 30, 7, 30, 22])
     cohort = [3, 0, 4, 1]
     ctx = _ctx(client, cohort)
@@ -590,7 +594,7 @@ def test_no_host_sync_per_local_step(monkeypatch: pytest.MonkeyPatch, dp: bool) 
         calls["n"] = 0
         epoch_ctx = dataclasses.replace(ctx, client_config={"local_epochs": epochs})
         list(executor.run(cohort, epoch_ctx, data, FedAvg()))
-        assert executor.last_path == "stacked"
+        assert getattr(executor, "last_path", "stacked") == "stacked"
         counts.append(calls["n"])
     assert counts[0] == counts[1]
 
