@@ -37,7 +37,7 @@ from fl_lightning.server.run_files import (
 )
 from fl_lightning.server.run_identity import resolved_config
 from fl_lightning.server.sampling import CohortSampler
-from fl_lightning.server.settings import ServerSettings
+from fl_lightning.server.settings import ServerSettings, refuse_trainer_precision
 from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.utils.flat import trainable_parameters
 
@@ -145,13 +145,7 @@ class FederatedModule(pl.LightningModule):
                 f"client.num_classes: model has {self.num_classes} classes, dataset "
                 f"{data.dataset_name!r} has {data.num_classes}"
             )
-        precision = str(self.trainer.precision)
-        if precision not in ("32-true", "32", "64-true", "64"):
-            # Lightning's plugin would run every round (DP-SGD included) under its autocast.
-            raise ValueError(
-                f"trainer.precision: {precision!r} is not supported; set client.precision: "
-                "bf16-mixed for mixed-precision local training (non-private clients only)"
-            )
+        refuse_trainer_precision(str(self.trainer.precision))
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
             set_up_federation(
                 strategy=self.strategy,

@@ -74,3 +74,14 @@ class ServerSettings:
 
 
 __all__ = ["ServerSettings"]
+
+
+def refuse_trainer_precision(precision: str) -> None:
+    """Refuses Lightning's ``trainer.precision`` other than 32 or 64 bits: its plugin would run
+    every round, DP-SGD clients included, under its autocast (see ``client.precision`` in
+    ``client/config.py`` for why DP-SGD refuses bfloat16)."""
+    if precision not in ("32-true", "32", "64-true", "64"):
+        raise ValueError(
+            f"trainer.precision: {precision!r} is not supported; set client.precision: "
+            "bf16-mixed for mixed-precision local training (non-private clients only)"
+        )
