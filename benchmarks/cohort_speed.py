@@ -681,7 +681,7 @@ def main() -> None:
     if DEVICE.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device: {args.device} asked for, but torch sees no CUDA device")
     PRECISION = args.precision
-    if PRECISION != "32" and args.dp != "no":
+    if PRECISION != "32" and args.dp != "no" and not args.memory_child:
         parser.error(f"--precision {PRECISION}: DP-SGD clients refuse it (client.precision); "
                      "use --dp no")  # fmt: skip
     if args.memory_child:
