@@ -73,8 +73,8 @@ class AsyncLocalDP(AsyncStrategy):
 
     @property
     def uploads(self) -> BudgetedUploads:
-        """``local_dp``, never None here."""
-        assert self.local_dp is not None
+        """``local_dp``, always a ``BudgetedUploads`` here."""
+        assert isinstance(self.local_dp, BudgetedUploads)
         return self.local_dp
 
 

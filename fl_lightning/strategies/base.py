@@ -25,13 +25,21 @@ client-side DP wrappers):
 * ``central_dp`` (:class:`~fl_lightning.strategies.central_dp.CentralGaussian`, McMahan et al.
   2018): the default ``process_update`` clips each upload, ``partial_aggregate`` sums the
   clipped deltas and ``finalize`` releases their noisy mean. ``DPFedAvg`` is FedAvg holding one.
-* ``local_dp`` (:class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads`, Wu et al.
-  2025): ``select_clients`` dispatches only clients that can afford their next upload,
-  ``configure_round`` charges their budgets and ``process_update`` clips and noises each upload
-  on the client. The ADP-FL baseline and FedBuff/FedAsync with "the same noise" hold one.
+* ``local_dp`` (an :class:`~fl_lightning.strategies.upload_privacy.UploadPrivacy`, the
+  contract of every mechanism placed on uploads): ``process_update`` privatises each upload on
+  the client; a budgeted mechanism
+  (:class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads`, Wu et al. 2025) also
+  has ``select_clients`` dispatch only clients that can afford their next upload and
+  ``configure_round`` charge their budgets. The ADP-FL baseline and FedBuff/FedAsync with "the
+  same noise" hold a ``BudgetedUploads``; SPM-FL's ``LDPFedAvg`` a
+  :class:`~fl_lightning.strategies.per_coordinate_ldp.PerCoordinateLDP`; the DP-FedASGP
+  paper's ``DPFedAvgLocal`` and ``DPFedSNLC`` a
+  :class:`~fl_lightning.strategies.clipped_upload_noise.ClippedUploadNoise` and a
+  :class:`~fl_lightning.strategies.high_impact_noise.HighImpactNoise`.
 
-``round_privacy``, ``is_private`` and ``amplified_by_sampling`` follow from the two; a subclass
-that overrides one of those hooks calls ``super()`` to keep them.
+``round_privacy``, ``is_private``, ``amplified_by_sampling``, ``after_round``'s metrics and the
+guarantee note logged at the start of fit follow from the two; a subclass that overrides one of
+those hooks calls ``super()`` to keep them.
 
 The default path is FedAvg: the weighted mean of the clients' deltas. Aggregation is split in
 two so that a round can be sharded over processes (docs/distributed.md):
@@ -57,14 +65,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
+import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
 
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext
-from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
 from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
 Weighting = Literal["num_examples", "uniform"]
 Reduction = Literal["sum", "stream", "gather"]
@@ -87,7 +97,9 @@ class Strategy(Callback):
         weighting: ``"num_examples"`` weights client i by n_i (McMahan et al. 2017),
             ``"uniform"`` weights every client equally (ignored with ``central_dp``, whose sum
             is unweighted).
-        local_dp: local DP on every upload within a per-client budget; ``None``: none.
+        local_dp: a mechanism on every upload (``UploadPrivacy``: ``BudgetedUploads``, local DP
+            within a per-client budget, ``PerCoordinateLDP``, ``ClippedUploadNoise``, ...);
+            ``None``: uploads as trained.
         central_dp: client-level DP on the aggregate (clip, sum, Gaussian noise, divide by the
             expected cohort size); ``None``: none.
     """
@@ -106,7 +118,7 @@ class Strategy(Callback):
         self,
         *,
         weighting: Weighting = "num_examples",
-        local_dp: BudgetedUploads | None = None,
+        local_dp: UploadPrivacy | None = None,
         central_dp: CentralGaussian | None = None,
     ) -> None:
         super().__init__()
@@ -140,6 +152,16 @@ class Strategy(Callback):
             self.local_dp.setup(spec)
         if self.central_dp is not None:
             self.central_dp.setup(spec)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Logs what ``local_dp`` guarantees (``UploadPrivacy.guarantee_note``), when it says,
+        as ``strategy/guarantee`` beside the accountant's headline."""
+        note = None if self.local_dp is None else self.local_dp.guarantee_note()
+        if note is None:
+            return
+        rank_zero_info(f"local_dp privacy: {note}")
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"strategy/guarantee": note})
 
     @property
     def is_private(self) -> bool:
@@ -191,10 +213,11 @@ class Strategy(Callback):
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
-        """Client-side processing before upload (clip, privatise). Default: clipped and noised
-        at the client's budget with ``local_dp``, clipped to C with ``central_dp``."""
+        """Client-side processing before upload (clip, privatise). Default: privatised by
+        ``local_dp`` (e.g. clipped and noised at the client's budget), clipped to C with
+        ``central_dp``."""
         if self.local_dp is not None:
-            update = self.local_dp.privatize(update, generator=generator)
+            update = self.local_dp.privatize(update, ctx, generator=generator)
         return update if self.central_dp is None else self.central_dp.clip(update)
 
     # -- server side -------------------------------------------------------------------------
@@ -282,8 +305,8 @@ class Strategy(Callback):
         return spent
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
-        """Called once the global model moved; returns what it observed this round (the
-        uploads' budgets with ``local_dp``)."""
+        """Called once the global model moved; returns what it observed this round (what
+        ``local_dp`` observed, e.g. the uploads' budgets)."""
         return {} if self.local_dp is None else self.local_dp.metrics(ctx)
 
     def evaluation_models(self) -> list[torch.Tensor] | None:
@@ -302,7 +325,8 @@ class Strategy(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Also loads checkpoints written before the components (their keys flat beside the
-        strategy's own: AsyncLocalDP/ADP-FL's uploads, DPFedAvg's σ)."""
+        strategy's own: AsyncLocalDP/ADP-FL's uploads, LDPFedAvg's report counts, DPFedAvg's
+        σ)."""
         if self.local_dp is not None:
             self.local_dp.load_state_dict(state_dict.get("local_dp", state_dict))
         if self.central_dp is not None:

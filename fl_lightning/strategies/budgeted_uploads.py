@@ -2,9 +2,10 @@
 
 A :class:`BudgetedUploads` sits beside an aggregation algorithm the way Flower's client-side DP
 wrappers and pfl's local mechanisms do: the algorithm (FedBuff, FedAsync, ADP-FL's Eq. 8, plain
-FedAvg) never sees the noise, and the noise never sees the algorithm. A strategy holds one as
-``local_dp`` (``Strategy(local_dp=...)``, synchronous or asynchronous) and its base hooks call
-it at four points of the round:
+FedAvg) never sees the noise, and the noise never sees the algorithm. It implements the
+:class:`~fl_lightning.strategies.upload_privacy.UploadPrivacy` contract with a budget: a
+strategy holds one as ``local_dp`` (``Strategy(local_dp=...)``, synchronous or asynchronous)
+and its base hooks call it at four points of the round:
 
 1. dispatch (``eligible``): a client uploads only while ε_acc + ε_i^t ≤ ε (the strict form of
    Wu et al. 2025, Alg. 1 line 2, decision D9); one that cannot afford its next upload leaves
@@ -47,6 +48,7 @@ from fl_lightning.privacy.local_budget import (
 )
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
 RECORD_READING = (
     "noise calibrated to the record-level sensitivity 2C/|D_i| (the paper's Def. 2 adjacency "
@@ -98,7 +100,7 @@ class BudgetSchedule:
         pass
 
 
-class BudgetedUploads:
+class BudgetedUploads(UploadPrivacy):
     """Clip-and-noise on every upload at a per-upload budget, within a total per-client ε.
 
     Args:
@@ -271,7 +273,9 @@ class BudgetedUploads:
                 self._sound[cid] = self._sound.get(cid, 0.0) + cost
 
     # -- on the client -----------------------------------------------------------------------
-    def privatize(self, update: ClientUpdate, *, generator: torch.Generator) -> ClientUpdate:
+    def privatize(
+        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
+    ) -> ClientUpdate:
         """Clips and noises the client's delta at its ε_i^t (Thm. 1 / Def. 6); the budget rides
         with the upload (``extras["epsilon"]``, ADP-FL's Eq. 8 weight)."""
         eps = self._round_eps.get(update.client_id)

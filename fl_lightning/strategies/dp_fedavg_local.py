@@ -2,47 +2,27 @@
 
 Zhang et al. (IEEE TC 2024, Sec. V-A, baseline [24]): "each client uses a clipping threshold C
 for gradient clipping, followed by adding noise N". Each client clips its delta to L2 norm C and
-adds, to every coordinate, Laplace noise Lap(ΔS/ε) (the paper's Laplace mechanism, Eq. 6) or
-Gaussian noise with the paper's Eq. (2) σ = (ΔS/ε)·sqrt(2 ln(1.25/ζ)), ζ = e^{−ε}. The server
-averages with FedAvg weights n_i/n.
+adds, to every coordinate, Laplace noise Lap(ΔS/ε) (Eq. 6) or Gaussian noise with the paper's
+Eq. (2) σ; the server averages with FedAvg weights n_i/n.
 
-Privacy reported to the accountant (local ledger, basic composition over rounds), per round:
-
-* Laplace: pure ε = 2C√d / b, the L1 diameter of the L2 ball of radius C over the scale b
-  (what the release defends for any two clipped updates; the paper's per-coordinate ε is
-  logged as ``strategy/paper_epsilon_round``);
-* Gaussian: the (ε, δ) of one Gaussian release with L2 sensitivity 2C (dp-accounting RDP).
+That is FedAvg holding a
+:class:`~fl_lightning.strategies.clipped_upload_noise.ClippedUploadNoise` as ``local_dp`` (where
+the clip, the noise, the per-round ε reported to the accountant and
+``strategy/paper_epsilon_round`` live). This class only takes the mechanism's settings as flat
+arguments, the form of the shipped and stored configs
+(``configs/strategy/dp_fedasgp/dp_fedavg_local.yaml``; the sweep store's run ids hash them);
+``FedAvg`` with ``local_dp: ClippedUploadNoise`` is the same run.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
-import dp_accounting
-import torch
-
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
-from fl_lightning.privacy.mechanisms.laplace import sample_laplace
-from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
-from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy
-from fl_lightning.strategies.spec import FederationSpec
-
-NoiseKind = Literal["laplace", "gaussian"]
-
-
-def paper_gaussian_sigma(*, epsilon: float, sensitivity: float) -> float:
-    """Eq. (2) of Zhang et al.: σ = (ΔS/ε)·sqrt(2 ln(1.25/ζ)) with ζ = e^{−ε}."""
-    return sensitivity / epsilon * math.sqrt(2.0 * (math.log(1.25) + epsilon))
-
-
-def gaussian_release_epsilon(*, noise_multiplier: float, delta: float) -> float:
-    """ε at δ of one Gaussian release with std = noise_multiplier × L2 sensitivity (RDP)."""
-    accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier))
-    return float(accountant.get_epsilon(delta))
+from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.clipped_upload_noise import (
+    ClippedUploadNoise,
+    NoiseKind,
+    gaussian_release_epsilon,
+    paper_gaussian_sigma,
+)
 
 
 class DPFedAvgLocal(Strategy):
@@ -65,72 +45,25 @@ class DPFedAvgLocal(Strategy):
         sensitivity: float | None = None,
         delta: float = 1e-5,
     ) -> None:
-        super().__init__(weighting="num_examples")
-        if epsilon <= 0:
-            raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
-        if noise not in ("laplace", "gaussian"):
-            raise ValueError(f"strategy.noise: expected 'laplace' or 'gaussian', got {noise!r}")
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
-        if not 0 < delta < 1:
-            raise ValueError(f"strategy.delta: must be in (0, 1), got {delta}")
-        self.epsilon = float(epsilon)
-        self.clip_norm = float(clip_norm)
-        self.noise = noise
-        self.sensitivity = self.clip_norm if sensitivity is None else float(sensitivity)
-        self.delta = float(delta)
+        noisy = ClippedUploadNoise(
+            epsilon=epsilon, clip_norm=clip_norm, noise=noise, sensitivity=sensitivity, delta=delta
+        )
+        super().__init__(weighting="num_examples", local_dp=noisy)
+
+    @property
+    def uploads(self) -> ClippedUploadNoise:
+        """``local_dp``, always a ``ClippedUploadNoise`` here."""
+        assert isinstance(self.local_dp, ClippedUploadNoise)
+        return self.local_dp
 
     @property
     def scale(self) -> float:
         """Laplace scale b = ΔS/ε or Gaussian σ of Eq. (2)."""
-        if self.noise == "laplace":
-            return self.sensitivity / self.epsilon
-        return paper_gaussian_sigma(epsilon=self.epsilon, sensitivity=self.sensitivity)
-
-    def setup_federation(self, spec: FederationSpec) -> None:
-        super().setup_federation(spec)
-        spec.refuse_dp_sgd("dp_fedavg_local adds local noise")
-
-    def process_update(
-        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
-    ) -> ClientUpdate:
-        delta = update.delta
-        norm = clip_by_l2_norm_(delta, self.clip_norm)
-        if self.noise == "laplace":
-            noise = sample_laplace(
-                delta.shape, scale=self.scale, generator=generator, device=delta.device
-            )
-        else:
-            noise = torch.randn(delta.shape, generator=generator, device=delta.device) * self.scale
-        update.delta = delta.add_(noise)
-        update.metrics["delta_norm"] = norm
-        update.metrics["clipped"] = float(norm > self.clip_norm)
-        return update
+        return self.uploads.scale
 
     def round_epsilon(self) -> float:
-        if self.noise == "laplace":
-            return defensible_epsilon(
-                laplace_scale=self.scale,
-                clip_norm=self.clip_norm,
-                dimension=max(self.num_parameters, 1),
-            )
-        return gaussian_release_epsilon(
-            noise_multiplier=self.scale / (2.0 * self.clip_norm), delta=self.delta
-        )
+        return self.uploads.round_epsilon()
 
-    def finalize(
-        self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
-    ) -> tuple[torch.Tensor, Metrics]:
-        delta, metrics = super().finalize(reduced, ctx, generator=generator)
-        return delta, metrics | {"paper_epsilon_round": self.epsilon}
 
-    @property
-    def is_private(self) -> bool:
-        return True
-
-    def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        eps = self.round_epsilon()
-        delta = 0.0 if self.noise == "laplace" else self.delta
-        return RoundPrivacy(local={cid: [LocalRelease(eps, delta, "upload")] for cid in ctx.cohort})
+# the Eq. (2) helpers re-exported for old imports (tests, benchmarks)
+__all__ = ["DPFedAvgLocal", "gaussian_release_epsilon", "paper_gaussian_sigma"]

@@ -14,8 +14,8 @@ from typing import Any
 
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
-from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
 from fl_lightning.strategies.central_dp import CentralGaussian
+from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
 
 class DPFedProx(Strategy):
@@ -25,7 +25,8 @@ class DPFedProx(Strategy):
         mu: proximal coefficient μ (Li et al. 2020; the GCFL paper gives none, common grid
             {0.001, 0.01, 0.1, 1}).
         weighting: ``num_examples`` (n_i) or ``uniform``.
-        local_dp: local DP on every upload within a per-client budget (``None``: none).
+        local_dp: a mechanism on every upload (``UploadPrivacy``, e.g. ``BudgetedUploads``:
+            local DP within a per-client budget; ``None``: none).
         central_dp: client-level DP on the aggregate (``None``: the DP-SGD clients' record-level
             DP only).
     """
@@ -35,7 +36,7 @@ class DPFedProx(Strategy):
         *,
         mu: float = 0.01,
         weighting: Weighting = "num_examples",
-        local_dp: BudgetedUploads | None = None,
+        local_dp: UploadPrivacy | None = None,
         central_dp: CentralGaussian | None = None,
     ) -> None:
         super().__init__(weighting=weighting, local_dp=local_dp, central_dp=central_dp)

@@ -5,34 +5,22 @@ introducing "sparse noise into gradients based on clipping losses and privacy bu
 ascertaining "the significance of a gradient by evaluating alterations in the loss function",
 and adding noise only to significant gradients. Ref. [10] (Ding et al., CIKM 2020) is a different
 paper, and no paper defining DP-FedSNLC was found (notes §3). This module implements the
-description literally and is labelled an approximation everywhere it appears:
+description literally and is labelled an approximation everywhere it appears: clip each delta to
+C, Laplace noise on the top ``significant_fraction`` of coordinates by first-order loss impact
+Δ_j²/η, FedAvg weights n_i/n.
 
-* clip the delta Δ to L2 norm C; the accumulated gradient is g = −Δ/η, so the first-order loss
-  change of coordinate j is |g_j·Δw_j| = Δ_j²/η;
-* coordinates whose loss impact is among the top ``significant_fraction`` (threshold by
-  ``torch.kthvalue``) get Lap(ΔS/ε); the rest are uploaded as they are;
-* FedAvg weights n_i/n.
-
-Privacy: the unselected coordinates are uploaded without noise, so the run reports no guarantee
-(ε = ∞) unless ``noise_unselected: true``, in which case every coordinate gets the same Laplace
-noise and the defensible per-round ε (2C√d / scale, basic composition) is reported.
+That is FedAvg holding a :class:`~fl_lightning.strategies.high_impact_noise.HighImpactNoise`
+as ``local_dp`` (where the selection, the noise and the privacy statement live: no guarantee,
+ε = ∞, unless ``noise_unselected: true``). This class only takes its settings as flat
+arguments, the form of the shipped and stored configs
+(``configs/strategy/dp_fedasgp/dp_fedsnlc.yaml``); ``FedAvg`` with ``local_dp:
+HighImpactNoise`` is the same run.
 """
 
 from __future__ import annotations
 
-import torch
-
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
-from fl_lightning.privacy.mechanisms.laplace import sample_laplace
-from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon, quantile_threshold
-from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy
-
-NO_NOISE_INSIGNIFICANT = (
-    "coordinates with small loss impact are uploaded without noise (DP-FedSNLC approximation); "
-    "set strategy.noise_unselected: true for a defensible ε"
-)
+from fl_lightning.strategies.high_impact_noise import NO_NOISE_INSIGNIFICANT, HighImpactNoise
 
 
 class DPFedSNLC(Strategy):
@@ -55,59 +43,25 @@ class DPFedSNLC(Strategy):
         sensitivity: float | None = None,
         noise_unselected: bool = False,
     ) -> None:
-        super().__init__(weighting="num_examples")
-        if epsilon <= 0:
-            raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
-        if not 0 < significant_fraction <= 1:
-            raise ValueError(
-                f"strategy.significant_fraction: must be in (0, 1], got {significant_fraction}"
-            )
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
-        self.epsilon = float(epsilon)
-        self.clip_norm = float(clip_norm)
-        self.significant_fraction = float(significant_fraction)
-        self.sensitivity = self.clip_norm if sensitivity is None else float(sensitivity)
-        self.noise_unselected = noise_unselected
+        noisy = HighImpactNoise(
+            epsilon=epsilon,
+            clip_norm=clip_norm,
+            significant_fraction=significant_fraction,
+            sensitivity=sensitivity,
+            noise_unselected=noise_unselected,
+        )
+        super().__init__(weighting="num_examples", local_dp=noisy)
+
+    @property
+    def uploads(self) -> HighImpactNoise:
+        """``local_dp``, always a ``HighImpactNoise`` here."""
+        assert isinstance(self.local_dp, HighImpactNoise)
+        return self.local_dp
 
     @property
     def scale(self) -> float:
-        return self.sensitivity / self.epsilon
+        """The Laplace scale ΔS/ε."""
+        return self.uploads.scale
 
-    def process_update(
-        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
-    ) -> ClientUpdate:
-        delta = update.delta
-        norm = clip_by_l2_norm_(delta, self.clip_norm)
-        impact = delta.square()  # ∝ |g_j·Δw_j| = Δ_j²/η for plain local SGD
-        threshold = quantile_threshold(impact, 1.0 - self.significant_fraction)
-        mask = (
-            impact > threshold
-            if self.significant_fraction < 1
-            else torch.ones_like(impact, dtype=torch.bool)
-        )
-        noise = sample_laplace(
-            delta.shape, scale=self.scale, generator=generator, device=delta.device
-        )
-        if not self.noise_unselected:
-            noise.mul_(mask)
-        update.delta = delta.add_(noise)
-        update.metrics["delta_norm"] = norm
-        update.metrics["selected_fraction"] = float(mask.float().mean())
-        return update
 
-    @property
-    def is_private(self) -> bool:
-        return True
-
-    def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        if not self.noise_unselected:
-            return RoundPrivacy(no_guarantee=NO_NOISE_INSIGNIFICANT)
-        eps = defensible_epsilon(
-            laplace_scale=self.scale,
-            clip_norm=self.clip_norm,
-            dimension=max(self.num_parameters, 1),
-        )
-        return RoundPrivacy(local={cid: [LocalRelease(eps, 0.0, "upload")] for cid in ctx.cohort})
+__all__ = ["NO_NOISE_INSIGNIFICANT", "DPFedSNLC"]  # the reason re-exported for old imports

@@ -3,52 +3,30 @@
 
 Each sampled client (rate q) trains E local epochs of SGD with batch B, then privatises its
 whole model (all trainable parameters; ``upload: update`` privatises the update instead) with a
-per-coordinate ε-LDP mechanism (``fl_lightning.privacy.mechanisms``: ``spm``, ``pnpm``, ``pm``,
-``duchi``, ``hm``, ``ldp_fl``, ``laplace``, ``gaussian``; ``none`` for the NoDP baseline). The
-server takes the **unweighted** mean of the uploads (Eq. 1). The engine adds the aggregate to the
-global weights as a delta, so a privatised model P_i is sent as P_i − global and the mean of
-those is mean(P_i) − global: with ``server_lr: 1`` the new global model is mean(P_i).
+per-coordinate ε-LDP mechanism; the server takes the **unweighted** mean of the uploads (Eq. 1).
+The engine adds the aggregate to the global weights as a delta, so a privatised model P_i is
+sent as P_i − global and the mean of those is mean(P_i) − global: with ``server_lr: 1`` the new
+global model is mean(P_i).
 
-Privacy: the mechanism's ε is per coordinate per report; each report is recorded as a
-``LocalRelease`` of d coordinates (``LocalMechanism.local_release``), and the accountant's
-headline is the worst client's whole participation (all d coordinates of all its reports, basic
-or optimal composition), with ``privacy/epsilon_local_per_coordinate`` and
-``privacy/epsilon_local_per_upload`` beside it. ``strategy/epsilon_per_report`` = d·ε and
-``strategy/epsilon_total`` = d·ε·(most reports by one client) are the basic-composition totals.
-SPM and PNPM randomise only the sign, and the ``scale`` / local ``adaptive`` ranges release a
-data-dependent range: those runs report ``privacy/epsilon = ∞`` with the reason
-(``privacy/guarantee``), keeping the sign-only figure in ``privacy/epsilon_local_per_client``.
+That is FedAvg with ``weighting: uniform`` holding a
+:class:`~fl_lightning.strategies.per_coordinate_ldp.PerCoordinateLDP` as ``local_dp`` (where the
+mechanisms, the input ranges, the ``LocalRelease`` events, the no-guarantee reasons of sign-only
+mechanisms and data-dependent ranges, the ``strategy/epsilon_*`` metrics and the report counts
+live). This class only takes the mechanism's settings as flat arguments, the form of the shipped
+and stored configs (``configs/strategy/spm_fl/``; the sweep store's run ids hash them);
+``FedAvg`` with ``weighting: uniform`` and ``local_dp: PerCoordinateLDP`` is the same run.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import lightning.pytorch as pl
-import torch
-from lightning.pytorch.utilities import rank_zero_info
-
-from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
-from fl_lightning.privacy.mechanisms.ranges import RangeConfig, privatize_by_layer
-from fl_lightning.privacy.mechanisms.registry import local_mechanism_names, make_local_mechanism
-from fl_lightning.privacy.mechanisms.spm import SymmetricPiecewiseMechanism
-from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy
-from fl_lightning.strategies.spec import FederationSpec
-
-
-def sign_only_bound(mechanism: LocalMechanism) -> float:
-    """C of a mechanism that randomises only the sign (SPM): it reports ±C·|w|-scaled values,
-    so |w| is revealed to within the factor C."""
-    if not isinstance(mechanism, SymmetricPiecewiseMechanism):
-        raise TypeError(f"{type(mechanism).__name__} is not a sign-only mechanism")
-    return float(mechanism.bound)
+from fl_lightning.privacy.mechanisms.ranges import RangeConfig
+from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.per_coordinate_ldp import PerCoordinateLDP
 
 
 class LDPFedAvg(Strategy):
-    """Local-DP FedAvg (SPM-FL Algorithm 1).
+    """Local-DP FedAvg (SPM-FL Algorithm 1): the unweighted mean of per-coordinate LDP uploads.
 
     Args:
         mechanism: one of ``none``, ``spm``, ``pnpm``, ``pm``, ``duchi``, ``hm``, ``ldp_fl``,
@@ -79,156 +57,48 @@ class LDPFedAvg(Strategy):
         range_source: str = "global",
         range_margin: float = 1.5,
     ) -> None:
-        super().__init__(weighting="uniform")
-        names = ["none", *local_mechanism_names()]
-        if mechanism not in names:
-            raise ValueError(f"strategy.mechanism: unknown {mechanism!r}; choose from {names}")
-        if upload not in ("model", "update"):
-            raise ValueError(f"strategy.upload: expected 'model' or 'update', got {upload!r}")
-        self.mechanism_name = mechanism
-        self.epsilon = float(epsilon)
-        self.variant = variant
-        self.delta = float(delta)
-        self.upload = upload
-        mode = input_range or ("adaptive" if mechanism == "ldp_fl" else "clip")
-        self.ranges = RangeConfig(
-            mode=mode, clip_bound=clip_bound, source=range_source, margin=range_margin
+        ldp = PerCoordinateLDP(
+            mechanism=mechanism,
+            epsilon=epsilon,
+            variant=variant,
+            delta=delta,
+            upload=upload,
+            input_range=input_range,
+            clip_bound=clip_bound,
+            range_source=range_source,
+            range_margin=range_margin,
         )
-        if mode == "adaptive" and range_source == "global" and upload == "update":
-            raise ValueError(
-                "strategy.range_source: 'global' takes the range from the global model, which "
-                "only exists for upload: model; use range_source: local or input_range: clip"
-            )
-        self.mechanism: LocalMechanism | None = None
-        if mechanism != "none":
-            self.mechanism = make_local_mechanism(
-                mechanism, epsilon=epsilon, variant=variant, delta=delta
-            )
-        self._slices: list[slice] | None = None
-        self.reports: dict[int, int] = {}
+        super().__init__(weighting="uniform", local_dp=ldp)
 
-    # -- set-up ------------------------------------------------------------------------------
-    def setup_federation(self, spec: FederationSpec) -> None:
-        super().setup_federation(spec)
-        if spec.layer_slices:
-            self._slices = list(spec.layer_slices.values())
+    @property
+    def ldp(self) -> PerCoordinateLDP:
+        """``local_dp``, always a ``PerCoordinateLDP`` here."""
+        assert isinstance(self.local_dp, PerCoordinateLDP)
+        return self.local_dp
 
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        note = self.guarantee_note()
-        rank_zero_info(f"ldp_fedavg privacy: {note}")
-        for logger in trainer.loggers:
-            logger.log_hyperparams({"strategy/guarantee": note})
+    # Read-only views of the component, for code written against the flat strategy.
+    @property
+    def mechanism(self) -> LocalMechanism | None:
+        return self.ldp.mechanism
 
-    # -- privacy statement -------------------------------------------------------------------
+    @property
+    def ranges(self) -> RangeConfig:
+        return self.ldp.ranges
+
+    @property
+    def reports(self) -> dict[int, int]:
+        return self.ldp.reports
+
     @property
     def sign_only(self) -> bool:
-        return self.mechanism is not None and not self.mechanism.randomises_magnitude
-
-    @property
-    def uses_range(self) -> bool:
-        return self.mechanism is not None and self.mechanism.unit_input
+        return self.ldp.sign_only
 
     def no_guarantee_reason(self) -> str | None:
         """Why the report has no finite ε w.r.t. the weights (None when it has one)."""
-        m = self.mechanism
-        if m is None:
-            return None
-        if self.sign_only:
-            c = sign_only_bound(m)
-            return (
-                f"{m.name} randomises only the sign of each weight ({m.epsilon:g}-LDP per "
-                f"coordinate for the sign, composed in privacy/epsilon_local_per_client); the "
-                f"magnitude |w| is revealed to within a factor C = {c:.4g}, so no finite ε holds "
-                "for the weights"
-            )
-        if self.uses_range and self.ranges.data_dependent:
-            return (
-                f"input_range {self.ranges.mode!r} ({self.ranges.source}) releases each layer's "
-                "data-dependent range without noise; the per-coordinate ε covers the normalised "
-                "values only"
-            )
-        return None
+        return self.ldp.no_guarantee_reason()
 
     def guarantee_note(self) -> str:
-        m = self.mechanism
-        if m is None:
-            return "none: NoDP baseline, models uploaded in the clear"
-        d = self.num_parameters or 0
-        delta = f", δ = {m.delta:g}" if m.delta else ""
-        base = (
-            f"{m.name}: ε = {m.epsilon:g}{delta} per coordinate per report; a report of d = {d} "
-            f"coordinates is {d * m.epsilon:.4g}-LDP by basic composition, and T reports "
-            f"T·{d * m.epsilon:.4g}"
-        )
-        reason = self.no_guarantee_reason()
-        return f"{base}. {reason}" if reason else base
+        return self.ldp.guarantee_note()
 
-    # -- client side -------------------------------------------------------------------------
-    def process_update(
-        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
-    ) -> ClientUpdate:
-        m = self.mechanism
-        if m is None:
-            return update
-        g = ctx.global_params
-        values = update.delta + g if self.upload == "model" else update.delta
-        if m.unit_input:
-            slices = self._slices or [slice(0, values.numel())]
-            reference = g if self.upload == "model" else None
-            noisy = privatize_by_layer(
-                values,
-                slices=slices,
-                cfg=self.ranges,
-                privatize=m.privatize,  # LDP-FL with c = 0, r = 1 is its unit form
-                generator=generator,
-                reference=reference,
-            )
-        else:
-            noisy = m.privatize(values, generator=generator)
-        update.delta = noisy - g if self.upload == "model" else noisy
-        return update
 
-    # -- server side -------------------------------------------------------------------------
-    def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        m = self.mechanism
-        if m is None:
-            return RoundPrivacy()
-        release = m.local_release(self.num_parameters or ctx.global_params.numel())
-        return RoundPrivacy(
-            local={int(cid): [release] for cid in ctx.cohort},
-            no_guarantee=self.no_guarantee_reason(),
-        )
-
-    @property
-    def is_private(self) -> bool:
-        return self.mechanism is not None
-
-    def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
-        for cid in ctx.cohort:
-            self.reports[int(cid)] = self.reports.get(int(cid), 0) + 1
-        m = self.mechanism
-        if m is None:
-            return {}
-        d = self.num_parameters
-        most = max(self.reports.values(), default=0)
-        metrics = {
-            "epsilon_per_coordinate": m.epsilon,
-            "epsilon_per_report": d * m.epsilon,
-            "epsilon_total": d * m.epsilon * most,
-            "reports_max": float(most),
-            "sign_only": float(self.sign_only),
-            "finite_guarantee": float(self.no_guarantee_reason() is None),
-            "mean_factor": float(m.mean(1.0)) if not m.unit_input else 1.0,
-        }
-        if self.sign_only:
-            metrics["magnitude_factor"] = sign_only_bound(m)
-        if not all(math.isfinite(v) for v in metrics.values()):
-            raise FloatingPointError("ldp_fedavg: non-finite privacy metric")
-        return metrics
-
-    # -- checkpointing -----------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"reports": dict(self.reports)}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.reports = {int(k): int(v) for k, v in state_dict.get("reports", {}).items()}
+__all__ = ["LDPFedAvg"]

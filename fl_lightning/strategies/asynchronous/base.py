@@ -51,7 +51,7 @@ from fl_lightning.strategies.asynchronous.buffer import update_from_state as _up
 from fl_lightning.strategies.asynchronous.buffer import update_to_state as _update_to_state
 from fl_lightning.strategies.asynchronous.clock import AsyncClock, DelayKind, DelayModel
 from fl_lightning.strategies.base import Metrics, Strategy, Weighting
-from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
+from fl_lightning.strategies.upload_privacy import UploadPrivacy
 from fl_lightning.utils.rng import generator_for
 
 
@@ -69,8 +69,8 @@ class AsyncStrategy(Strategy):
         aggregation_window: length of each round's aggregation ("red") window.
         drop_late: drop updates that miss their dispatch round instead of buffering them.
         refill: top the cohort up with idle clients when busy/ineligible ones are removed.
-        local_dp: local DP on every upload within a per-client budget (``None``: uploads
-            as trained).
+        local_dp: a mechanism on every upload (``UploadPrivacy``, e.g. ``BudgetedUploads``:
+            local DP within a per-client budget; ``None``: uploads as trained).
     """
 
     reduction = "gather"
@@ -90,7 +90,7 @@ class AsyncStrategy(Strategy):
         aggregation_window: float = 0.0,
         drop_late: bool = False,
         refill: bool = True,
-        local_dp: BudgetedUploads | None = None,
+        local_dp: UploadPrivacy | None = None,
     ) -> None:
         super().__init__(weighting=weighting, local_dp=local_dp)
         self.delay = DelayModel(

@@ -1,0 +1,100 @@
+"""Privacy on uploads is one pluggable slot (``strategy.init_args.local_dp``, issue 18): FedAvg
+given the mechanism a named strategy builds from its flat arguments trains the same model and
+reports the same ε as that strategy, on the same config and seed (as FedAvg + CentralGaussian
+is DPFedAvg, tests/strategies/test_dp_fedavg.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from tests.configs.conftest import offline_overrides
+from tests.conftest import REPO
+
+EXPERIMENTS = REPO / "configs" / "experiment"
+STRATEGIES = REPO / "configs" / "strategy"
+
+# (experiment, the named strategy's config, FedAvg's weighting, the component's class path)
+CASES = {
+    "spm_fl_ldp_fedavg": (
+        EXPERIMENTS / "spm_fl" / "table02_mnist_few_clients.yaml",
+        STRATEGIES / "spm_fl" / "spm_eps0.3.yaml",
+        "uniform",
+        "fl_lightning.strategies.per_coordinate_ldp.PerCoordinateLDP",
+    ),
+    "dp_fedasgp_dp_fedavg_local": (
+        EXPERIMENTS / "dp_fedasgp" / "mnist_cnn.yaml",
+        STRATEGIES / "dp_fedasgp" / "dp_fedavg_local.yaml",
+        "num_examples",
+        "fl_lightning.strategies.clipped_upload_noise.ClippedUploadNoise",
+    ),
+    "dp_fedasgp_dp_fedsnlc": (
+        EXPERIMENTS / "dp_fedasgp" / "mnist_cnn.yaml",
+        STRATEGIES / "dp_fedasgp" / "dp_fedsnlc.yaml",
+        "num_examples",
+        "fl_lightning.strategies.high_impact_noise.HighImpactNoise",
+    ),
+}
+
+
+@pytest.fixture
+def fit(tmp_path, monkeypatch):
+    """``fit(config, *extra) -> FederatedModule``: ``run_experiment``'s offline, shrunk run,
+    each call in its own directory (a run directory is never reused)."""
+    from fl_lightning.runs import build_cli_class
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    make, calls = build_cli_class(), []
+
+    def run(config, *extra):
+        calls.append(config)
+        root = tmp_path / f"run{len(calls)}"
+        overrides = offline_overrides(config, tmp_path)
+        args = ["fit", "--config", str(config), *overrides, *extra]
+        return make([*args, "--trainer.default_root_dir", str(root)]).model
+
+    return run
+
+
+def _weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.global_net.parameters()])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fedavg_holding_the_upload_mechanism_is_the_named_strategy(case, fit):
+    experiment, named, weighting, component = CASES[case]
+    init_args = yaml.safe_load(named.read_text())["init_args"]
+    composed = {
+        "class_path": "fl_lightning.strategies.fedavg.FedAvg",
+        "init_args": {
+            "weighting": weighting,
+            "local_dp": {"class_path": component, "init_args": init_args},
+        },
+    }
+    strategy = fit(experiment, "--strategy", str(named))
+    fedavg = fit(experiment, "--strategy", json.dumps(composed))
+    assert (
+        type(strategy.strategy).__name__
+        == yaml.safe_load(named.read_text())["class_path"].rsplit(".", 1)[1]
+    )
+    assert type(fedavg.strategy).__name__ == "FedAvg"
+    assert type(fedavg.strategy.local_dp).__name__ == component.rsplit(".", 1)[1]
+    assert fedavg.rounds_completed == strategy.rounds_completed == 2
+    assert torch.equal(_weights(strategy), _weights(fedavg))
+    a, b = strategy.accountant.report(), fedavg.accountant.report()
+    assert a["privacy/epsilon"] == b["privacy/epsilon"]
+    assert a["privacy/guarantee"] == b["privacy/guarantee"]
+    assert strategy.strategy_metrics == fedavg.strategy_metrics
+    # the ε is the mechanism's: finite for DP-FedAvg's clipped Laplace, ∞ with the reason for
+    # SPM (sign only) and the DP-FedSNLC approximation (unnoised coordinates)
+    assert math.isfinite(a["privacy/epsilon"]) == (case == "dp_fedasgp_dp_fedavg_local")
+    # and it is not FedAvg's: without the component the same config trains another model
+    plain = fit(
+        experiment, "--strategy", json.dumps({**composed, "init_args": {"weighting": weighting}})
+    )
+    assert not torch.equal(_weights(plain), _weights(strategy))
