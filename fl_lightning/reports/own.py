@@ -32,9 +32,6 @@ IGNORED_PREFIXES = (
     "config",
     "print_config",
 )
-# Columns of a W&B project export that describe the run, not its setting.
-WANDB_COLUMNS = {"Name", "State", "ID", "Notes", "User", "Tags", "Created", "Runtime", "Sweep",
-                 "Hostname", "GPU Type", "GPU Count", "Group", "Job Type"}  # fmt: skip
 DEFAULT_METRICS = ("test/accuracy", "privacy/epsilon", "rounds")
 
 
@@ -84,11 +81,10 @@ def _ignored(key: str) -> bool:
 
 def varying_keys(runs: list[Run]) -> list[str]:
     """Parameters (seeds and output locations aside) whose value is not the same in all runs."""
-    keys = sorted({k for r in runs for k in r.params})
-    measured = {k for r in runs for k in r.metrics}  # a W&B export puts both in one row
+    keys = sorted({k for r in runs for k in r.params})  # a W&B export's: its config columns
     out = []
     for k in keys:
-        if _ignored(k) or k in measured or k in WANDB_COLUMNS:
+        if _ignored(k):
             continue
         values = {_hashable(r.params.get(k)) for r in runs}
         if len(values) > 1:

@@ -93,9 +93,19 @@ def load_store(path: str | Path) -> list[Run]:
     return runs
 
 
+# Columns of a W&B project export that describe the run, not its setting.
+WANDB_COLUMNS = {"Name", "State", "ID", "Notes", "User", "Tags", "Created", "Runtime", "Sweep",
+                 "Hostname", "GPU Type", "GPU Count", "Group", "Job Type", "Updated",
+                 "End Time", "Commit"}  # fmt: skip
+
+
 def load_wandb_csv(path: str | Path) -> list[Run]:
-    """Runs of a W&B project table exported as CSV (config and summary columns); only rows
-    whose ``State`` is ``finished`` (or without a State column)."""
+    """Runs of a W&B project table exported as CSV; only rows whose ``State`` is ``finished``
+    (or without a State column). A row holds three kinds of column, told apart here: the run's
+    own (``WANDB_COLUMNS``: its name, state, runtime, ...; and W&B's ``_step``-like internals),
+    its summary metrics (numbers under a ``group/name`` key such as ``test/accuracy``) and its
+    config (everything else, e.g. ``client.lr``): only the config is the run's setting, so two
+    seeds of one setting are averaged, not refused as different settings."""
     runs = []
     with Path(path).open(newline="") as f:
         for i, row in enumerate(csv.DictReader(f)):
@@ -104,8 +114,13 @@ def load_wandb_csv(path: str | Path) -> list[Run]:
                 continue
             values = {k: _parse(v) for k, v in row.items() if k}
             metrics = {k: v for k, v in values.items() if isinstance(v, (int, float)) and "/" in k}
+            params = {
+                k: v
+                for k, v in values.items()
+                if k not in metrics and k not in WANDB_COLUMNS and not k.startswith("_")
+            }
             name = str(row.get("Name") or row.get("ID") or f"row{i}")
-            runs.append(Run(name, values, metrics, None))
+            runs.append(Run(name, params, metrics, None))
     return runs
 
 

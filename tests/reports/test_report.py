@@ -90,6 +90,23 @@ def test_method_map_and_wandb_csv_export(tmp_path: Path):
     assert "no data" in md
 
 
+def test_paper_report_on_a_wandb_export_averages_the_seeds_of_a_cell(tmp_path: Path):
+    """Two seeds of one setting in a W&B export (different names, runtimes and metrics) are one
+    cell's seeds, not two settings: its run columns and summary metrics are not the setting
+    (docs/sweeps.md's ``report wandb_export.csv --paper 000`` was refused this way)."""
+    csv = tmp_path / "export.csv"
+    rows = ["Name,State,Runtime,_step,client.prox_mu,privacy.target_epsilon,seed_everything,"
+            "test/accuracy,privacy/epsilon"]  # fmt: skip
+    rows += ["a,finished,31,9,0.0,2,0,0.90,1.9", "b,finished,35,9,0.0,2,1,0.80,1.9"]
+    csv.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "r"
+    rc = cli.main([str(csv), "--paper", "1", "--table", "III", "--where", "metric=ACC",
+                   "--method-key", "client.prox_mu", "--method-map", "0.0=DP-FedAvg",
+                   "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    assert "| DP-FedAvg | 2 | 1.900 | 85.00 ± 7.07 |" in (out / "report.md").read_text()
+
+
 def test_ambiguous_table_asks_for_where(store: Path, capsys):
     assert cli.main([str(store), "--paper", "000", "--table", "IV"]) == 2
     err = capsys.readouterr().err
