@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from _record import append_run, run_header
+
 REPO = Path(__file__).resolve().parents[1]
 POPULATIONS = (100, 10_000, 100_000)
 EXAMPLES, FEATURES, COHORT = 250_000, 64, 10
@@ -148,29 +150,17 @@ def main() -> None:
             f"| {g['peak_rss_mib']:+.1%} / {g['rss_after_setup_mib']:+.1%} "
             f"/ {g['rss_after_rounds_mib']:+.1%} |"
         )
-    header = (
-        f"### {result['date_utc']} UTC: {result['workload']}\n\n"
-        f"- machine: {result['machine']}\n"
-        f"- load average (1/5/15 min) before: "
-        f"{', '.join(f'{v:.1f}' for v in load_before)}; after: "
-        f"{', '.join(f'{v:.1f}' for v in load_after)}\n"
-    )
-    text = header + "\n" + "\n".join(lines) + "\n"
+    title = f"{result['date_utc']} UTC: {result['workload']}"
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        out = Path(args.out)
-        path_json = out / "population_memory.json"
-        previous = json.loads(path_json.read_text()) if path_json.exists() else []
-        path_json.write_text(json.dumps([*previous, result], indent=1) + "\n")
-        path_md = out / "population_memory.md"
-        if not path_md.exists():
-            path_md.write_text(
-                "# Memory of registered clients (issue 22, item 4)\n\n"
-                "`benchmarks/population_memory.py`; goal: RSS with 10,000 and 100,000 "
-                "registered clients within +10 % of 100.\n\n"
-            )
-        with open(path_md, "a") as fh:
-            fh.write("\n" + text)
+        intro = (
+            "# Memory of registered clients (issue 22, item 4)\n\n"
+            "`benchmarks/population_memory.py`; goal: RSS with 10,000 and 100,000 "
+            "registered clients within +10 % of 100.\n\n"
+        )
+        append_run(args.out, "population_memory", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _record import append_run, run_header
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 TINY_FIT = [
@@ -222,30 +224,20 @@ def main() -> None:
         f"| {median_of(lambda b: b['beyond_lightning']):.2f} | |",
         f"| of which `fl_lightning.*` (self) | {median_of(lambda b: b['fl_lightning']):.2f} | |",
     ]
-    header = (
-        f"### {result['date_utc']} UTC: {args.repeats} interleaved repeats (median), "
-        f"Python {result['python']}\n\n"
-        f"- machine: {result['machine']}\n"
-        f"- load average (1/5/15 min) before: "
-        f"{', '.join(f'{v:.1f}' for v in load_before)}; after: "
-        f"{', '.join(f'{v:.1f}' for v in load_after)}\n"
+    title = (
+        f"{result['date_utc']} UTC: {args.repeats} interleaved repeats (median), "
+        f"Python {result['python']}"
     )
-    text = header + "\n" + "\n".join(lines) + "\n"
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        out = Path(args.out)
-        path_json = out / "startup_time.json"
-        previous = json.loads(path_json.read_text()) if path_json.exists() else []
-        path_json.write_text(json.dumps([*previous, result], indent=1) + "\n")
-        path_md = out / "startup_time.md"
-        if not path_md.exists():
-            path_md.write_text(
-                "# Start-up time (issue 18)\n\n"
-                "`benchmarks/startup_time.py`: fresh processes, interleaved, median; the bare\n"
-                'reference is `python -c "import torch"` in the same run.\n'
-            )
-        with open(path_md, "a") as fh:
-            fh.write("\n" + text)
+        intro = (
+            "# Start-up time (issue 18)\n\n"
+            "`benchmarks/startup_time.py`: fresh processes, interleaved, median; the bare\n"
+            'reference is `python -c "import torch"` in the same run.\n'
+        )
+        append_run(args.out, "startup_time", result, text, intro)
 
 
 if __name__ == "__main__":
