@@ -30,6 +30,7 @@ from fl_lightning.server.executor_choice import build_executor
 from fl_lightning.server.federation import set_up_federation
 from fl_lightning.server.round import FederatedRound
 from fl_lightning.server.run_files import (
+    log_upload_guarantee,
     run_summary,
     summary_line,
     write_label_histogram,
@@ -184,6 +185,8 @@ class FederatedModule(pl.LightningModule):
             device=self.device,
         )
         self._log_partition()
+        local_dp = self.strategy.local_dp
+        log_upload_guarantee(local_dp.guarantee_note() if local_dp else None, self.loggers)
 
     def resolved_config(self) -> dict[str, Any]:
         """What every rank must agree on (``server/run_identity.py``)."""

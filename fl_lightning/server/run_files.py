@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.utils.atomic import atomic_write
@@ -37,6 +38,17 @@ def write_label_histogram(hist: torch.Tensor, log_dir: str | None, loggers: Iter
                 "partition/max_client_size": int(sizes.max()),
             }
         )
+
+
+def log_upload_guarantee(note: str | None, loggers: Iterable[Any]) -> None:
+    """What the strategy's upload mechanism guarantees (``UploadPrivacy.guarantee_note``), when
+    it says: printed once and logged as the ``strategy/guarantee`` hyperparameter, beside the
+    accountant's headline."""
+    if note is None:
+        return
+    rank_zero_info(f"local_dp privacy: {note}")
+    for logger in loggers:
+        logger.log_hyperparams({"strategy/guarantee": note})
 
 
 def run_summary(

@@ -37,9 +37,9 @@ client-side DP wrappers):
   :class:`~fl_lightning.strategies.clipped_upload_noise.ClippedUploadNoise` and a
   :class:`~fl_lightning.strategies.high_impact_noise.HighImpactNoise`.
 
-``round_privacy``, ``is_private``, ``amplified_by_sampling``, ``after_round``'s metrics and the
-guarantee note logged at the start of fit follow from the two; a subclass that overrides one of
-those hooks calls ``super()`` to keep them.
+``round_privacy``, ``is_private``, ``amplified_by_sampling`` and ``after_round``'s metrics
+follow from the two (the server logs ``local_dp``'s guarantee note at the start of fit); a
+subclass that overrides one of those hooks calls ``super()`` to keep them.
 
 The default path is FedAvg: the weighted mean of the clients' deltas. Aggregation is split in
 two so that a round can be sharded over processes (docs/distributed.md):
@@ -65,10 +65,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
-import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info
 
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext
@@ -152,16 +150,6 @@ class Strategy(Callback):
             self.local_dp.setup(spec)
         if self.central_dp is not None:
             self.central_dp.setup(spec)
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Logs what ``local_dp`` guarantees (``UploadPrivacy.guarantee_note``), when it says,
-        as ``strategy/guarantee`` beside the accountant's headline."""
-        note = None if self.local_dp is None else self.local_dp.guarantee_note()
-        if note is None:
-            return
-        rank_zero_info(f"local_dp privacy: {note}")
-        for logger in trainer.loggers:
-            logger.log_hyperparams({"strategy/guarantee": note})
 
     @property
     def is_private(self) -> bool:

@@ -98,3 +98,23 @@ def test_fedavg_holding_the_upload_mechanism_is_the_named_strategy(case, fit):
         experiment, "--strategy", json.dumps({**composed, "init_args": {"weighting": weighting}})
     )
     assert not torch.equal(_weights(plain), _weights(strategy))
+
+
+def test_the_upload_guarantee_is_logged_at_the_start_of_fit(fit, tmp_path, caplog) -> None:
+    """The server prints what ``local_dp`` guarantees (``guarantee_note``) and logs it as the
+    ``strategy/guarantee`` hyperparameter; a strategy without ``local_dp`` logs none."""
+    import logging
+
+    config = CASES["spm_fl_ldp_fedavg"][0]
+    csv = ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+           "--trainer.logger.save_dir", str(tmp_path / "logs")]  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        model = fit(config, *csv)
+    note = model.strategy.local_dp.guarantee_note()
+    assert note and f"local_dp privacy: {note}" in caplog.text
+    (hparams,) = (tmp_path / "logs").rglob("hparams.yaml")
+    assert yaml.safe_load(hparams.read_text())["strategy/guarantee"] == note
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        fit(EXPERIMENTS / "quickstart.yaml")
+    assert "local_dp privacy" not in caplog.text
