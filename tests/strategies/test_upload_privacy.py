@@ -143,16 +143,19 @@ def test_stateless_mechanisms_load_the_old_empty_checkpoint(cls):
 
 
 def test_the_guarantee_note_is_logged_for_any_strategy_holding_the_mechanism():
+    """What the server logs at the start of fit (``run_files.log_upload_guarantee``; the run
+    itself: tests/configs/test_upload_privacy_configs.py)."""
+    from fl_lightning.server.run_files import log_upload_guarantee
+
     logged: list[dict] = []
     logger = SimpleNamespace(log_hyperparams=logged.append)
-    trainer = SimpleNamespace(loggers=[logger])
     s = FedAvg(weighting="uniform", local_dp=PerCoordinateLDP(mechanism="pm", epsilon=0.3))
     s.setup_federation(FederationSpec(num_clients=6, num_parameters=1000, seed=0))
-    s.on_fit_start(trainer, None)  # type: ignore[arg-type]
+    log_upload_guarantee(s.local_dp.guarantee_note(), [logger])
     assert logged == [{"strategy/guarantee": s.local_dp.guarantee_note()}]
     assert "d = 1000 coordinates is 300-LDP" in logged[0]["strategy/guarantee"]
-    FedAvg(local_dp=ClippedUploadNoise()).on_fit_start(trainer, None)  # type: ignore[arg-type]
-    FedAvg().on_fit_start(trainer, None)  # type: ignore[arg-type]
+    assert ClippedUploadNoise().guarantee_note() is None
+    log_upload_guarantee(None, [logger])
     assert len(logged) == 1  # no note, nothing logged
 
 
