@@ -12,9 +12,8 @@ from fl_lightning.client.dp_sgd import ENGINE_NAMES, build_engine
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.mlp import MLP
-from fl_lightning.records import RoundContext
 from fl_lightning.strategies.fedavg import FedAvg
-from fl_lightning.utils.flat import flatten, trainable_parameters
+from tests.server.test_vectorized_executor import _ctx
 
 
 def _problem(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,16 +38,7 @@ def _train(
     )
     trainer = LocalTrainer(client, device)
     x, y = (t.to(device) for t in _problem())
-    ctx = RoundContext(
-        round_idx=0,
-        total_rounds=1,
-        seed=0,
-        num_clients=1,
-        cohort=[0],
-        expected_cohort_size=1.0,
-        sample_rate=1.0,
-        global_params=flatten(trainable_parameters(client.net)).to(device),
-    )
+    ctx = _ctx(client, [0], device=device)
     ctx.client_config = overrides or {}
     losses: list[float] = []
     original = trainer.engine.compute_gradients
