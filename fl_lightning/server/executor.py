@@ -84,13 +84,23 @@ class SequentialExecutor:
             plan = strategy.configure_client(client_id, ctx)
             refuse_unsynced_state(plan, strategy)
             update = self.local_trainer.train(client_id, x, y, ctx, plan)
-            g = generator_for(
-                ctx.seed, ctx.round_idx, client_id, "client_mechanism", device=update.delta.device
-            )
-            update = strategy.process_update(update, ctx, generator=g)
-            if hooks is not None:
-                hooks.end(client_id, ctx, update)
-            yield update
+            yield finish_client(update, ctx, strategy, hooks)
+
+
+def finish_client(
+    update: ClientUpdate, ctx: RoundContext, strategy: Strategy, hooks: ClientHooks | None
+) -> ClientUpdate:
+    """What every executor does with a trained update before handing it on: the strategy's
+    client-side ``process_update`` (clip, privatise) with the client's keyed
+    ``(seed, round, client, "client_mechanism")`` generator on the update's device, then the
+    callbacks' ``on_client_end``."""
+    g = generator_for(
+        ctx.seed, ctx.round_idx, update.client_id, "client_mechanism", device=update.delta.device
+    )
+    update = strategy.process_update(update, ctx, generator=g)
+    if hooks is not None:
+        hooks.end(update.client_id, ctx, update)
+    return update
 
 
 def refuse_unsynced_state(plan: ClientPlan, strategy: Strategy) -> None:

@@ -45,7 +45,7 @@ from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.executor import SequentialExecutor, finish_client
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
 
@@ -203,22 +203,8 @@ class VectorizedExecutor:
             # hand on every client whose predecessors are done (all of the bucket when the
             # clients take equal steps), so that only out-of-order updates are held
             while done < len(clients) and clients[done] in updates:
-                yield self._finish(updates.pop(clients[done]), ctx, strategy)
+                yield finish_client(updates.pop(clients[done]), ctx, strategy, hooks)
                 done += 1
-
-    def _finish(self, update: ClientUpdate, ctx: RoundContext, strategy: Strategy) -> ClientUpdate:
-        """The strategy's client-side processing of a trained update (as the sequential loop)."""
-        g = generator_for(
-            ctx.seed,
-            ctx.round_idx,
-            update.client_id,
-            "client_mechanism",
-            device=update.delta.device,
-        )
-        update = strategy.process_update(update, ctx, generator=g)
-        if self.hooks is not None:
-            self.hooks.end(update.client_id, ctx, update)
-        return update
 
     def client_bytes(self, cfg: LocalTrainingConfig, x: torch.Tensor) -> int:
         """Memory one client of a bucket needs during a step: its weights, gradients (momentum
