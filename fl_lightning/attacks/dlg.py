@@ -243,6 +243,7 @@ def upload_gradient(
     through ``strategy.process_update`` and ``mechanism``; returns ``−Δ/η − λw`` per parameter.
     """
     from fl_lightning.client.local_loop import LocalTrainer
+    from fl_lightning.server.executor import finish_client
 
     cfg = module.client.training_config
     if cfg.optimizer != "sgd":
@@ -281,8 +282,7 @@ def upload_gradient(
     trainer = LocalTrainer(client, "cpu")
     plan = strategy.configure_client(client_id, ctx)
     update = trainer.train(client_id, x.cpu(), y.cpu(), ctx, plan)
-    g = generator_for(seed, round_idx, client_id, "client_mechanism")
-    update = strategy.process_update(update, ctx, generator=g)
+    update = finish_client(update, ctx, strategy, hooks=None)  # as an executor uploads it
     delta = update.delta
     if mechanism is not None:
         delta = mechanism.privatize(delta, generator=generator_for(seed, round_idx, "audit_mech"))
