@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks of issue 22, in one go, for a machine with a CUDA device (CI has none); about 8
 # minutes on one H200 (runs V and W of benchmarks/results/cohort_speed.md, 2026-11-26):
-#   1. tests/server/test_gpu.py (stacked cohorts equal the sequential path on the GPU; a GPU
-#      run reports the CPU run's epsilon; bf16-mixed clients) and every experiment config
+#   1. tests/server/test_gpu.py and tests/configs/test_gpu_runs.py (stacked cohorts equal the
+#      sequential path on the GPU; a GPU run reports the CPU run's epsilon; bf16-mixed
+#      clients) and every experiment config
 #      trained on the GPU (tests/configs/test_experiments.py: the accelerator defaults to auto);
 #   2. benchmarks/cohort_speed.py --device cuda: clients/s of the bare loop, the sequential and
 #      the vectorised executors and the ceilings, with and without DP-SGD, our MnistCNN and a
@@ -20,7 +21,8 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
   | tee -a "$out/gpu.txt"
 workers=$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))
 timeout "${GPU_CHECK_TEST_S:-120}" python3 -m pytest -p no:cacheprovider -n "$workers" \
-  -m "not slow" tests/server/test_gpu.py tests/configs/test_experiments.py \
+  -m "not slow" tests/server/test_gpu.py tests/configs/test_gpu_runs.py \
+  tests/configs/test_experiments.py \
   tests/client/test_precision.py tests/test_random_devices.py -rfs \
   > "$out/tests.log" 2>&1; tail -4 "$out/tests.log"
 bench="python3 benchmarks/cohort_speed.py --device cuda --out $out/cohort_speed_gpu.json"

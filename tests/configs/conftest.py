@@ -214,15 +214,17 @@ class Run:
 @pytest.fixture
 def run_experiment(tmp_path, monkeypatch):
     """``run_experiment(config, *extra, shrink=True) -> Run``: ``fl-lightning fit`` in-process
-    on ``config`` with ``offline_overrides`` and then ``extra`` (later overrides win)."""
+    on ``config`` with ``offline_overrides`` and then ``extra`` (later overrides win). A test may
+    run several: each run gets its own directory (a run directory is never reused)."""
     from fl_lightning.runs import build_cli_class
 
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     make = build_cli_class()
+    seen: set[Path] = set()  # the summaries of this test's earlier runs
 
     def run(config: Path, *extra: str, shrink: bool = True) -> Run:
-        root = tmp_path / "run"
+        root = tmp_path / (f"run{len(seen)}" if seen else "run")
         args = [
             "fit", "--config", str(config),
             *offline_overrides(config, tmp_path, shrink=shrink),
@@ -230,8 +232,10 @@ def run_experiment(tmp_path, monkeypatch):
             "--trainer.default_root_dir", str(root),
         ]  # fmt: skip
         cli = make(args)
-        summaries = sorted(tmp_path.rglob("summary.json"))  # a logger may put it elsewhere
+        # this run's summary: a logger may put it outside ``root``
+        summaries = sorted(set(tmp_path.rglob("summary.json")) - seen)
         assert len(summaries) == 1, f"{config}: expected one summary.json, got {summaries}"
+        seen.add(summaries[0])
         ledger = json.loads((summaries[0].parent / "privacy_ledger.json").read_text())
         return Run(cli, json.loads(summaries[0].read_text()), ledger)
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 import yaml
 
-from tests.configs.conftest import offline_overrides
 from tests.conftest import REPO
 
 EXPERIMENTS = REPO / "configs" / "experiment"
@@ -42,23 +41,9 @@ CASES = {
 
 
 @pytest.fixture
-def fit(tmp_path, monkeypatch):
-    """``fit(config, *extra) -> FederatedModule``: ``run_experiment``'s offline, shrunk run,
-    each call in its own directory (a run directory is never reused)."""
-    from fl_lightning.runs import build_cli_class
-
-    monkeypatch.chdir(REPO)
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    make, calls = build_cli_class(), []
-
-    def run(config, *extra):
-        calls.append(config)
-        root = tmp_path / f"run{len(calls)}"
-        overrides = offline_overrides(config, tmp_path)
-        args = ["fit", "--config", str(config), *overrides, *extra]
-        return make([*args, "--trainer.default_root_dir", str(root)]).model
-
-    return run
+def fit(run_experiment):
+    """``fit(config, *extra) -> FederatedModule``: the model of a ``run_experiment`` run."""
+    return lambda config, *extra: run_experiment(config, *extra).model
 
 
 def _weights(model) -> torch.Tensor:

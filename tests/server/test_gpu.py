@@ -1,15 +1,13 @@
 """GPU readiness (issue 22): what only a CUDA device can check; skipped without one.
 
 CI has no GPU, so these run where one is lent (``pytest -m gpu``; docs/performance.md says
-where they last ran and what they found). On such a machine the rest of the suite runs on the
+where they last ran and what they found). A GPU run's ε against the CPU run's:
+tests/configs/test_gpu_runs.py. On such a machine the rest of the suite runs on the
 GPU as well, since the trainer's ``accelerator`` defaults to ``auto``: the config tests
 (tests/configs/test_experiments.py) then train every experiment config there.
 """
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -51,48 +49,6 @@ def test_stacked_cohort_equals_sequential_on_cuda(case: str) -> None:
     batches, clip and per-client DP-SGD noise, now drawn from CUDA generators on the device."""
     assert case in CASES
     _same_updates_as_sequential(case, device="cuda")
-
-
-def _run(config: Path, root: Path, accelerator: str) -> dict:
-    from fl_lightning.runs import build_cli_class
-    from tests.configs.conftest import offline_overrides
-
-    build_cli_class()(
-        [
-            "fit", "--config", str(config), *offline_overrides(config, root),
-            "--trainer.accelerator", accelerator, "--trainer.devices", "1",
-            "--trainer.default_root_dir", str(root / "run"),
-        ]
-    )  # fmt: skip
-    (summary,) = sorted(root.rglob("summary.json"))
-    return json.loads(summary.read_text())
-
-
-@pytest.mark.parametrize(
-    "config",
-    [
-        "quickstart.yaml",  # DP-FedAvg: clip, Gaussian noise on the aggregate, Poisson cohorts
-        "gcfl/table2_mnist.yaml",  # clients run DP-SGD (record level), GCFL projects
-        "adp_fl/table2_mnist_adp_fl.yaml",  # local DP on every upload, budgeted per client
-    ],
-)
-def test_a_gpu_run_accounts_as_the_cpu_run(
-    config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A run on the GPU trains (the mechanisms draw their noise there, from generators on the
-    device) and reports the ε of the same config on the CPU: the events depend on the
-    configuration, never on the device."""
-    from tests.conftest import REPO
-
-    monkeypatch.chdir(REPO)
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    path = REPO / "configs" / "experiment" / config
-    gpu = _run(path, tmp_path / "gpu", "gpu")
-    cpu = _run(path, tmp_path / "cpu", "cpu")
-    assert gpu["rounds"] == cpu["rounds"]
-    assert gpu["privacy/epsilon"] == pytest.approx(cpu["privacy/epsilon"], rel=1e-9)
-    assert gpu["privacy/guarantee"] == cpu["privacy/guarantee"]
-    assert 0.0 <= gpu["test/accuracy"] <= 1.0
 
 
 def test_bf16_mixed_clients_train_on_cuda() -> None:
