@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -341,6 +342,28 @@ def build_cli_class():  # noqa: ANN201
                 logger.log_hyperparams(flat)
 
     class FederatedCLI(LightningCLI):
+        def __init__(self, *cli_args: Any, **kw: Any) -> None:
+            # The subcommand the arguments name, if any: only its parser is built (a parser
+            # is a few hundred typed arguments; building all four took a third of a tiny run).
+            argv = sys.argv[1:] if kw.get("args") is None else kw["args"]
+            named = argv[0] if kw.get("run", True) and isinstance(argv, list) and argv else None
+            every = LightningCLI.subcommands()
+            self._only = named if named in every else None
+            if self._only and "parser_kwargs" in kw:  # the others' parser settings go too
+                others = set(every) - {self._only}
+                kw["parser_kwargs"] = {
+                    k: v for k, v in kw["parser_kwargs"].items() if k not in others
+                }
+            super().__init__(*cli_args, **kw)
+
+        def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+            """Lightning's subcommands, narrowed to the one being run (``fit --help`` and
+            every error still come from that subcommand's full parser; no subcommand named,
+            e.g. ``--help``: all of them)."""
+            every = LightningCLI.subcommands()
+            only = getattr(self, "_only", None)
+            return {only: every[only]} if only else every
+
         def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
             parser.add_class_arguments(ClientModule, "client", fail_untyped=False)
             parser.add_subclass_arguments(Strategy, "strategy", required=True)
@@ -427,7 +450,7 @@ def build_cli_class():  # noqa: ANN201
             self._check_outputs()
             self._check_checkpoint("fit")
             model = self.model
-            if model.accountant is None and (model.uses_dp_sgd or model.strategy.is_private):
+            if model.accountant is None and (model.uses_dp_sgd or model.strategy.traits.private):
                 what = "client.dp_sgd" if model.uses_dp_sgd else type(model.strategy).__name__
                 raise ValueError(
                     f"privacy.accountant: none, but this run privatises what it releases "

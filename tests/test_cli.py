@@ -247,3 +247,12 @@ def test_wandb_offline_logging_writes_a_run(run_cli, tmp_path, monkeypatch):
     # The resolved config (sweeps rely on it) and the per-round metrics are in the run.
     assert b"strategy.init_args.noise_multiplier" in records
     assert b"privacy/epsilon" in records
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate", "test"])
+def test_only_the_named_subcommands_parser_is_built(subcommand):
+    from fl_lightning.runs import build_cli_class
+
+    cli = build_cli_class()([subcommand, "--config", str(QUICKSTART)], parse_only=True)
+    assert set(cli.subcommands()) == {subcommand}
+    assert cli.config.subcommand == subcommand

@@ -110,7 +110,7 @@ def check_distributed_run(strategy: Any, config: Callable[[], Any]) -> None:
     covers runs built in Python) or for ranks whose ``config()`` differ; nothing on one."""
     if rank_and_world()[1] == 1:
         return
-    problem = strategy.distributed_problem()
+    problem = strategy.traits.distributed_problem
     if problem:
         raise ValueError(f"strategy: {problem}")
     check_ranks_agree(config())
@@ -134,7 +134,7 @@ def launch_problem(*, accelerator: str, devices: int, world_size: int, strategy:
             "cores; use at most that many"
         )
     if world_size > 1:
-        problem = strategy.distributed_problem()
+        problem = strategy.traits.distributed_problem
         if problem:
             return f"strategy: {problem}"
     return None

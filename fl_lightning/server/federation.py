@@ -43,7 +43,7 @@ def set_up_federation(
 ) -> None:
     """Resolves and checks the sampler, fixes the clients' DP-SGD σ (in
     ``client.training_config``) and sets the strategy up, its σ fixed to the target."""
-    sampler.resolve(amplified_by_sampling=strategy.amplified_by_sampling)
+    sampler.resolve(amplified_by_sampling=strategy.traits.amplified_by_sampling)
     sampler.check_population(data.num_clients)
     sampling = sampler.sampling(data.num_clients)
     sizes = tuple(int(n) for n in data.client_sizes().tolist())

@@ -22,12 +22,11 @@ import torch
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import RoundPrivacy
-from fl_lightning.records import RoundContext
 from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
 from fl_lightning.server.executor_choice import build_executor
 from fl_lightning.server.federation import set_up_federation
+from fl_lightning.server.privacy_plan import declare_private_run
 from fl_lightning.server.round import FederatedRound
 from fl_lightning.server.run_files import (
     log_upload_guarantee,
@@ -164,11 +163,7 @@ class FederatedModule(pl.LightningModule):
         data = self.data
         check_distributed_run(self.strategy, self.resolved_config)  # before any collective
         data.to(self.device)
-        if self.accountant is not None:
-            self.accountant.private_run = self.uses_dp_sgd or self.strategy.is_private
-            self.accountant.not_private_reason = (
-                f"{type(self.strategy).__name__} uploads and aggregates updates without noise"
-            )
+        declare_private_run(self.accountant, self.strategy, uses_dp_sgd=self.uses_dp_sgd)
         executor = build_executor(self.settings.executor, LocalTrainer(self.client, self.device))
         from fl_lightning.callbacks import ClientHooks
 
@@ -211,20 +206,11 @@ class FederatedModule(pl.LightningModule):
         assert self._round is not None, "FederatedModule: no round before on_fit_start"
         return self._round
 
-    def round_context(self, round_idx: int) -> RoundContext:
-        return self.federated_round.context(
-            round_idx, int(self.trainer.max_steps), self.evaluate_global
-        )
-
-    def planned_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        """What the round will spend, known before any client trains (for the budget stop)."""
-        return self.federated_round.planned_privacy(ctx)
-
     def training_step(self, batch: Any, batch_idx: int) -> None:
         start = time.perf_counter()
         steps = self.federated_round
         round_idx = int(self.global_step)
-        ctx = self.round_context(round_idx)
+        ctx = steps.context(round_idx, int(self.trainer.max_steps), self.evaluate_global)
         stop = steps.budget_stop(ctx, first_round=self.rounds_completed == 0)
         if stop:
             self.stopped_by_budget = True

@@ -12,6 +12,8 @@ spend of a round stated before any client trains (the budget stop reads it).
   cohort, from the same rule (``dp_sgd_event``) the local loop uses.
 * :func:`budget_stop` — whether recording the planned round would pass the target ε: the run
   stops before that round, or is refused when the first round alone cannot be paid.
+* :func:`declare_private_run` — whether the accountant reports a guarantee or ε = ∞ (nothing
+  of the run is privatised).
 
 They are functions of the strategy, the accountant, the local-training config and the client
 sizes, so the round loop only wires them (docs/architecture.md, review P3).
@@ -82,7 +84,8 @@ def check_strategy_target(strategy: Strategy, target: PrivacyTarget) -> None:
     refuses an accountant that cannot account the cohort sampling of a sampling-amplified
     strategy, and says which wins when a σ and a target are both given."""
     sampling = target.sampling
-    if strategy.amplified_by_sampling and sampling is not None and sampling.without_replacement:
+    amplified = strategy.traits.amplified_by_sampling
+    if amplified and sampling is not None and sampling.without_replacement:
         what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
         refuse_without_replacement(target.accountant, what=what)
     central = strategy.central_dp
@@ -150,6 +153,20 @@ def calibrate_client_noise(
         field="client.dp_sgd.noise_multiplier, client.batch_size, local epochs/steps",
     )
     return config
+
+
+def declare_private_run(
+    accountant: PrivacyAccountant | None, strategy: Strategy, *, uses_dp_sgd: bool
+) -> None:
+    """Tells the accountant whether anything of the run is privatised (DP-SGD clients or a
+    private strategy, ``StrategyTraits.private``); a run that privatises nothing reports ε = ∞
+    with the reason instead of the ε of no release."""
+    if accountant is None:
+        return
+    accountant.private_run = uses_dp_sgd or strategy.traits.private
+    accountant.not_private_reason = (
+        f"{type(strategy).__name__} uploads and aggregates updates without noise"
+    )
 
 
 def planned_privacy(

@@ -37,7 +37,7 @@ client-side DP wrappers):
   :class:`~fl_lightning.strategies.clipped_upload_noise.ClippedUploadNoise` and a
   :class:`~fl_lightning.strategies.high_impact_noise.HighImpactNoise`.
 
-``round_privacy``, ``is_private``, ``amplified_by_sampling`` and ``after_round``'s metrics
+``round_privacy``, ``traits`` and ``after_round``'s metrics
 follow from the two (the server logs ``local_dp``'s guarantee note at the start of fit); a
 subclass that overrides one of those hooks calls ``super()`` to keep them.
 
@@ -63,6 +63,7 @@ nothing gets ``"gather"``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -78,9 +79,36 @@ Weighting = Literal["num_examples", "uniform"]
 Reduction = Literal["sum", "stream", "gather"]
 
 
+@dataclass(frozen=True)
+class StrategyTraits:
+    """What the server must know about a strategy before round 0 (``Strategy.traits``).
+
+    Args:
+        private: the strategy privatises what clients upload or what the server releases
+            (the accountant then reports a guarantee; a run that has released nothing yet says
+            "no release yet", not "not private").
+        amplified_by_sampling: its client-level noise is amplified by cohort sampling
+            (``central_dp``, FedSMP): ``model.sampling: auto`` then draws Poisson cohorts, whose
+            accounting is tight.
+        distributed_problem: why it cannot run with its clients spread over processes (None:
+            it can). A strategy that keeps per-client state syncs it by keeping it in
+            ``Strategy.client_states``; the server refuses a sharded run with a problem here on
+            every rank before any collective.
+    """
+
+    private: bool = False
+    amplified_by_sampling: bool = False
+    distributed_problem: str | None = None
+
+
+def client_weight(update: ClientUpdate, weighting: Weighting) -> float:
+    """FedAvg's weight of one update: n_i (``"num_examples"``, McMahan et al. 2017) or 1."""
+    return float(update.num_examples) if weighting == "num_examples" else 1.0
+
+
 def unsynced_state_problem(strategy: Strategy) -> str:
     """The reason a strategy that keeps per-client optimizer state without syncing it cannot be
-    sharded over processes (``Strategy.distributed_problem``, the executor's guard)."""
+    sharded over processes (``StrategyTraits.distributed_problem``, the executor's guard)."""
     return (
         f"{type(strategy).__name__} keeps per-client optimizer state on the process that "
         "trained the client and does not sync it (Strategy.client_states), so it cannot be "
@@ -134,7 +162,7 @@ class Strategy(Callback):
         Under DDP the client may train on another process next time, so after every round the
         server copies the entries of the clients each process trained to every other process
         (inside the round's existing gather). A strategy that keeps such state elsewhere
-        cannot be sharded (``distributed_problem``)."""
+        cannot be sharded (``StrategyTraits.distributed_problem``)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
@@ -152,18 +180,14 @@ class Strategy(Callback):
             self.central_dp.setup(spec)
 
     @property
-    def is_private(self) -> bool:
-        """True when the strategy privatises what clients upload or what the server releases
-        (a run that releases nothing yet then says "no release yet", not "not private")."""
+    def traits(self) -> StrategyTraits:
+        """What the server reads from the strategy before round 0: private when ``local_dp``
+        privatises uploads or ``central_dp`` the release; amplified by sampling with
+        ``central_dp``; shardable. A subclass overrides it with
+        ``dataclasses.replace(super().traits, ...)``."""
         local = self.local_dp is not None and self.local_dp.private
-        return local or self.central_dp is not None
-
-    @property
-    def amplified_by_sampling(self) -> bool:
-        """True when the strategy's client-level noise is amplified by cohort sampling
-        (``central_dp``, FedSMP): ``model.sampling: auto`` then draws Poisson cohorts, whose
-        accounting is tight."""
-        return self.central_dp is not None
+        central = self.central_dp is not None
+        return StrategyTraits(private=local or central, amplified_by_sampling=central)
 
     # -- client side -------------------------------------------------------------------------
     def select_clients(self, ctx: RoundContext) -> list[int]:
@@ -175,12 +199,7 @@ class Strategy(Callback):
         if self.local_dp is None:
             return list(ctx.cohort)
         self.local_dp.start_selection(ctx)
-        return [c for c in ctx.cohort if self.client_eligible(c, ctx)]
-
-    def client_eligible(self, client_id: int, ctx: RoundContext) -> bool:
-        """Whether a sampled client may be dispatched this round: while it can afford its next
-        upload (``local_dp``; Wu et al. 2025, Alg. 1 line 2); always without one."""
-        return self.local_dp is None or self.local_dp.eligible(client_id, ctx)
+        return [c for c in ctx.cohort if self.local_dp.eligible(c, ctx)]
 
     def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
         """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``); charges
@@ -209,9 +228,6 @@ class Strategy(Callback):
         return update if self.central_dp is None else self.central_dp.clip(update)
 
     # -- server side -------------------------------------------------------------------------
-    def client_weight(self, update: ClientUpdate) -> float:
-        return float(update.num_examples) if self.weighting == "num_examples" else 1.0
-
     def aggregate(
         self, updates: Iterable[ClientUpdate], ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
@@ -232,7 +248,7 @@ class Strategy(Callback):
         buf = torch.zeros(d + 1, device=ctx.global_params.device)
         total = buf[:d]
         for update in updates:
-            w = self.client_weight(update)
+            w = client_weight(update, self.weighting)
             total.add_(update.delta, alpha=w)
             buf[d] += w
         return buf
@@ -276,13 +292,6 @@ class Strategy(Callback):
                 "declare reduction = 'stream' (reads the updates once) or 'gather'"
             )
         cls.reduction = "gather"
-
-    def distributed_problem(self) -> str | None:
-        """Why this strategy cannot run with its clients spread over processes (None: it can).
-        A strategy that keeps per-client state in its client plans (optimizer state, models)
-        syncs it by keeping it in ``client_states`` (the executor refuses a plan that saves
-        state the strategy does not sync)."""
-        return None
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """Client-level and local-DP spending of this round (record-level comes from clients):

@@ -15,6 +15,7 @@ assumed). Per-round ε goes to the accountant's local ledger (basic composition 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from typing import Literal
@@ -36,7 +37,7 @@ from fl_lightning.privacy.mechanisms.binomial import (
     unrotate,
 )
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy
+from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
@@ -207,8 +208,8 @@ class CPSGD(Strategy):
         )
 
     @property
-    def is_private(self) -> bool:
-        return True
+    def traits(self) -> StrategyTraits:
+        return dataclasses.replace(super().traits, private=True)
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         eps = self.round_epsilon(max(len(ctx.cohort), 1))

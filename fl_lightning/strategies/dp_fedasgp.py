@@ -24,6 +24,7 @@ local ledger (basic composition), and the paper's per-round figure ε1+ε2+ε3 i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -44,7 +45,7 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
     threshold_quantile,
 )
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy
+from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 NO_NOISE_BELOW_THRESHOLD = (
@@ -252,8 +253,8 @@ class DPFedASGP(Strategy):
         )
 
     @property
-    def is_private(self) -> bool:
-        return True
+    def traits(self) -> StrategyTraits:
+        return dataclasses.replace(super().traits, private=True)
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         if not self.mechanism.noise_unselected:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy, Weighting
+from fl_lightning.strategies.base import Metrics, Strategy, Weighting, client_weight
 
 
 def fedexp_step_size(mean_sq_norm: float, mean_delta_sq_norm: float, *, epsilon: float) -> float:
@@ -51,7 +51,7 @@ class DPFedExP(Strategy):
         sq_norms = 0.0
         total_weight = 0.0
         for update in updates:
-            w = self.client_weight(update)
+            w = client_weight(update, self.weighting)
             total.add_(update.delta, alpha=w)
             sq_norms += w * float(update.delta.square().sum())
             total_weight += w

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy, Weighting
+from fl_lightning.strategies.base import Metrics, Strategy, Weighting, client_weight
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 
@@ -108,7 +108,7 @@ class DPScaffold(Strategy):
         control_sum = torch.zeros_like(ctx.global_params)
         total_weight = 0.0
         for update in updates:
-            w = self.client_weight(update)
+            w = client_weight(update, self.weighting)
             total.add_(update.delta, alpha=w)
             control_sum.add_(update.extras["delta_control"])
             total_weight += w

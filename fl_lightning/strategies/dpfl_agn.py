@@ -34,12 +34,13 @@ would exceed ``privacy.target_epsilon`` (2 in the paper).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Literal
 
 import torch
 
 from fl_lightning.records import ClientPlan, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy, unsynced_state_problem
+from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits, unsynced_state_problem
 from fl_lightning.strategies.spec import FederationSpec
 
 
@@ -210,10 +211,12 @@ class DPFLAGN(Strategy):
             save_optimizer_state=save,
         )
 
-    def distributed_problem(self) -> str | None:
-        if self.adam_state == "persist" and self.client_states is not self.optimizer_states:
-            return unsynced_state_problem(self)
-        return None
+    @property
+    def traits(self) -> StrategyTraits:
+        """Not shardable when it persists per-client Adam state outside ``client_states``."""
+        unsynced = self.adam_state == "persist" and self.client_states is not self.optimizer_states
+        problem = unsynced_state_problem(self) if unsynced else None
+        return dataclasses.replace(super().traits, distributed_problem=problem)
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

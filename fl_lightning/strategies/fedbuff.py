@@ -22,7 +22,7 @@ from fl_lightning.records import RoundContext
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.asynchronous.buffer import Arrival, update_from_state, update_to_state
 from fl_lightning.strategies.asynchronous.staleness import StalenessFn, staleness_scale
-from fl_lightning.strategies.base import Metrics
+from fl_lightning.strategies.base import Metrics, client_weight
 
 
 class FedBuff(AsyncStrategy):
@@ -70,7 +70,7 @@ class FedBuff(AsyncStrategy):
             step = torch.zeros_like(out)
             for a in group:
                 tau = self.model_version - a.base_version
-                w = self.client_weight(a.update)
+                w = client_weight(a.update, self.weighting)
                 s = staleness_scale(self.staleness_fn, tau, a=self.staleness_a, b=self.staleness_b)
                 step.add_(a.update.delta, alpha=w * s)
                 total_w += w

@@ -26,7 +26,7 @@ from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.utils.rng import generator_for
 
@@ -88,12 +88,10 @@ class FedSMP(Strategy):
         self.epsilon = epsilon
 
     @property
-    def amplified_by_sampling(self) -> bool:
-        return True
-
-    @property
-    def is_private(self) -> bool:
-        return True
+    def traits(self) -> StrategyTraits:
+        """Private, and its one client-level Gaussian on the aggregate is amplified by cohort
+        sampling (Poisson cohorts under ``model.sampling: auto``)."""
+        return StrategyTraits(private=True, amplified_by_sampling=True)
 
     def setup_federation(self, spec: FederationSpec) -> None:
         """Fixes an unset σ from ``epsilon`` (or the run's target): one subsampled Gaussian a

@@ -51,7 +51,7 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy, Weighting
+from fl_lightning.strategies.base import Metrics, Strategy, Weighting, client_weight
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
 
 Variant = Literal["corrected", "published"]
@@ -259,7 +259,7 @@ class GCFL(Strategy):
         total = torch.zeros_like(ctx.global_params)
         total_weight = 0.0
         for u, s, g in zip(updates, scales, corrected):
-            w = self.client_weight(u)
+            w = client_weight(u, self.weighting)
             total.add_(g, alpha=-s * w)
             total_weight += w
         return total.div_(total_weight), metrics

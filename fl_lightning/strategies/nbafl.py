@@ -29,6 +29,7 @@ dataset) and is what the accountant reports.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Literal
 
@@ -38,7 +39,7 @@ from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.base import Metrics, Strategy
+from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
 
 EVERY_CLIENT = CohortSampling("poisson", 1.0, 1)
@@ -230,8 +231,8 @@ class NbAFL(Strategy):
         return GaussianMechanism(noise_multiplier=z, sensitivity=2.0 * self.clip_norm)
 
     @property
-    def is_private(self) -> bool:
-        return True
+    def traits(self) -> StrategyTraits:
+        return dataclasses.replace(super().traits, private=True)
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         assert self.sigma_u is not None

@@ -7,8 +7,8 @@ Eq. 8, DP-FedProx) never sees the noise, and the noise never sees the algorithm.
 other:
 
 * ``setup(spec)``: once, from ``Strategy.setup_federation``;
-* ``start_selection(ctx)`` and ``eligible(client_id, ctx)``: from ``Strategy.select_clients`` /
-  ``Strategy.client_eligible`` (and the asynchronous loop's refill), which clients may upload;
+* ``start_selection(ctx)`` and ``eligible(client_id, ctx)``: from ``Strategy.select_clients``
+  (and the asynchronous loop's refill), which clients may upload;
 * ``charge(ctx)``: from ``Strategy.configure_round``, the dispatched clients' cost;
 * ``privatize(update, ctx, generator=)``: from ``Strategy.process_update``, on the client;
 * ``round_privacy(ctx)``: from ``Strategy.round_privacy``, the round's events for the
@@ -17,7 +17,7 @@ other:
 * ``guarantee_note()``: from ``Strategy.on_fit_start``, logged as ``strategy/guarantee``;
 * ``state_dict`` / ``load_state_dict``: inside the strategy's checkpoint (``"local_dp"``);
 
-and ``private`` answers ``Strategy.is_private``. The three budget hooks (``start_selection``,
+and ``private`` answers ``Strategy.traits.private``. The three budget hooks (``start_selection``,
 ``eligible``, ``charge``) are for a mechanism that keeps a per-client budget
 (:class:`~fl_lightning.strategies.budgeted_uploads.BudgetedUploads`, Wu et al. 2025, Alg. 1);
 an unbudgeted one keeps the defaults, so every sampled client is dispatched.

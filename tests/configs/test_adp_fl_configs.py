@@ -23,7 +23,7 @@ def test_per_client_budget_holds(name, run_experiment):
     model = run.model
     assert model.rounds_completed == 2
     report = model.accountant.report()
-    private = model.strategy.is_private
+    private = model.strategy.traits.private
     assert private == ("nonprivate" not in name)
     assert (report["privacy/epsilon"] < float("inf")) == private
     if private:

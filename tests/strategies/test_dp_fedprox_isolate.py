@@ -43,10 +43,10 @@ def test_fedprox_with_central_dp_releases_the_clipped_noisy_mean() -> None:
     ]
     agg, _ = s.aggregate(ups, ctx, generator=torch.Generator())
     assert torch.allclose(agg, torch.tensor([0.3, 0.4]))  # each clipped to 0.5, sum / qN = 2
-    assert s.is_private and s.amplified_by_sampling
+    assert s.traits.private and s.traits.amplified_by_sampling
     assert len(s.round_privacy(ctx).client_level) == 1
     plain = DPFedProx(mu=0.1)
-    assert not plain.is_private and not plain.round_privacy(ctx).client_level
+    assert not plain.traits.private and not plain.round_privacy(ctx).client_level
 
 
 def test_isolate_clients_continue_from_their_own_models() -> None:

@@ -200,9 +200,9 @@ def test_run_stops_before_exceeding_target_epsilon():
     assert module.stopped_by_budget and eps <= 4.0
     assert 0 < module.rounds_completed < 50
     # One more round at the σ it would have used would have exceeded the target.
-    assert module.accountant.would_exceed(
-        module.planned_privacy(module.round_context(module.rounds_completed))
-    )
+    steps = module.federated_round
+    ctx = steps.context(module.rounds_completed, 50, module.evaluate_global)
+    assert module.accountant.would_exceed(steps.planned_privacy(ctx))
 
 
 # -- AGN: Adam on the noisy gradient (Eqs. 6-10) --------------------------------------------

@@ -80,11 +80,11 @@ def test_async_strategies_run_with_stragglers_and_local_noise():
     noise = BudgetedUploads(mechanism="gaussian", epsilon=50.0)
     _, fb, metrics = fit(FedBuff(buffer_size=3, local_dp=noise, **kw), rounds=4)
     assert metrics["async/model_version"] >= 1
-    assert fb.is_private and metrics["eps_basic_max"] <= 50.0 * (1 + 1e-9)
+    assert fb.traits.private and metrics["eps_basic_max"] <= 50.0 * (1 + 1e-9)
     _, fa, metrics = fit(FedAsync(mixing=0.5, **kw), rounds=4)
     in_flight = {a.dispatch_round for arr in fa.pending.values() for a in arr}
     assert set(fa.versions) <= in_flight
-    assert not fa.is_private and "eps_basic_max" not in metrics
+    assert not fa.traits.private and "eps_basic_max" not in metrics
 
 
 def test_local_dp_is_the_same_component_on_any_async_algorithm():
@@ -100,7 +100,7 @@ def test_local_dp_is_the_same_component_on_any_async_algorithm():
     assert a is not None and b is not None
     assert a.ledger.state_dict() == b.ledger.state_dict() and a.ledger.spent
     plain = fit(FedBuff(buffer_size=2, **kw), rounds=2)[1]
-    assert plain.local_dp is None and not plain.is_private
+    assert plain.local_dp is None and not plain.traits.private
 
 
 def test_staleness_functions():
@@ -120,7 +120,7 @@ def test_local_dp_composes_with_a_synchronous_strategy_and_its_budget_holds():
     2025: a client that cannot afford its next upload leaves)."""
     noise = BudgetedUploads(mechanism="laplace", epsilon=2.0, upload_epsilon=1.0)
     _, s, metrics = fit(FedAvg(local_dp=noise), rounds=4, clients_per_round=8)
-    assert s.is_private and s.local_dp is noise
+    assert s.traits.private and s.local_dp is noise
     assert noise.exited == set(range(8)) and metrics["clients_exited"] == 8.0
     assert metrics["eps_basic_max"] == pytest.approx(2.0)
     assert all(noise.ledger.paper_spent(c) == pytest.approx(2.0) for c in range(8))

@@ -91,7 +91,7 @@ def test_fedavg_holding_the_mechanism_is_the_named_strategy(pair):
         a, b = _round(named, r), _round(composed, r)
         assert torch.equal(a[0], b[0])
         assert a[1:] == b[1:]
-    assert named.is_private and composed.is_private
+    assert named.traits.private and composed.traits.private
     assert named.reduction == composed.reduction == "sum"
     assert named.state_dict() == composed.state_dict()
 
@@ -112,7 +112,7 @@ def test_the_nodp_baseline_holds_a_mechanism_that_privatises_nothing():
     u = ClientUpdate(client_id=0, delta=torch.ones(D), num_examples=1, loss=0.0)
     out = s.process_update(u, ctx, generator=torch.Generator())
     assert torch.equal(out.delta, torch.ones(D))
-    assert not s.is_private and s.round_privacy(ctx).local == {}
+    assert not s.traits.private and s.round_privacy(ctx).local == {}
     assert s.after_round(ctx, torch.zeros(D)) == {} and s.reports == {0: 1, 2: 1, 5: 1}
 
 

@@ -3,7 +3,7 @@
 How it pairs with the core (one ``FederatedModule`` training step = one round):
 
 1. ``select_clients``: the sampled cohort minus clients still computing an earlier update
-   (their upload has not arrived yet) and minus clients ``client_eligible`` rejects (e.g. a
+   (their upload has not arrived yet) and minus clients ``local_dp`` finds ineligible (e.g. a
    spent privacy budget); with ``refill`` the cohort is topped up, seeded by (seed, round), from
    the idle eligible clients.
 2. The unchanged ``SequentialExecutor`` trains every dispatched client *now*, from the current
@@ -119,22 +119,24 @@ class AsyncStrategy(Strategy):
         return self.busy_until.get(client_id, -math.inf) > self.clock.dispatch_time(round_idx)
 
     def select_clients(self, ctx: RoundContext) -> list[int]:
-        if self.local_dp is not None:
-            self.local_dp.start_selection(ctx)
-        chosen = [
-            c
-            for c in ctx.cohort
-            if not self.is_busy(c, ctx.round_idx) and self.client_eligible(c, ctx)
-        ]
+        """The sampled clients that are idle and can afford their next upload (``local_dp``),
+        topped up from the rest of the population in a keyed random order with ``refill``."""
+        local_dp = self.local_dp
+        if local_dp is not None:
+            local_dp.start_selection(ctx)
+
+        def available(c: int) -> bool:
+            idle = not self.is_busy(c, ctx.round_idx)
+            return idle and (local_dp is None or local_dp.eligible(c, ctx))
+
+        chosen = [c for c in ctx.cohort if available(c)]
         if self.refill and len(chosen) < len(ctx.cohort):
             sampled = set(ctx.cohort)
             g = generator_for(ctx.seed, ctx.round_idx, "async_refill")
             for c in torch.randperm(ctx.num_clients, generator=g, device=g.device).tolist():
                 if len(chosen) >= len(ctx.cohort):
                     break
-                if c in sampled or self.is_busy(c, ctx.round_idx):
-                    continue
-                if self.client_eligible(c, ctx):
+                if c not in sampled and available(c):
                     chosen.append(c)
         return sorted(chosen)
 
