@@ -3,17 +3,25 @@
 One step = the engine's ``compute_gradients`` on one batch (per-example clip to C, sum, noise,
 divide by the expected batch size; for the baseline the plain mean-loss backward) followed by
 ``torch.optim.SGD.step``: the same model, batch and optimizer for every variant. The baseline
-is the core's ``GradientEngine`` (a bare ``loss.backward()``), i.e. plain PyTorch.
+``plain`` is the core's non-private ``GradientEngine``; ``bare`` is a loop of plain PyTorch
+(``zero_grad``, forward, ``loss.backward()``, ``step``), timed in the same repetitions so that
+the engine wrapper's own cost is a measured ratio too.
 
 Time: median over ``--reps`` repetitions, variants interleaved within each repetition (the
 machine is shared), after one warm-up step, with a fixed thread count (``--threads``).
+
+The machine's core count and load average (``os.getloadavg``, before and after) are measured
+and recorded with the run, never typed in. ``--out DIR`` appends the run to
+``DIR/dpsgd_step.json`` and a section to ``DIR/dpsgd_step.md``; nothing recorded is rewritten.
 
 Memory: peak resident set size growth (``resource.getrusage().ru_maxrss``) of a fresh
 subprocess per variant during two steps at batch 1024, minus the RSS just before them.
 (tracemalloc does not see PyTorch's C++ CPU allocations and the torch profiler reports
 allocations per op, not a peak, so the process's own high-water mark is used.)
 
-    python benchmarks/dpsgd_step.py --reps 5 --out benchmarks/results/dpsgd_step.md
+    PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 5 --out benchmarks/results
+    PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 15 --engines bk --no-memory \
+        --out benchmarks/results   # the bk ratio alone, more repeats
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import resource
 import statistics
@@ -31,12 +40,32 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _record import append_run, run_header
 
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
 
 MODELS = {"MnistCNN": (MnistCNN, (1, 28, 28)), "CifarCNN": (CifarCNN, (3, 32, 32))}
 ENGINES = ["plain", "opacus", "ghost", "functorch", "bk"]
+TIMED = ["bare", *ENGINES]  # ``bare``: plain PyTorch, the reference of every ratio's baseline
+
+
+def _bare_step(model: str, batch: int) -> Callable[[], None]:
+    """The same model, batch and optimizer as ``_setup``, as a user writes the loop."""
+    make, shape = MODELS[model]
+    torch.manual_seed(0)
+    net = make()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(batch, *shape, generator=g)
+    y = torch.randint(0, 10, (batch,), generator=g)
+
+    def step() -> None:
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    return step
 
 
 def _setup(model: str, engine: str, batch: int, physical: int | None) -> Callable[[], None]:
@@ -63,7 +92,13 @@ def _setup(model: str, engine: str, batch: int, physical: int | None) -> Callabl
 
 
 def time_steps(models: list[str], batches: list[int], engines: list[str], reps: int) -> dict:
-    steps = {(m, b, e): _setup(m, e, b, None) for m in models for b in batches for e in engines}
+    """Every repetition's seconds per (model, batch, variant), variants interleaved."""
+    steps = {
+        (m, b, e): _bare_step(m, b) if e == "bare" else _setup(m, e, b, None)
+        for m in models
+        for b in batches
+        for e in engines
+    }
     for fn in steps.values():
         fn()  # warm-up
     times: dict = {k: [] for k in steps}
@@ -72,7 +107,7 @@ def time_steps(models: list[str], batches: list[int], engines: list[str], reps: 
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
 
 
 def _memory_child(model: str, engine: str, batch: int, physical: int | None, threads: int) -> None:
@@ -108,52 +143,43 @@ def _memory_variants(models: list[str]) -> list[tuple[str, str, int | None]]:
     return variants
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
-    parser.add_argument("--memory-batch", type=int, default=1024)
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--memory-only", action="store_true")
-    parser.add_argument("--machine-note", default="2 cores, idle", help="recorded as is")
-    parser.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        model, engine, batch, physical = args.child
-        _memory_child(model, engine, int(batch), int(physical) or None, args.threads)
-        return
-    torch.set_num_threads(args.threads)
-    models = list(MODELS)
-    # Memory first: Linux keeps ru_maxrss across fork + exec, so children spawned after the
-    # timing steps (GBs of per-example gradients in this process) would inherit its peak.
-    memory = {
-        (m, e, p): peak_memory(m, e, args.memory_batch, p, args.threads)
-        for m, e, p in _memory_variants(models)
+def _machine(threads: int) -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": threads,
+        "torch": torch.__version__,
     }
-    medians = {} if args.memory_only else time_steps(models, args.batches, ENGINES, args.reps)
+
+
+def _time_table(times: dict, models: list[str], batches: list[int], engines: list[str]) -> list:
+    """Rows: median ms, ÷ the ``plain`` engine, ÷ ``bare`` PyTorch, and the per-repetition
+    ratio to ``plain`` (each repetition's own pair, so a slow moment hits both sides)."""
     lines = [
-        "# DP-SGD step: time and peak memory relative to a non-private step",
-        "",
-        f"- date: {datetime.date.today()}; machine: {platform.machine()}, "
-        f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} torch thread(s) "
-        f"({args.machine_note}); torch {torch.__version__}",
-        f"- `python benchmarks/dpsgd_step.py --reps {args.reps} --threads {args.threads}`; "
-        "median of the repetitions, variants interleaved; goal: ratio <= 1.5x on CPU.",
-        "",
-        "| model | batch | engine | step ms | ÷ non-private |",
-        "|---|---|---|---|---|",
+        "| model | batch | variant | step ms | ÷ plain engine | ÷ bare PyTorch "
+        "| ÷ plain per repetition (min–max) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for m in models if medians else []:
-        for b in args.batches:
-            base = medians[(m, b, "plain")]
-            for e in ENGINES:
-                t = medians[(m, b, e)]
-                lines.append(f"| {m} | {b} | {e} | {t * 1e3:.1f} | {t / base:.2f}x |")
-    print("\n".join(lines), flush=True)
-    lines += [
-        "",
-        f"Peak memory, batch {args.memory_batch}: growth of ru_maxrss (peak RSS) of a fresh "
+    for m in models:
+        for b in batches:
+            plain, bare = times[(m, b, "plain")], times[(m, b, "bare")]
+            for e in engines:
+                t = times[(m, b, e)]
+                per_rep = [a / p for a, p in zip(t, plain, strict=True)]
+                med = statistics.median(t)
+                lines.append(
+                    f"| {m} | {b} | {e} | {med * 1e3:.1f} | "
+                    f"{med / statistics.median(plain):.2f}x | "
+                    f"{med / statistics.median(bare):.2f}x | "
+                    f"{min(per_rep):.2f}–{max(per_rep):.2f}x |"
+                )
+    return lines
+
+
+def _memory_table(memory: dict, models: list[str], batch: int) -> list[str]:
+    lines = [
+        f"Peak memory, batch {batch}: growth of ru_maxrss (peak RSS) of a fresh "
         "process over two steps; `physical` = `max_physical_batch_size` (virtual batches).",
         "",
         "| model | engine | physical | peak MiB | ÷ non-private |",
@@ -168,11 +194,78 @@ def main() -> None:
                 continue
             ratio = mib / max(base, 1e-9)
             lines.append(f"| {m} | {e} | {physical or 'all'} | {mib:.0f} | {ratio:.2f}x |")
-    text = "\n".join(lines) + "\n"
-    print(text)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        choices=ENGINES[1:],
+        default=ENGINES[1:],
+        help="DP engines to time (plain and bare are always timed)",
+    )
+    parser.add_argument("--memory-batch", type=int, default=1024)
+    parser.add_argument("--out", default=None, help="directory: append the run there")
+    parser.add_argument("--memory-only", action="store_true")
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        model, engine, batch, physical = args.child
+        _memory_child(model, engine, int(batch), int(physical) or None, args.threads)
+        return
+    if args.out is not None and not os.path.isdir(args.out):
+        parser.error(f"--out: {args.out} is not a directory (the run is appended there)")
+    torch.set_num_threads(args.threads)
+    models = list(args.models)
+    engines = ["bare", "plain", *args.engines]
+    load_before = os.getloadavg()
+    # Memory first: Linux keeps ru_maxrss across fork + exec, so children spawned after the
+    # timing steps (GBs of per-example gradients in this process) would inherit its peak.
+    memory = {}
+    if not args.no_memory:
+        memory = {
+            (m, e, p): peak_memory(m, e, args.memory_batch, p, args.threads)
+            for m, e, p in _memory_variants(models)
+        }
+    times = {} if args.memory_only else time_steps(models, args.batches, engines, args.reps)
+    load_after = os.getloadavg()
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/dpsgd_step.py " + " ".join(sys.argv[1:])
+    lines = [
+        f"- command: `{command}`; variants interleaved in each of {args.reps} repetitions, "
+        "median; goal: DP-SGD step ÷ non-private step ≤ 1.5x on CPU.",
+        "",
+    ]
+    if times:
+        lines += [*_time_table(times, models, args.batches, engines), ""]
+    if memory:
+        lines += _memory_table(memory, models, args.memory_batch)
+    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.reps} repetitions, {args.threads} torch thread(s)"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": _machine(args.threads),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "seconds": {"/".join(map(str, k)): v for k, v in times.items()},
+        "peak_growth_mib": {"/".join(map(str, k)): v for k, v in memory.items()},
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
+    print(text, flush=True)
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text)
+        intro = (
+            "# DP-SGD step: time and peak memory relative to a non-private step (issue 4)\n\n"
+            "`benchmarks/dpsgd_step.py`; each run appended as measured.\n"
+        )
+        append_run(args.out, "dpsgd_step", result, text, intro)
 
 
 if __name__ == "__main__":
