@@ -318,20 +318,23 @@ def build_cli_class():  # noqa: ANN201
                     "choose another directory so nothing is overwritten"
                 )
             if trainer.is_global_zero:
+                # Dumped once (a dump re-validates the whole config): written, then logged.
+                self._dumped = self.parser.dump(self.config, skip_none=False, format="yaml")
                 if log_dir and self.save_to_log_dir:
                     # Atomic, and with environment secrets redacted (utils/redact.py).
                     from fl_lightning.utils.atomic import atomic_write
                     from fl_lightning.utils.redact import redact_text
 
-                    config = self.parser.dump(self.config, skip_none=False, format="yaml")
                     target = os.path.join(log_dir, self.config_filename)
-                    atomic_write(target, redact_text(config))
+                    atomic_write(target, redact_text(self._dumped))
                 self.save_config(trainer, pl_module, stage)
                 self.already_saved = True
             self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
         def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
-            config = self.parser.dump(self.config, skip_none=False, format="yaml")
+            config = getattr(self, "_dumped", None) or self.parser.dump(
+                self.config, skip_none=False, format="yaml"
+            )
             import yaml
 
             from fl_lightning.utils.redact import redact
