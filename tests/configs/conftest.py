@@ -59,6 +59,7 @@ MODEL_SHRINK: dict[str, dict[str, Any]] = {
     "MnistLSTM": {"hidden_size": 16},
     "CharLSTM": {"hidden_size": 16},
     "MLP": {"hidden": [16]},
+    "VGG9": {"width": 4, "hidden": 16},
 }
 
 RUN_OVERRIDES = [
