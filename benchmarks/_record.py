@@ -1,13 +1,48 @@
 """Recording a benchmark run: the Markdown section and the JSON list under ``--out``.
 
 Shared by the benchmarks that keep ``<name>.json`` (every run appended) and ``<name>.md`` (a
-title once, then one section per run) in ``benchmarks/results/``.
+title once, then one section per run) in ``benchmarks/results/``. The machine is measured
+(``machine``, ``os.getloadavg`` around the run), never typed in.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import platform
 from pathlib import Path
+
+
+def machine(threads: int | None = None, note: str | None = None) -> dict:
+    """The machine as measured now: platform, processor, core count (``os.cpu_count``), torch
+    threads (``torch.get_num_threads()`` unless given) and torch version; ``note`` (free text
+    from the command line) is recorded beside these, only when given."""
+    import torch
+
+    found = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads() if threads is None else threads,
+        "torch": torch.__version__,
+    }
+    return found if note is None else {**found, "note": note}
+
+
+def out_dir(parser: argparse.ArgumentParser, out: str | None, name: str) -> Path | None:
+    """``--out`` checked: a directory, where ``name``.md/.json are appended to. A path
+    ``DIR/<name>.md`` (the older file form of ``--out``) means ``DIR``; anything else is a
+    one-line ``parser.error`` naming ``--out``."""
+    if out is None:
+        return None
+    path = Path(out)
+    if path.is_dir():
+        return path
+    if path.name in (f"{name}.md", f"{name}.json") and path.parent.is_dir():
+        return path.parent
+    parser.error(f"--out: {out} is not a directory (the run is appended to <dir>/{name}.md)")
+    return None  # unreachable: parser.error exits
 
 
 def run_header(title: str, machine: object, load_before: tuple, load_after: tuple) -> str:
@@ -27,6 +62,8 @@ def append_run(out: str | Path, name: str, result: dict, text: str, intro: str) 
     out = Path(out)
     path_json = out / f"{name}.json"
     previous = json.loads(path_json.read_text()) if path_json.exists() else []
+    if not isinstance(previous, list):  # an older single-run record: kept as the first entry
+        previous = [previous]
     path_json.write_text(json.dumps([*previous, result], indent=1) + "\n")
     path_md = out / f"{name}.md"
     if not path_md.exists():

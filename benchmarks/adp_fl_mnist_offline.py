@@ -4,20 +4,29 @@ The offline MNIST test set (8,000 train / 2,000 test), 50 clients with the paper
 2-labels / 10 % split, 10 clients per round, the 24,714-parameter LSTM, Gaussian uploads
 (δ = 1e-5, C = 1), the async clock of configs/strategy/*.yaml. Short: ``ROUNDS`` rounds of one
 local epoch (lr 0.1) so that the whole table takes a few minutes on a CPU; plus non-private
-async FedAvg as the ceiling. Writes benchmarks/results/adp_fl_mnist_offline.md.
+async FedAvg as the ceiling.
+
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and recorded, never typed in. The run is appended to
+``DIR/adp_fl_mnist_offline.json`` and a section to ``DIR/adp_fl_mnist_offline.md`` (``--out
+DIR``, default benchmarks/results) when the table is complete; nothing recorded is rewritten.
+``--rounds`` (default 20) shortens a smoke test.
 
 Run from the repository root: ``PYTHONPATH=. python benchmarks/adp_fl_mnist_offline.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
-import platform
+import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from _record import append_run, machine, out_dir, run_header
 
 from fl_lightning.runs import build_cli_class
 
@@ -26,14 +35,14 @@ HORIZON = 20  # E of Eq. 6 / Eq. 10 (the budget horizon)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(config: str, extra: list[str]) -> dict:
+def run(config: str, extra: list[str], rounds: int = ROUNDS) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             "fit",
             "--config",
             str(ROOT / "configs/experiment/adp_fl" / config),
             "--trainer.max_steps",
-            str(ROUNDS),
+            str(rounds),
             "--trainer.logger",
             "false",
             "--trainer.default_root_dir",
@@ -67,6 +76,13 @@ def run(config: str, extra: list[str]) -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument(
+        "--out", default=str(ROOT / "benchmarks/results"), help="directory: append the run there"
+    )
+    args = parser.parse_args()
+    out = out_dir(parser, args.out, "adp_fl_mnist_offline")
     torch.set_num_threads(1)
     jobs = [
         (name, eps, cfg, ["--strategy.init_args.epsilon", str(eps)])
@@ -84,31 +100,49 @@ def main() -> None:
             ["--strategy.init_args.mechanism", "none", "--strategy.init_args.epsilon", "null"],
         )
     )
+    command = "python benchmarks/adp_fl_mnist_offline.py " + " ".join(sys.argv[1:])
     header = [
-        "# ADP-FL vs even budget, offline MNIST (issue #9)",
-        "",
-        f"Date: {datetime.date.today()}; {platform.machine()} CPU, 1 thread, shared machine. "
-        f"{ROUNDS} rounds of 20 local steps, 50 clients (overlap_label_k: 2 labels, 10 % "
+        f"- command: `{command}`; CPU, 1 torch thread. "
+        f"{args.rounds} rounds of 20 local steps, 50 clients (overlap_label_k: 2 labels, 10 % "
         "each), 10 per round, LSTM 24,714 params, SGD lr 0.1 batch 16, Gaussian uploads "
         "C = 1 (Δ = 2C), δ = 1e-5 per upload, log-normal delays + 20 % stragglers ×4, seed 0. "
-        f"Budget horizon E = {HORIZON} (per-upload even budget ε/(0.2·{HORIZON})). "
-        "Rows are written as runs finish.",
+        f"Budget horizon E = {HORIZON} (per-upload even budget ε/(0.2·{HORIZON})).",
         "",
         "| method | total ε | test acc | ε paper (Σε_t) | ε basic (accountant) | δ basic "
         "| ε tight (RDP, δ=1e-5) | clients exited | max staleness | s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    out = ROOT / "benchmarks/results/adp_fl_mnist_offline.md"
+    load_before = os.getloadavg()
     rows: list[str] = []
+    records = []
     for name, eps, cfg, extra in jobs:
-        r = run(cfg, extra)
+        r = run(cfg, extra, args.rounds)
+        records.append({"method": name, "epsilon": eps, **r})
         rows.append(
             f"| {name} | {eps} | {r['acc']:.4f} | {r['eps_paper']:.3g} | {r['eps_basic']:.3g} | "
             f"{r['delta_basic']:.1g} | {r['eps_tight']:.3g} | {r['exited']} | "
             f"{r['staleness']:.0f} | {r['seconds']:.0f} |"
         )
-        out.write_text("\n".join(header + rows) + "\n")
         print(rows[-1], flush=True)
+    load_after = os.getloadavg()
+    now = datetime.datetime.now(datetime.UTC)
+    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds, horizon E = {HORIZON}"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "rows": records,
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(header + rows) + "\n"
+    print(text)
+    intro = (
+        "# ADP-FL vs even budget, offline MNIST (issue #9)\n\n"
+        "`benchmarks/adp_fl_mnist_offline.py`; each run appended as measured.\n"
+    )
+    append_run(out, "adp_fl_mnist_offline", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,14 @@ Offline MNIST (the 10,000-image test set, 8,000 train / 2,000 test), 100 Dirichl
 one local epoch, ``--rounds`` rounds; plus non-private FedAvg as the ceiling. Reports final test
 accuracy, the privacy the run can defend and the paper's per-round figure.
 
-    python benchmarks/asgp_methods_mnist_offline.py --rounds 20 \
-        --out benchmarks/results/asgp_methods_mnist_offline.md
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and recorded, never typed in. ``--out DIR`` (a directory; the older form
+``DIR/asgp_methods_mnist_offline.md`` still means ``DIR``) appends the run to
+``DIR/asgp_methods_mnist_offline.json`` and a section to ``DIR/asgp_methods_mnist_offline.md``;
+nothing recorded is rewritten.
+
+    PYTHONPATH=. python benchmarks/asgp_methods_mnist_offline.py --rounds 20 \
+        --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -14,11 +20,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
+import sys
 import tempfile
 import time
 
-import torch
+from _record import append_run, machine, out_dir, run_header
 
 from fl_lightning.runs import build_cli_class
 
@@ -69,25 +75,26 @@ def run(extra: list[str], rounds: int, epsilon: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--epsilon", type=float, default=0.5)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default=None, help="directory: append the run there")
     args = parser.parse_args()
+    out = out_dir(parser, args.out, "asgp_methods_mnist_offline")
+    load_before = os.getloadavg()
     lines = [
-        f"# Five methods at ε = {args.epsilon} on offline MNIST ({args.rounds} rounds)",
-        "",
-        f"Machine: {platform.node()} ({os.cpu_count()} CPU threads visible, shared with other "
-        f"jobs; torch {torch.__version__}), CPU only. Date: {datetime.date.today().isoformat()}.",
-        f"Config: `{CONFIG}` with a small CNN (8/16 channels, FC 64), 100 Dirichlet(1) clients, "
-        "10 per round, batch 128, lr 0.1, one local epoch, seed 0, one run each.",
+        f"- config: `{CONFIG}` with a small CNN (8/16 channels, FC 64), 100 Dirichlet(1) "
+        "clients, 10 per round, batch 128, lr 0.1, one local epoch, seed 0, one run each; "
+        "CPU only.",
         "",
         "| method | test accuracy | test loss | privacy/epsilon (defensible) | guarantee | "
         "paper's per-round ε | s |",
         "|---|---|---|---|---|---|---|",
     ]
+    results = {}
     for name, extra in METHODS.items():
         r = run(extra, args.rounds, args.epsilon)
+        results[name] = {k: v for k, v in r.items() if isinstance(v, int | float | str)}
         paper = r.get("strategy/paper_epsilon_round", r.get("strategy/epsilon_round", "—"))
         paper = f"{paper:.3g}" if isinstance(paper, float) else paper
         lines.append(
@@ -96,11 +103,27 @@ def main() -> None:
             f"{paper} | {r['seconds']:.0f} |"
         )
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
+    load_after = os.getloadavg()
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/asgp_methods_mnist_offline.py " + " ".join(sys.argv[1:])
+    title = f"{now:%Y-%m-%d %H:%M} UTC: ε = {args.epsilon}, {args.rounds} rounds"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "methods": results,
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += f"- command: `{command}`\n" + "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    if out is not None:
+        intro = (
+            "# DP-FedASGP's Table IV methods on offline MNIST\n\n"
+            "`benchmarks/asgp_methods_mnist_offline.py`; each run appended as measured.\n"
+        )
+        append_run(out, "asgp_methods_mnist_offline", result, text, intro)
 
 
 if __name__ == "__main__":

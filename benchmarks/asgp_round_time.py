@@ -8,7 +8,12 @@ local epoch); ``round/time_s`` is read from every round. A bare-PyTorch loop doi
 reference for the engine's overhead, once with Laplace-everywhere and once with the ASGP
 client step (kthvalue threshold + sparse-vector test).
 
-    python benchmarks/asgp_round_time.py --rounds 6 --out benchmarks/results/asgp_round_time.md
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and recorded, never typed in. ``--out DIR`` (a directory; the older form
+``DIR/asgp_round_time.md`` still means ``DIR``) appends the run to ``DIR/asgp_round_time.json``
+and a section to ``DIR/asgp_round_time.md``; nothing recorded is rewritten.
+
+    PYTHONPATH=. python benchmarks/asgp_round_time.py --rounds 6 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
+import sys
 import tempfile
 import time
 
 import lightning.pytorch as pl
 import torch
+from _record import append_run, machine, out_dir, run_header
 from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
@@ -131,26 +137,25 @@ def bare_round_times(kind: str, rounds: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default=None, help="directory: append the run there")
     args = parser.parse_args()
+    out = out_dir(parser, args.out, "asgp_round_time")
     torch.manual_seed(0)
+    load_before = os.getloadavg()
     rows = {}
     # Interleave the runs so that load from other processes hits both sides alike.
     rows["dp_fedavg_local (engine)"] = engine_round_times("dp_fedavg_local", args.rounds)
     rows["dp_fedasgp (engine)"] = engine_round_times("dp_fedasgp", args.rounds)
     rows["bare PyTorch, Laplace everywhere"] = bare_round_times("laplace", args.rounds)
     rows["bare PyTorch, ASGP client step"] = bare_round_times("asgp", args.rounds)
+    load_after = os.getloadavg()
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/asgp_round_time.py " + " ".join(sys.argv[1:])
     lines = [
-        "# DP-FedASGP round time vs local DP-FedAvg (MNIST CNN, 10 clients per round)",
-        "",
-        f"Machine: {platform.node()} ({platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPU threads visible, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} intra-op threads), CPU only. "
-        f"Date: {datetime.date.today().isoformat()}. Rounds: {args.rounds} (first dropped).",
-        "",
-        "Config: `" + CONFIG + "` (offline MNIST test set, 100 Dirichlet(1) clients, 10 per "
+        f"- command: `{command}`; rounds: {args.rounds} (first dropped); CPU only.",
+        "- config: `" + CONFIG + "` (offline MNIST test set, 100 Dirichlet(1) clients, 10 per "
         "round, MnistCNN 1,663,370 parameters, batch 128, one local epoch).",
         "",
         "| run | median s/round | mean s/round | rounds |",
@@ -163,18 +168,32 @@ def main() -> None:
         lines.append(f"| {name} | {med[name]:.3f} | {statistics.mean(kept):.3f} | {len(kept)} |")
     ratio = med["dp_fedasgp (engine)"] / med["dp_fedavg_local (engine)"]
     bare = med["bare PyTorch, ASGP client step"] / med["bare PyTorch, Laplace everywhere"]
+    overhead = med["dp_fedavg_local (engine)"] / med["bare PyTorch, Laplace everywhere"]
     lines += [
         "",
         f"Ratio dp_fedasgp / dp_fedavg_local (engine): **{ratio:.2f}×** (goal <= 1.2×).",
         f"Ratio ASGP / Laplace (bare PyTorch): {bare:.2f}×.",
-        f"Engine overhead vs bare PyTorch (dp_fedavg_local): "
-        f"{med['dp_fedavg_local (engine)'] / med['bare PyTorch, Laplace everywhere']:.2f}×.",
+        f"Engine overhead vs bare PyTorch (dp_fedavg_local): {overhead:.2f}×.",
     ]
-    text = "\n".join(lines) + "\n"
+    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "round_seconds": rows,
+        "ratio_asgp_over_fedavg_local": ratio,
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    if out is not None:
+        intro = (
+            "# DP-FedASGP round time vs local DP-FedAvg (MNIST CNN, 10 clients per round)\n\n"
+            "`benchmarks/asgp_round_time.py`; each run appended as measured.\n"
+        )
+        append_run(out, "asgp_round_time", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -7,20 +7,28 @@ against a bare-PyTorch FedAvg loop (same model, same per-client steps) as the re
 A second, training-free measurement isolates the bookkeeping: the strategy hooks alone
 (select_clients, configure_round, process_update, aggregate) for 1,000 dispatched clients.
 
-Run from the repository root: ``PYTHONPATH=. python benchmarks/async_overhead.py`` (writes
-benchmarks/results/async_overhead.md).
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and recorded, never typed in. The run is appended to
+``DIR/async_overhead.json`` and a section to ``DIR/async_overhead.md`` (``--out DIR``, default
+benchmarks/results); nothing recorded is rewritten. ``--rounds`` (default 12, the first two
+dropped as warm-up) shortens a smoke test.
+
+Run from the repository root: ``PYTHONPATH=. python benchmarks/async_overhead.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
-import platform
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
+from _record import append_run, machine, out_dir, run_header
 
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -70,12 +78,12 @@ class _RoundTimer(pl.Callback):
         self.times.append(time.perf_counter() - self._t)
 
 
-def framework_round_times(strategy) -> list[float]:  # noqa: ANN001
+def framework_round_times(strategy, rounds: int = ROUNDS) -> list[float]:  # noqa: ANN001
     client = ClientModule(net=net(), num_classes=10, lr=0.05, local_steps=STEPS, batch_size=BATCH)
     model = FederatedModule(client=client, strategy=strategy, clients_per_round=M, eval_every=0)
     timer = _RoundTimer()
     trainer = pl.Trainer(
-        max_steps=ROUNDS,
+        max_steps=rounds,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -88,7 +96,7 @@ def framework_round_times(strategy) -> list[float]:  # noqa: ANN001
     return timer.times[2:]  # drop warm-up rounds
 
 
-def bare_pytorch_round_times() -> list[float]:
+def bare_pytorch_round_times(rounds: int = ROUNDS) -> list[float]:
     dm = data()
     dm.setup("fit")
     model = net()
@@ -96,7 +104,7 @@ def bare_pytorch_round_times() -> list[float]:
     glob = [p.detach().clone() for p in params]
     opt = torch.optim.SGD(params, lr=0.05)
     times = []
-    for r in range(ROUNDS):
+    for r in range(rounds):
         t0 = time.perf_counter()
         cohort = torch.randperm(N, generator=generator_for(0, r, "cohort"))[:M].tolist()
         total = [torch.zeros_like(g) for g in glob]
@@ -150,26 +158,36 @@ def bookkeeping_times(strategy, d: int = 50_890, rounds: int = 12) -> list[float
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds a run (≥ 3)")
+    parser.add_argument(
+        "--out",
+        default=str(Path(__file__).parent / "results"),
+        help="directory: append the run there",
+    )
+    args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error(f"--rounds: {args.rounds} < 3 (the first two rounds are dropped)")
+    out = out_dir(parser, args.out, "async_overhead")
     torch.set_num_threads(1)
     med = statistics.median
-    bare = bare_pytorch_round_times()
-    sync = framework_round_times(FedAvg())
-    asyn = framework_round_times(AsyncStrategy(**DELAYS))
-    book_sync = bookkeeping_times(FedAvg())
-    book_async = bookkeeping_times(AsyncStrategy(**DELAYS))
+    load_before = os.getloadavg()
+    bare = bare_pytorch_round_times(args.rounds)
+    sync = framework_round_times(FedAvg(), args.rounds)
+    asyn = framework_round_times(AsyncStrategy(**DELAYS), args.rounds)
+    book_sync = bookkeeping_times(FedAvg(), rounds=args.rounds)
+    book_async = bookkeeping_times(AsyncStrategy(**DELAYS), rounds=args.rounds)
+    load_after = os.getloadavg()
     rows = [
         ("bare PyTorch FedAvg loop (reference)", med(bare)),
         ("FederatedModule + FedAvg (synchronous)", med(sync)),
         ("FederatedModule + AsyncStrategy (clock, delays, stragglers)", med(asyn)),
     ]
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/async_overhead.py " + " ".join(sys.argv[1:])
     lines = [
-        "# Simulated-clock overhead (issue #9)",
-        "",
-        f"Date: {datetime.date.today()}; machine: {platform.processor() or platform.machine()}, "
-        f"{platform.system()}, torch {torch.__version__}, 1 thread, CPU; shared machine, so "
-        "medians over rounds 3..12.",
-        "",
-        f"{N} clients, {M} dispatched per round, {STEPS} local SGD steps of batch {BATCH}, "
+        f"- command: `{command}`; CPU, 1 torch thread; medians over rounds 3..{args.rounds}.",
+        f"- {N} clients, {M} dispatched per round, {STEPS} local SGD steps of batch {BATCH}, "
         "MLP 784-64-10 (50,890 parameters), synthetic data. Async: log-normal delays (median "
         "0.7), 20 % stragglers ×4, receive window 1.0, aggregation window 0.2.",
         "",
@@ -189,9 +207,25 @@ def main() -> None:
         "",
         f"Goal ≤ 1.1×: async / sync = {med(asyn) / med(sync):.3f}×.",
     ]
-    out = Path(__file__).parent / "results" / "async_overhead.md"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds, 1 torch thread"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "round_seconds": {"bare": bare, "sync": sync, "async": asyn},
+        "bookkeeping_seconds": {"sync": book_sync, "async": book_async},
+        "ratio_async_over_sync": med(asyn) / med(sync),
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
+    print(text)
+    intro = (
+        "# Simulated-clock overhead (issue #9)\n\n"
+        "`benchmarks/async_overhead.py`; each run appended as measured.\n"
+    )
+    append_run(out, "async_overhead", result, text, intro)
 
 
 if __name__ == "__main__":

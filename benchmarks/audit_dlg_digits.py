@@ -3,12 +3,25 @@
 Builds the ``tests/attacks/configs/overfit.yaml`` experiment (untrained global model), attacks
 one client's one-step upload of a single example as deployed (FedAvg; DP-FedAvg's clipping;
 DP-FedAvg + Gaussian σ = 1 on the upload; Laplace ε = 1 on the upload) and prints the mean SSIM
-over 4 examples.  ``python benchmarks/audit_dlg_digits.py``
+over 4 examples.
+
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and printed, never typed in. ``--out DIR`` appends the run to
+``DIR/audit_dlg_digits.json`` and a section to ``DIR/audit_dlg_digits.md``; nothing recorded
+is rewritten.
+
+    PYTHONPATH=. python benchmarks/audit_dlg_digits.py [--out benchmarks/results]
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import os
+import sys
+
 import torch
+from _record import append_run, machine, out_dir, run_header
 
 from fl_lightning.attacks.dlg import invert_gradient, upload_gradient
 from fl_lightning.attacks.images import image_metrics
@@ -36,12 +49,19 @@ CASES = {
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="directory: append the run there")
+    args = parser.parse_args()
+    out = out_dir(parser, args.out, "audit_dlg_digits")
     torch.set_num_threads(1)
+    load_before = os.getloadavg()
     cli = Pipeline(["--config", "tests/attacks/configs/overfit.yaml"]).build(quiet=True)
     module, dm = cli.model, cli.datamodule
     dm.setup("fit")
     x_all, y_all = dm.client_data(0)
-    print("| upload attacked | DLG SSIM | iDLG SSIM | iDLG label acc. |\n|---|---|---|---|")
+    lines = ["| upload attacked | DLG SSIM | iDLG SSIM | iDLG label acc. |", "|---|---|---|---|"]
+    print("\n".join(lines))
+    means = {}
     for name, (strategy, mechanism) in CASES.items():
         module.strategy = strategy
         row = {"dlg": [], "idlg": [], "label": []}
@@ -61,8 +81,30 @@ def main() -> None:
                 row[method].append(image_metrics(x, r.reconstruction)["ssim"])
                 if method == "idlg":
                     row["label"].append(float(r.label == y))
-        mean = {k: sum(v) / len(v) for k, v in row.items()}
-        print(f"| {name} | {mean['dlg']:.3f} | {mean['idlg']:.3f} | {mean['label']:.2f} |")
+        mean = means[name] = {k: sum(v) / len(v) for k, v in row.items()}
+        lines.append(f"| {name} | {mean['dlg']:.3f} | {mean['idlg']:.3f} | {mean['label']:.2f} |")
+        print(lines[-1], flush=True)
+    load_after = os.getloadavg()
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/audit_dlg_digits.py " + " ".join(sys.argv[1:])
+    title = f"{now:%Y-%m-%d %H:%M} UTC: 4 examples, 60 iterations, 1 torch thread"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(1),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "mean_ssim": means,
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += f"- command: `{command}`\n\n" + "\n".join(lines) + "\n"
+    print("\n" + text)
+    if out is not None:
+        intro = (
+            "# DLG / iDLG SSIM on the digits MLP per deployed privatisation\n\n"
+            "`benchmarks/audit_dlg_digits.py`; each run appended as measured.\n"
+        )
+        append_run(out, "audit_dlg_digits", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -4,21 +4,29 @@ Runs ``fl-lightning audit`` on ``configs/experiment/quickstart.yaml`` with overr
 MNIST (20 Dirichlet clients, 5 per round, the small CNN) once per strategy, with the membership
 attacks and DLG / iDLG on one client's privatised upload, and prints a markdown table.
 
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and printed, never typed in. ``--out DIR`` appends the run to
+``DIR/audit_table.json`` and a section to ``DIR/audit_table.md``; nothing recorded is
+rewritten.
+
     nice -n 10 python benchmarks/audit_table.py --rounds 10 > /tmp/audit_table.md
+    nice -n 10 python benchmarks/audit_table.py --rounds 10 --out benchmarks/results
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _record import append_run, machine, out_dir, run_header
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,14 +132,17 @@ def table(rows: dict[str, dict]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--targets", type=int, default=500)
     p.add_argument("--shadows", type=int, default=2)
     p.add_argument("--dlg-iterations", type=int, default=100)
     p.add_argument("--dlg-examples", type=int, default=2)
     p.add_argument("--only", nargs="*", help="method names to run (default: all available)")
+    p.add_argument("--out", default=None, help="directory: append the run there")
     args = p.parse_args()
+    out = out_dir(p, args.out, "audit_table")
+    load_before = os.getloadavg()
     rows = {}
     for name, (class_path, extra) in STRATEGIES.items():
         if args.only and name not in args.only:
@@ -144,11 +155,29 @@ def main() -> None:
             )
         else:
             print(f"{name}: {class_path} not available, skipped", file=sys.stderr)
-    print(
-        f"<!-- {platform.node()} {platform.processor() or platform.machine()}, "
-        f"{time.strftime('%Y-%m-%d')}, {vars(args)} -->"
-    )
-    print(table(rows))
+    load_after = os.getloadavg()
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/audit_table.py " + " ".join(sys.argv[1:])
+    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds, {len(rows)} method(s)"
+    # The audits run in subprocesses with OMP_NUM_THREADS=1 (see ``run``).
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(threads=1),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "arguments": vars(args),
+        "audits": rows,
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += f"- command: `{command}`\n\n" + table(rows) + "\n"
+    print(text)
+    if out is not None:
+        intro = (
+            "# Audit table: every available strategy on offline MNIST, attacked\n\n"
+            "`benchmarks/audit_table.py`; each run appended as measured.\n"
+        )
+        append_run(out, "audit_table", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -23,24 +23,32 @@ book-keeping clipping, ``client/stacked.py``):
 are skipped.
 
 Median over ``--reps`` repetitions of one round each, variants interleaved, each (model,
-threads) group at one fixed thread count. From the repository root (``PYTHONPATH=.`` so that
-the checkout, not an installed copy, is measured):
+threads) group at one fixed thread count.
+
+The machine (core count, torch threads, platform) and the load average before and after each
+(model, threads) group are measured and recorded, never typed in; ``--note`` adds optional free
+text beside them. ``--out DIR`` (a directory; the older form ``DIR/cohort_throughput.md`` still
+means ``DIR``) appends each group to ``DIR/cohort_throughput.json`` and a section to
+``DIR/cohort_throughput.md``; nothing recorded is rewritten. From the repository root
+(``PYTHONPATH=.`` so that the checkout, not an installed copy, is measured):
 
     PYTHONPATH=. python benchmarks/cohort_throughput.py --reps 7 --threads 1 2 \
-        --models mnist_cnn mlp --out benchmarks/results/cohort_throughput.md
+        --models mnist_cnn mlp --out benchmarks/results
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import platform
+import os
 import statistics
+import sys
 import time
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from _record import append_run, machine, out_dir, run_header
 from torch import nn
 
 from fl_lightning.client.config import DPSGDConfig
@@ -131,21 +139,48 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=["mnist_cnn", "mlp"], default=["mnist_cnn"])
     parser.add_argument("--dp-sgd", action="store_true", help="clients run DP-SGD (see above)")
     parser.add_argument(
-        "--note", default="2 shared cores, other agents running", help="machine state, recorded"
+        "--note",
+        default=None,
+        help="optional free text recorded beside the measured machine (never instead of it)",
     )
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", default=None, help="directory: append each group there")
     args = parser.parse_args()
+    out = out_dir(parser, args.out, "cohort_throughput")
+    command = "python benchmarks/cohort_throughput.py " + " ".join(sys.argv[1:])
+    intro = (
+        "# Cohort throughput: vectorised vs sequential executor vs bare PyTorch loop\n\n"
+        "`benchmarks/cohort_throughput.py`; each (model, threads) group appended as measured.\n"
+    )
     for model in args.models:
         for threads in args.threads:
-            text = measure(args, model, threads)
-            print(text)
-            if args.out:
-                with open(args.out, "a") as fh:
-                    fh.write(text)
+            load_before = os.getloadavg()
+            lines, times = measure(args, model, threads)
+            load_after = os.getloadavg()
+            now = datetime.datetime.now(datetime.UTC)
+            title = (
+                f"{now:%Y-%m-%d %H:%M} UTC: {lines.pop(0)}, {threads} torch thread(s), "
+                f"{args.reps} repetitions"
+            )
+            result = {
+                "date_utc": f"{now:%Y-%m-%d %H:%M}",
+                "command": command,
+                "machine": machine(threads, args.note),
+                "load_average_before": load_before,
+                "load_average_after": load_after,
+                "model": model,
+                "dp_sgd": args.dp_sgd,
+                "seconds": times,
+            }
+            text = run_header(title, result["machine"], load_before, load_after)
+            text += f"- command: `{command}`\n" + "\n".join(lines) + "\n"
+            print(text, flush=True)
+            if out is not None:
+                append_run(out, "cohort_throughput", result, text, intro)
 
 
-def measure(args: argparse.Namespace, model: str, threads: int) -> str:
-    """One row group: every variant at ``threads`` torch threads; returns the markdown."""
+def measure(args: argparse.Namespace, model: str, threads: int) -> tuple[list[str], dict]:
+    """One row group: every variant at ``threads`` torch threads; returns the markdown lines
+    (the first: the group's name) and every repetition's seconds per variant."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     data = make_data(args.clients, args.examples)
@@ -208,12 +243,7 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> str:
     max_diff = max(float((a - b).abs().max()) for a, b in zip(seq, vec))
     max_delta = max(float(a.abs().max()) for a in seq)
     lines = [
-        f"## {make_net.__name__}{', DP-SGD clients' if args.dp_sgd else ''}, "
-        f"{torch.get_num_threads()} thread(s)",
-        "",
-        f"- date: {datetime.date.today()}; machine: {platform.machine()} "
-        f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} torch thread(s) "
-        f"({args.note}); torch {torch.__version__}",
+        f"{make_net.__name__}{', DP-SGD clients' if args.dp_sgd else ''}",
         f"- {args.clients} clients × {args.examples} examples (1×28×28), "
         f"{make_net.__name__}, 1 local epoch, batch {args.batch}, "
         f"{'DP-SGD (C 1, σ 1, engine auto)' if args.dp_sgd else 'SGD'} lr {lr}, FedAvg "
@@ -237,7 +267,7 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> str:
     for v in variants:
         cps = args.clients / med[v]
         lines.append(f"| {v} | {med[v]:.3f} | {cps:.1f} | {med['bare'] / med[v]:.2f}x |")
-    return "\n".join(lines) + "\n\n"
+    return lines, times
 
 
 if __name__ == "__main__":

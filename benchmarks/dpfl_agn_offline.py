@@ -3,16 +3,27 @@
 Runs the Sec. 5.4 configs through the CLI with offline overrides (the real MNIST test set from
 ../shared/data, a narrow Abadi CNN, 10 clients on the printed 400/40 shard split) and prints one
 JSON line per method: rounds reached, whether the ε budget stopped the run, test accuracy, ε.
-Usage: python benchmarks/dpfl_agn_offline.py [max_rounds]
+
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and printed, never typed in. ``--out DIR`` appends the run to
+``DIR/dpfl_agn_offline.json`` and a table section to ``DIR/dpfl_agn_offline.md``; nothing
+recorded is rewritten.
+
+Usage: PYTHONPATH=. python benchmarks/dpfl_agn_offline.py [max_rounds] [--out benchmarks/results]
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _record import append_run, machine, out_dir, run_header
 
 from fl_lightning.cli import run_lightning
 
@@ -56,11 +67,17 @@ def methods(rounds: int) -> dict[str, list[str]]:
 
 
 def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 80
-    for name, extra in methods(rounds).items():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("max_rounds", type=int, nargs="?", default=80)
+    parser.add_argument("--out", default=None, help="directory: append the run there")
+    args = parser.parse_args()
+    out = out_dir(parser, args.out, "dpfl_agn_offline")
+    load_before = os.getloadavg()
+    records = []
+    for name, extra in methods(args.max_rounds).items():
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
-            args = [
+            cmd = [
                 "fit",
                 "--config",
                 extra[0],
@@ -69,23 +86,53 @@ def main() -> None:
                 "--trainer.default_root_dir",
                 tmp,
             ]
-            rc = run_lightning(args)
+            rc = run_lightning(cmd)
             summary = json.loads((Path(tmp) / "summary.json").read_text()) if rc == 0 else {}
-        print(
-            json.dumps(
-                {
-                    "method": name,
-                    "rc": rc,
-                    "rounds": summary.get("rounds"),
-                    "stopped_by_budget": summary.get("stopped_by_budget"),
-                    "accuracy": summary.get("test/accuracy"),
-                    "epsilon": summary.get("privacy/epsilon"),
-                    "guarantee": summary.get("privacy/guarantee"),
-                    "seconds": round(time.perf_counter() - start, 1),
-                }
-            ),
-            flush=True,
+        records.append(
+            {
+                "method": name,
+                "rc": rc,
+                "rounds": summary.get("rounds"),
+                "stopped_by_budget": summary.get("stopped_by_budget"),
+                "accuracy": summary.get("test/accuracy"),
+                "epsilon": summary.get("privacy/epsilon"),
+                "guarantee": summary.get("privacy/guarantee"),
+                "seconds": round(time.perf_counter() - start, 1),
+            }
         )
+        print(json.dumps(records[-1]), flush=True)
+    load_after = os.getloadavg()
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/dpfl_agn_offline.py " + " ".join(sys.argv[1:])
+    lines = [
+        f"- command: `{command}`; at most {args.max_rounds} rounds (NbAFL: 10).",
+        "",
+        "| method | rc | rounds reached | stopped by budget | test accuracy | ε | guarantee | s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        cells = [r[k] for k in ("method", "rc", "rounds", "stopped_by_budget", "accuracy")]
+        cells += [r["epsilon"], r["guarantee"], r["seconds"]]
+        cells = ["—" if c is None else f"{c:.4g}" if isinstance(c, float) else c for c in cells]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    title = f"{now:%Y-%m-%d %H:%M} UTC: at most {args.max_rounds} rounds"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "methods": records,
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
+    print(text)
+    if out is not None:
+        intro = (
+            "# DPFL-AGN offline comparison at target ε = 2 (issue #7)\n\n"
+            "`benchmarks/dpfl_agn_offline.py`; each run appended as measured.\n"
+        )
+        append_run(out, "dpfl_agn_offline", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Short offline-MNIST run of the six methods of the GCFL paper at epsilon = 2 (record level,
-# delta = 1e-5, sigma calibrated): writes benchmarks/results/gcfl_mnist_offline_eps2.md.
-# Usage (from the repository root, venv active): bash benchmarks/gcfl_mnist_offline_eps2.sh
+# delta = 1e-5, sigma calibrated). The machine (core count, torch threads, platform) and the
+# load average before and after are measured; the run is appended to
+# OUT_DIR/gcfl_mnist_offline_eps2.{md,json} (benchmarks/_record.py); nothing is rewritten.
+# Usage (from the repository root, venv active):
+#   bash benchmarks/gcfl_mnist_offline_eps2.sh [OUT_DIR]   (default benchmarks/results)
 set -euo pipefail
-load_before=$(cut -d' ' -f1 /proc/loadavg)
+out_dir=${1:-benchmarks/results}
+[ -d "$out_dir" ] || { echo "OUT_DIR: $out_dir is not a directory (the run is appended there)"; exit 2; }
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} WANDB_MODE=${WANDB_MODE:-disabled}
 config=configs/experiment/gcfl/mnist_offline_eps2.yaml
-out=benchmarks/results/gcfl_mnist_offline_eps2.md
 rows=()
 for method in gcfl gcfl_published fedavg dp_fedprox dp_scaffold dp_fedexp isolate; do
   name="gcfl_eps2_${method}"
@@ -32,16 +36,35 @@ print(f"| {method} | {100*s['test/accuracy']:.2f} | {100*s['test/recall_macro']:
 PY
 )")
 done
-{
-  echo "# GCFL and baselines on offline MNIST at epsilon = 2"
-  echo
-  echo "Machine: $(uname -m), $(OMP_NUM_THREADS= nproc) CPU cores, load average $load_before before the runs and $(cut -d' ' -f1 /proc/loadavg) after them (OMP_NUM_THREADS=$OMP_NUM_THREADS), torch $(python -c 'import torch;print(torch.__version__)'); date: $(date -u +%F)."
-  echo "Config: \`$config\` (2 IID clients of 4,000 real MNIST test-set images, 2,000 held out;"
-  echo "K = 20 DP-SGD steps a round, B = 32, C = 1.5, sigma calibrated for epsilon = 2 at delta = 1e-5 over 10 rounds; seed 0; one run each;"
-  echo "DP-SGD engine: the default \`auto\`, which picks \`bk\` for this CNN)."
-  echo
-  echo "| method | acc % | macro recall % | macro F1 % | epsilon | rounds | train samples/s | test samples/s | GCFL: gradients projected, mean cosine |"
-  echo "|---|---|---|---|---|---|---|---|---|"
-  printf '%s\n' "${rows[@]}"
-} > "$out"
-cat "$out"
+ROWS=$(printf '%s\n' "${rows[@]}") LOAD_BEFORE=$load_before LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg) \
+  CONFIG=$config COMMAND="bash benchmarks/gcfl_mnist_offline_eps2.sh $*" \
+  PYTHONPATH=benchmarks${PYTHONPATH:+:$PYTHONPATH} python - "$out_dir" <<'PY'
+import datetime, os, sys
+from _record import append_run, machine, run_header
+now = datetime.datetime.now(datetime.UTC)
+before = tuple(float(v) for v in os.environ["LOAD_BEFORE"].split())
+after = tuple(float(v) for v in os.environ["LOAD_AFTER"].split())
+rows = os.environ["ROWS"].splitlines()
+threads = int(os.environ["OMP_NUM_THREADS"])  # the CLI runs' threads, not this process's
+result = {"date_utc": f"{now:%Y-%m-%d %H:%M}", "command": os.environ["COMMAND"],
+          "machine": machine(threads), "load_average_before": before,
+          "load_average_after": after, "rows": rows}
+text = run_header(f"{now:%Y-%m-%d %H:%M} UTC: OMP_NUM_THREADS={threads}", result["machine"],
+                  before, after)
+text += "\n".join([
+    f"- command: `{result['command']}`",
+    f"- config: `{os.environ['CONFIG']}` (2 IID clients of 4,000 real MNIST test-set images, "
+    "2,000 held out; K = 20 DP-SGD steps a round, B = 32, C = 1.5, sigma calibrated for "
+    "epsilon = 2 at delta = 1e-5 over 10 rounds; seed 0; one run each; DP-SGD engine: the "
+    "default `auto`).",
+    "",
+    "| method | acc % | macro recall % | macro F1 % | epsilon | rounds | train samples/s "
+    "| test samples/s | GCFL: gradients projected, mean cosine |",
+    "|---|---|---|---|---|---|---|---|---|",
+    *rows,
+]) + "\n"
+intro = ("# GCFL and baselines on offline MNIST at epsilon = 2\n\n"
+         "`benchmarks/gcfl_mnist_offline_eps2.sh`; each run appended as measured.\n")
+append_run(sys.argv[1], "gcfl_mnist_offline_eps2", result, text, intro)
+print(text)
+PY

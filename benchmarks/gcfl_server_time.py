@@ -6,19 +6,27 @@ FedAvg's O(N·d) weighted mean. For N in {2, 10, 100} clients a round this times
 (``torch.stack(...).mean(0)``; a plain loop of the same projections) on random updates, median
 of several repeats, single-threaded CPU by default.
 
-Usage: python benchmarks/gcfl_server_time.py [--dim 100000] [--repeats 5]
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and printed, never typed in. ``--out DIR`` appends the run to
+``DIR/gcfl_server_time.json`` and a section to ``DIR/gcfl_server_time.md``; nothing recorded is
+rewritten.
+
+Usage: PYTHONPATH=. python benchmarks/gcfl_server_time.py [--dim 100000] [--repeats 5]
+[--out benchmarks/results]
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import torch
+from _record import append_run, machine, out_dir, run_header
 
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.fedavg import FedAvg
@@ -73,36 +81,56 @@ def _time_round(n: int, d: int, repeats: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dim", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None, help="directory: append the run there")
     args = parser.parse_args()
+    out = out_dir(parser, args.out, "gcfl_server_time")
     torch.set_num_threads(args.threads)
     d = args.dim
+    load_before = os.getloadavg()
     rows = []
     for n in (2, 10, 100):
         rows.append(_time_round(n, d, args.repeats))
         print(rows[-1], flush=True)
-    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    print(
-        f"\nMachine: {platform.machine()} {platform.processor() or ''}, torch "
-        f"{torch.__version__}, {args.threads} thread(s), d = {d:,}, median of "
-        f"{args.repeats}; {now}\n"
-    )
-    print(
+    load_after = os.getloadavg()
+    now = datetime.now(UTC)
+    command = "python benchmarks/gcfl_server_time.py " + " ".join(sys.argv[1:])
+    lines = [
+        f"- command: `{command}`; d = {d:,}, median of {args.repeats}, CPU.",
+        "",
         "| N clients | FedAvg.aggregate | bare torch mean | GCFL M=1 | bare PCGrad M=1 | "
-        "GCFL M=N/2 | bare PCGrad M=N/2 |"
-    )
-    print("|---|---|---|---|---|---|---|")
+        "GCFL M=N/2 | bare PCGrad M=N/2 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         half = max(1, r["N"] // 2)
-        print(
+        lines.append(
             f"| {r['N']} | {1e3 * r['fedavg']:.2f} ms | {1e3 * r['bare_mean']:.2f} ms | "
             f"{1e3 * r['gcfl_M1']:.2f} ms | {1e3 * r['bare_pcgrad_M1']:.2f} ms | "
             f"{1e3 * r[f'gcfl_M{half}']:.2f} ms (M={half}) | "
             f"{1e3 * r[f'bare_pcgrad_M{half}']:.2f} ms |"
         )
+    title = f"{now:%Y-%m-%d %H:%M} UTC: d = {d:,}, {args.threads} torch thread(s)"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(args.threads),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "rows_seconds": rows,
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
+    print("\n" + text)
+    if out is not None:
+        intro = (
+            "# GCFL server time vs FedAvg\n\n"
+            "`benchmarks/gcfl_server_time.py`; each run appended as measured.\n"
+        )
+        append_run(out, "gcfl_server_time", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,13 @@ Reference rows, timed in the same run:
 ``--legacy`` adds the pre-``fast_random`` implementations (torch.rand + torch.where, whole-vector
 ops; copied below, benchmark only) so before/after come from one run.
 
-Usage: ``PYTHONPATH=. python benchmarks/mechanism_throughput.py --repeats 7 --legacy``
+The machine (CPU model, core count, torch threads, platform) and the load average before and
+after the run are measured and printed, never typed in. ``--out DIR`` appends the run to
+``DIR/mechanism_throughput.json`` and a section to ``DIR/mechanism_throughput.md``; nothing
+recorded is rewritten.
+
+Usage: ``PYTHONPATH=. python benchmarks/mechanism_throughput.py --repeats 7 --legacy
+[--out benchmarks/results]``
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 import torch
+from _record import append_run, machine, out_dir, run_header
 
 from fl_lightning.privacy.mechanisms.fast_random import ChunkedUniforms
 from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
@@ -135,8 +143,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--legacy", action="store_true", help="also time the old code")
+    parser.add_argument("--out", default=None, help="directory: append the run there")
     args = parser.parse_args()
+    out = out_dir(parser, args.out, "mechanism_throughput")
     torch.set_num_threads(1)
+    load_before = os.getloadavg()
     x = torch.randn(args.n).mul_(0.1).clamp_(-1, 1)
     g = torch.Generator().manual_seed(0)
 
@@ -168,23 +179,41 @@ def main() -> None:
         if args.legacy and legacy_privatize(m, x[:2], g) is not None:
             legacy = median_time(lambda m=m: legacy_privatize(m, x, g), args.repeats)
             rows.append((f"{label}, legacy (torch.rand)", legacy))
+    load_after = os.getloadavg()
     ref_wall, ref_cpu = rows[0][1]
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(
-        f"# {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, 1 thread, "
-        f"n = {args.n:,}, eps = {EPSILON}, median of {args.repeats}, {now}, load avg {load}"
-    )
-    print(
+    now = datetime.datetime.now(datetime.UTC)
+    command = "python benchmarks/mechanism_throughput.py " + " ".join(sys.argv[1:])
+    lines = [
+        f"- command: `{command}`; CPU: {cpu_model()}; n = {args.n:,}, eps = {EPSILON}, "
+        f"median of {args.repeats} after a warm-up.",
+        "",
         "| mechanism | wall ms | M coords/s (wall) | vs torch ref (wall) "
-        "| CPU ms | M coords/s (CPU) | vs torch ref (CPU) |"
-    )
-    print("|---|---|---|---|---|---|---|")
+        "| CPU ms | M coords/s (CPU) | vs torch ref (CPU) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label, (wall, cpu) in rows:
-        print(
+        lines.append(
             f"| {label} | {wall * 1e3:.1f} | {args.n / wall / 1e6:.0f} | {ref_wall / wall:.2f}x "
             f"| {cpu * 1e3:.1f} | {args.n / cpu / 1e6:.0f} | {ref_cpu / cpu:.2f}x |"
         )
+    title = f"{now:%Y-%m-%d %H:%M} UTC: n = {args.n:,}, 1 torch thread"
+    result = {
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": {**machine(1), "cpu_model": cpu_model()},
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "seconds_wall_cpu": {label: list(t) for label, t in rows},
+    }
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(lines) + "\n"
+    print(text)
+    if out is not None:
+        intro = (
+            "# Mechanism throughput (paper 003 local-DP weight mechanisms)\n\n"
+            "`benchmarks/mechanism_throughput.py`; each run appended as measured.\n"
+        )
+        append_run(out, "mechanism_throughput", result, text, intro)
 
 
 if __name__ == "__main__":

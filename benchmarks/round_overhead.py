@@ -10,6 +10,11 @@ rounds (first rounds dropped as warm-up), repeated and interleaved.
 Second part: peak resident memory of a run with a population of 100 vs 10,000 clients (same
 data, same cohort size), each in a fresh subprocess.
 
+The machine (core count, torch threads, platform) and the load average before and after the
+run are measured and recorded, never typed in. The run is appended to
+``DIR/round_overhead.json`` and a section to ``DIR/round_overhead.md`` (``--out DIR``, default
+benchmarks/results); nothing recorded is rewritten.
+
     python benchmarks/round_overhead.py [--rounds 30] [--repeats 3] [--out benchmarks/results]
 """
 
@@ -19,13 +24,12 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -159,15 +163,25 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, current)
 
 
 def main() -> None:
+    from _record import append_run, machine, out_dir, run_header  # beside this file
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    parser.add_argument(
+        "--out",
+        default=str(REPO / "benchmarks" / "results"),
+        help="directory: append the run there",
+    )
     args = parser.parse_args()
+    if args.rounds <= args.warmup + 1:
+        parser.error(f"--rounds: {args.rounds} must exceed --warmup + 1 ({args.warmup + 1})")
+    out = out_dir(parser, args.out, "round_overhead")
     os.environ.setdefault("WANDB_MODE", "offline")
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
     fw, bare = [], []
     for _ in range(args.repeats):  # interleaved
         fw.append(framework_round_time(args.rounds, args.warmup))
@@ -175,10 +189,15 @@ def main() -> None:
     ratio = statistics.median(fw) / statistics.median(bare)
     (mem_small, end_small), (mem_large, end_large) = peak_memory_mb(100), peak_memory_mb(10_000)
     growth = mem_large / mem_small - 1
+    load_after = os.getloadavg()
+    now = datetime.now(UTC)
+    command = "python benchmarks/round_overhead.py " + " ".join(sys.argv[1:])
     result = {
-        "date": date.today().isoformat(),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.processor() or 'cpu'}",
-        "torch_threads": args.threads,
+        "date_utc": f"{now:%Y-%m-%d %H:%M}",
+        "command": command,
+        "machine": machine(args.threads),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
         "setting": f"DP-FedAvg, MNIST CNN (8/16/64), {CLIENTS} clients, cohort {COHORT}, "
         f"{LOCAL_STEPS} local steps of batch {BATCH}, clip {CLIP}, σ {SIGMA}",
         "framework_round_s": fw,
@@ -191,16 +210,10 @@ def main() -> None:
         "end_rss_mb_10000_clients": end_large,
     }
     print(json.dumps(result, indent=2))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "round_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
     md = [
-        "# Round overhead: fl-lightning vs bare PyTorch",
-        "",
-        f"{result['date']}, {result['machine']}, torch threads {args.threads}. "
-        f"{result['setting']}.",
-        f"{args.rounds} rounds a run ({args.warmup} warm-up dropped), {args.repeats} interleaved "
-        "repeats; per-round medians.",
+        f"- command: `{command}`; {result['setting']}.",
+        f"- {args.rounds} rounds a run ({args.warmup} warm-up dropped), {args.repeats} "
+        "interleaved repeats; per-round medians.",
         "",
         "| | framework s/round | bare PyTorch s/round | ratio |",
         "|---|---|---|---|",
@@ -218,12 +231,15 @@ def main() -> None:
         f"| 10,000 clients | {mem_large:.0f} | {end_large:.0f} |",
         f"| growth | **{growth * 100:.1f}%** (goal < 10%) | "
         f"{(end_large / end_small - 1) * 100:.1f}% |",
-        "",
-        "The peak is reached while the dataset is built; per-client state (an index view each, "
-        "ledger entries only for clients that ran) adds little on top.",
-        "",
     ]
-    (out / "round_overhead.md").write_text("\n".join(md))
+    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.repeats} repeats, {args.threads} torch thread(s)"
+    text = run_header(title, result["machine"], load_before, load_after)
+    text += "\n" + "\n".join(md) + "\n"
+    intro = (
+        "# Round overhead: fl-lightning vs bare PyTorch\n\n"
+        "`benchmarks/round_overhead.py`; each run appended as measured.\n"
+    )
+    append_run(out, "round_overhead", result, text, intro)
 
 
 if __name__ == "__main__":
