@@ -81,7 +81,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -90,6 +89,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from _record import machine as measured_machine
 from torch import nn
 
 from fl_lightning.client.config import DPSGDConfig
@@ -584,16 +584,10 @@ def measure_memory(model: str, dp: bool, cohort: int, threads: int) -> dict:
 
 
 def machine(threads: int) -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": threads,
-        "torch": torch.__version__,
-        "device": str(DEVICE),
-        # the GPU's name where the run used one (measured, never typed in)
-        "gpu": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else None,
-    }
+    """``_record.machine`` plus the device, and the GPU's name where the run used one
+    (measured, never typed in)."""
+    gpu = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else None
+    return {**measured_machine(threads), "device": str(DEVICE), "gpu": gpu}
 
 
 def _cs(clients_per_s: dict, variant: str) -> str:

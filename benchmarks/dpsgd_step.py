@@ -30,7 +30,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -40,7 +39,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _record import append_run, run_header
+from _record import append_run, machine, run_header
 
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
@@ -143,16 +142,6 @@ def _memory_variants(models: list[str]) -> list[tuple[str, str, int | None]]:
     return variants
 
 
-def _machine(threads: int) -> dict:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": threads,
-        "torch": torch.__version__,
-    }
-
-
 def _time_table(times: dict, models: list[str], batches: list[int], engines: list[str]) -> list:
     """Rows: median ms, ÷ the ``plain`` engine, ÷ ``bare`` PyTorch, and the per-repetition
     ratio to ``plain`` (each repetition's own pair, so a slow moment hits both sides)."""
@@ -251,7 +240,7 @@ def main() -> None:
     result = {
         "date_utc": f"{now:%Y-%m-%d %H:%M}",
         "command": command,
-        "machine": _machine(args.threads),
+        "machine": machine(args.threads),
         "load_average_before": load_before,
         "load_average_after": load_after,
         "seconds": {"/".join(map(str, k)): v for k, v in times.items()},
