@@ -8,6 +8,7 @@ title once, then one section per run) in ``benchmarks/results/``. The machine is
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -70,3 +71,47 @@ def append_run(out: str | Path, name: str, result: dict, text: str, intro: str) 
         path_md.write_text(intro)
     with open(path_md, "a") as fh:
         fh.write("\n" + text)
+
+
+def record_run(
+    out: str | Path | None,
+    name: str,
+    *,
+    title: str,
+    intro: str,
+    lines: list[str],
+    load_before: tuple,
+    command: str,
+    threads: int | None = None,
+    note: str | None = None,
+    machine_extra: dict | None = None,
+    **fields: object,
+) -> str:
+    """Records a run that has just ended; returns its Markdown section (also printed).
+
+    Measures the load average after the run (``os.getloadavg``), the UTC date-time and the
+    machine (``machine(threads, note)``, with ``machine_extra``'s keys added), then builds the
+    JSON record ``{"date_utc", "command", "machine", "load_average_before",
+    "load_average_after", **fields}`` and the section: ``run_header`` titled
+    ``"<date> UTC: <title>"``, then ``lines`` (the Markdown after the header, one string a line;
+    start with ``""`` for a blank line). Both are appended to ``out/<name>.{json,md}``
+    (``append_run``, ``intro`` starting a new ``.md``) unless ``out`` is None."""
+    load_after = os.getloadavg()
+    now = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}"
+    found = machine(threads, note)
+    if machine_extra:
+        found = {**found, **machine_extra}
+    result = {
+        "date_utc": now,
+        "command": command,
+        "machine": found,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        **fields,
+    }
+    text = run_header(f"{now} UTC: {title}", found, load_before, load_after)
+    text += "\n".join(lines) + "\n"
+    print(text, flush=True)
+    if out is not None:
+        append_run(out, name, result, text, intro)
+    return text

@@ -18,7 +18,6 @@ Run from the repository root: ``PYTHONPATH=. python benchmarks/adp_fl_mnist_offl
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 from fl_lightning.runs import build_cli_class
 
@@ -124,25 +123,17 @@ def main() -> None:
             f"{r['staleness']:.0f} | {r['seconds']:.0f} |"
         )
         print(rows[-1], flush=True)
-    load_after = os.getloadavg()
-    now = datetime.datetime.now(datetime.UTC)
-    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds, horizon E = {HORIZON}"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "rows": records,
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(header + rows) + "\n"
-    print(text)
-    intro = (
-        "# ADP-FL vs even budget, offline MNIST (issue #9)\n\n"
-        "`benchmarks/adp_fl_mnist_offline.py`; each run appended as measured.\n"
+    record_run(
+        out,
+        "adp_fl_mnist_offline",
+        title=f"{args.rounds} rounds, horizon E = {HORIZON}",
+        intro="# ADP-FL vs even budget, offline MNIST (issue #9)\n\n"
+        "`benchmarks/adp_fl_mnist_offline.py`; each run appended as measured.\n",
+        lines=["", *header, *rows],
+        load_before=load_before,
+        command=command,
+        rows=records,
     )
-    append_run(out, "adp_fl_mnist_offline", result, text, intro)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,12 @@ nothing recorded is rewritten.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import tempfile
 import time
 
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 from fl_lightning.runs import build_cli_class
 
@@ -103,27 +102,18 @@ def main() -> None:
             f"{paper} | {r['seconds']:.0f} |"
         )
         print(lines[-1], flush=True)
-    load_after = os.getloadavg()
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/asgp_methods_mnist_offline.py " + " ".join(sys.argv[1:])
-    title = f"{now:%Y-%m-%d %H:%M} UTC: ε = {args.epsilon}, {args.rounds} rounds"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "methods": results,
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += f"- command: `{command}`\n" + "\n".join(lines) + "\n"
-    print(text)
-    if out is not None:
-        intro = (
-            "# DP-FedASGP's Table IV methods on offline MNIST\n\n"
-            "`benchmarks/asgp_methods_mnist_offline.py`; each run appended as measured.\n"
-        )
-        append_run(out, "asgp_methods_mnist_offline", result, text, intro)
+    record_run(
+        out,
+        "asgp_methods_mnist_offline",
+        title=f"ε = {args.epsilon}, {args.rounds} rounds",
+        intro="# DP-FedASGP's Table IV methods on offline MNIST\n\n"
+        "`benchmarks/asgp_methods_mnist_offline.py`; each run appended as measured.\n",
+        lines=[f"- command: `{command}`", *lines],
+        load_before=load_before,
+        command=command,
+        methods=results,
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ and a section to ``DIR/asgp_round_time.md``; nothing recorded is rewritten.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ import time
 
 import lightning.pytorch as pl
 import torch
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
@@ -150,8 +149,6 @@ def main() -> None:
     rows["dp_fedasgp (engine)"] = engine_round_times("dp_fedasgp", args.rounds)
     rows["bare PyTorch, Laplace everywhere"] = bare_round_times("laplace", args.rounds)
     rows["bare PyTorch, ASGP client step"] = bare_round_times("asgp", args.rounds)
-    load_after = os.getloadavg()
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/asgp_round_time.py " + " ".join(sys.argv[1:])
     lines = [
         f"- command: `{command}`; rounds: {args.rounds} (first dropped); CPU only.",
@@ -175,25 +172,18 @@ def main() -> None:
         f"Ratio ASGP / Laplace (bare PyTorch): {bare:.2f}×.",
         f"Engine overhead vs bare PyTorch (dp_fedavg_local): {overhead:.2f}×.",
     ]
-    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "round_seconds": rows,
-        "ratio_asgp_over_fedavg_local": ratio,
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print(text)
-    if out is not None:
-        intro = (
-            "# DP-FedASGP round time vs local DP-FedAvg (MNIST CNN, 10 clients per round)\n\n"
-            "`benchmarks/asgp_round_time.py`; each run appended as measured.\n"
-        )
-        append_run(out, "asgp_round_time", result, text, intro)
+    record_run(
+        out,
+        "asgp_round_time",
+        title=f"{args.rounds} rounds",
+        intro="# DP-FedASGP round time vs local DP-FedAvg (MNIST CNN, 10 clients per round)\n\n"
+        "`benchmarks/asgp_round_time.py`; each run appended as measured.\n",
+        lines=["", *lines],
+        load_before=load_before,
+        command=command,
+        round_seconds=rows,
+        ratio_asgp_over_fedavg_local=ratio,
+    )
 
 
 if __name__ == "__main__":

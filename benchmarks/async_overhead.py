@@ -19,7 +19,6 @@ Run from the repository root: ``PYTHONPATH=. python benchmarks/async_overhead.py
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data.datamodule import FederatedDataModule
@@ -177,13 +176,11 @@ def main() -> None:
     asyn = framework_round_times(AsyncStrategy(**DELAYS), args.rounds)
     book_sync = bookkeeping_times(FedAvg(), rounds=args.rounds)
     book_async = bookkeeping_times(AsyncStrategy(**DELAYS), rounds=args.rounds)
-    load_after = os.getloadavg()
     rows = [
         ("bare PyTorch FedAvg loop (reference)", med(bare)),
         ("FederatedModule + FedAvg (synchronous)", med(sync)),
         ("FederatedModule + AsyncStrategy (clock, delays, stragglers)", med(asyn)),
     ]
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/async_overhead.py " + " ".join(sys.argv[1:])
     lines = [
         f"- command: `{command}`; CPU, 1 torch thread; medians over rounds 3..{args.rounds}.",
@@ -207,25 +204,19 @@ def main() -> None:
         "",
         f"Goal ≤ 1.1×: async / sync = {med(asyn) / med(sync):.3f}×.",
     ]
-    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds, 1 torch thread"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "round_seconds": {"bare": bare, "sync": sync, "async": asyn},
-        "bookkeeping_seconds": {"sync": book_sync, "async": book_async},
-        "ratio_async_over_sync": med(asyn) / med(sync),
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print(text)
-    intro = (
-        "# Simulated-clock overhead (issue #9)\n\n"
-        "`benchmarks/async_overhead.py`; each run appended as measured.\n"
+    record_run(
+        out,
+        "async_overhead",
+        title=f"{args.rounds} rounds, 1 torch thread",
+        intro="# Simulated-clock overhead (issue #9)\n\n"
+        "`benchmarks/async_overhead.py`; each run appended as measured.\n",
+        lines=["", *lines],
+        load_before=load_before,
+        command=command,
+        round_seconds={"bare": bare, "sync": sync, "async": asyn},
+        bookkeeping_seconds={"sync": book_sync, "async": book_async},
+        ratio_async_over_sync=med(asyn) / med(sync),
     )
-    append_run(out, "async_overhead", result, text, intro)
 
 
 if __name__ == "__main__":

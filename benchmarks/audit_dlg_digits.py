@@ -16,12 +16,11 @@ is rewritten.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 
 import torch
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 from fl_lightning.attacks.dlg import invert_gradient, upload_gradient
 from fl_lightning.attacks.images import image_metrics
@@ -84,27 +83,20 @@ def main() -> None:
         mean = means[name] = {k: sum(v) / len(v) for k, v in row.items()}
         lines.append(f"| {name} | {mean['dlg']:.3f} | {mean['idlg']:.3f} | {mean['label']:.2f} |")
         print(lines[-1], flush=True)
-    load_after = os.getloadavg()
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/audit_dlg_digits.py " + " ".join(sys.argv[1:])
-    title = f"{now:%Y-%m-%d %H:%M} UTC: 4 examples, 60 iterations, 1 torch thread"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(1),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "mean_ssim": means,
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += f"- command: `{command}`\n\n" + "\n".join(lines) + "\n"
-    print("\n" + text)
-    if out is not None:
-        intro = (
-            "# DLG / iDLG SSIM on the digits MLP per deployed privatisation\n\n"
-            "`benchmarks/audit_dlg_digits.py`; each run appended as measured.\n"
-        )
-        append_run(out, "audit_dlg_digits", result, text, intro)
+    print()
+    record_run(
+        out,
+        "audit_dlg_digits",
+        title="4 examples, 60 iterations, 1 torch thread",
+        intro="# DLG / iDLG SSIM on the digits MLP per deployed privatisation\n\n"
+        "`benchmarks/audit_dlg_digits.py`; each run appended as measured.\n",
+        lines=[f"- command: `{command}`", "", *lines],
+        load_before=load_before,
+        command=command,
+        threads=1,
+        mean_ssim=means,
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ rewritten.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import os
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,29 +154,20 @@ def main() -> None:
             )
         else:
             print(f"{name}: {class_path} not available, skipped", file=sys.stderr)
-    load_after = os.getloadavg()
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/audit_table.py " + " ".join(sys.argv[1:])
-    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.rounds} rounds, {len(rows)} method(s)"
-    # The audits run in subprocesses with OMP_NUM_THREADS=1 (see ``run``).
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(threads=1),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "arguments": vars(args),
-        "audits": rows,
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += f"- command: `{command}`\n\n" + table(rows) + "\n"
-    print(text)
-    if out is not None:
-        intro = (
-            "# Audit table: every available strategy on offline MNIST, attacked\n\n"
-            "`benchmarks/audit_table.py`; each run appended as measured.\n"
-        )
-        append_run(out, "audit_table", result, text, intro)
+    record_run(
+        out,
+        "audit_table",
+        title=f"{args.rounds} rounds, {len(rows)} method(s)",
+        intro="# Audit table: every available strategy on offline MNIST, attacked\n\n"
+        "`benchmarks/audit_table.py`; each run appended as measured.\n",
+        lines=[f"- command: `{command}`", "", table(rows)],
+        load_before=load_before,
+        command=command,
+        threads=1,  # the audits run in subprocesses with OMP_NUM_THREADS=1 (see ``run``)
+        arguments=vars(args),
+        audits=rows,
+    )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ means ``DIR``) appends each group to ``DIR/cohort_throughput.json`` and a sectio
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
@@ -48,7 +47,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 from torch import nn
 
 from fl_lightning.client.config import DPSGDConfig
@@ -155,27 +154,20 @@ def main() -> None:
         for threads in args.threads:
             load_before = os.getloadavg()
             lines, times = measure(args, model, threads)
-            load_after = os.getloadavg()
-            now = datetime.datetime.now(datetime.UTC)
-            title = (
-                f"{now:%Y-%m-%d %H:%M} UTC: {lines.pop(0)}, {threads} torch thread(s), "
-                f"{args.reps} repetitions"
+            record_run(
+                out,
+                "cohort_throughput",
+                title=f"{lines[0]}, {threads} torch thread(s), {args.reps} repetitions",
+                intro=intro,
+                lines=[f"- command: `{command}`", *lines[1:]],
+                load_before=load_before,
+                command=command,
+                threads=threads,
+                note=args.note,
+                model=model,
+                dp_sgd=args.dp_sgd,
+                seconds=times,
             )
-            result = {
-                "date_utc": f"{now:%Y-%m-%d %H:%M}",
-                "command": command,
-                "machine": machine(threads, args.note),
-                "load_average_before": load_before,
-                "load_average_after": load_after,
-                "model": model,
-                "dp_sgd": args.dp_sgd,
-                "seconds": times,
-            }
-            text = run_header(title, result["machine"], load_before, load_after)
-            text += f"- command: `{command}`\n" + "\n".join(lines) + "\n"
-            print(text, flush=True)
-            if out is not None:
-                append_run(out, "cohort_throughput", result, text, intro)
 
 
 def measure(args: argparse.Namespace, model: str, threads: int) -> tuple[list[str], dict]:

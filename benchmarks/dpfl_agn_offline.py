@@ -15,7 +15,6 @@ Usage: PYTHONPATH=. python benchmarks/dpfl_agn_offline.py [max_rounds] [--out be
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 from fl_lightning.cli import run_lightning
 
@@ -101,8 +100,6 @@ def main() -> None:
             }
         )
         print(json.dumps(records[-1]), flush=True)
-    load_after = os.getloadavg()
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/dpfl_agn_offline.py " + " ".join(sys.argv[1:])
     lines = [
         f"- command: `{command}`; at most {args.max_rounds} rounds (NbAFL: 10).",
@@ -115,24 +112,17 @@ def main() -> None:
         cells += [r["epsilon"], r["guarantee"], r["seconds"]]
         cells = ["—" if c is None else f"{c:.4g}" if isinstance(c, float) else c for c in cells]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    title = f"{now:%Y-%m-%d %H:%M} UTC: at most {args.max_rounds} rounds"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "methods": records,
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print(text)
-    if out is not None:
-        intro = (
-            "# DPFL-AGN offline comparison at target ε = 2 (issue #7)\n\n"
-            "`benchmarks/dpfl_agn_offline.py`; each run appended as measured.\n"
-        )
-        append_run(out, "dpfl_agn_offline", result, text, intro)
+    record_run(
+        out,
+        "dpfl_agn_offline",
+        title=f"at most {args.max_rounds} rounds",
+        intro="# DPFL-AGN offline comparison at target ε = 2 (issue #7)\n\n"
+        "`benchmarks/dpfl_agn_offline.py`; each run appended as measured.\n",
+        lines=["", *lines],
+        load_before=load_before,
+        command=command,
+        methods=records,
+    )
 
 
 if __name__ == "__main__":

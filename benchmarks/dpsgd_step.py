@@ -27,7 +27,6 @@ allocations per op, not a peak, so the process's own high-water mark is used.)
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import resource
@@ -39,7 +38,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _record import append_run, machine, run_header
+from _record import record_run
 
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
@@ -224,8 +223,6 @@ def main() -> None:
             for m, e, p in _memory_variants(models)
         }
     times = {} if args.memory_only else time_steps(models, args.batches, engines, args.reps)
-    load_after = os.getloadavg()
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/dpsgd_step.py " + " ".join(sys.argv[1:])
     lines = [
         f"- command: `{command}`; variants interleaved in each of {args.reps} repetitions, "
@@ -236,25 +233,19 @@ def main() -> None:
         lines += [*_time_table(times, models, args.batches, engines), ""]
     if memory:
         lines += _memory_table(memory, models, args.memory_batch)
-    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.reps} repetitions, {args.threads} torch thread(s)"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(args.threads),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "seconds": {"/".join(map(str, k)): v for k, v in times.items()},
-        "peak_growth_mib": {"/".join(map(str, k)): v for k, v in memory.items()},
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print(text, flush=True)
-    if args.out:
-        intro = (
-            "# DP-SGD step: time and peak memory relative to a non-private step (issue 4)\n\n"
-            "`benchmarks/dpsgd_step.py`; each run appended as measured.\n"
-        )
-        append_run(args.out, "dpsgd_step", result, text, intro)
+    record_run(
+        args.out,
+        "dpsgd_step",
+        title=f"{args.reps} repetitions, {args.threads} torch thread(s)",
+        intro="# DP-SGD step: time and peak memory relative to a non-private step (issue 4)\n\n"
+        "`benchmarks/dpsgd_step.py`; each run appended as measured.\n",
+        lines=["", *lines],
+        load_before=load_before,
+        command=command,
+        threads=args.threads,
+        seconds={"/".join(map(str, k)): v for k, v in times.items()},
+        peak_growth_mib={"/".join(map(str, k)): v for k, v in memory.items()},
+    )
 
 
 if __name__ == "__main__":

@@ -36,23 +36,20 @@ print(f"| {method} | {100*s['test/accuracy']:.2f} | {100*s['test/recall_macro']:
 PY
 )")
 done
-ROWS=$(printf '%s\n' "${rows[@]}") LOAD_BEFORE=$load_before LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg) \
+ROWS=$(printf '%s\n' "${rows[@]}") LOAD_BEFORE=$load_before \
   CONFIG=$config COMMAND="bash benchmarks/gcfl_mnist_offline_eps2.sh $*" \
   PYTHONPATH=benchmarks${PYTHONPATH:+:$PYTHONPATH} python - "$out_dir" <<'PY'
-import datetime, os, sys
-from _record import append_run, machine, run_header
-now = datetime.datetime.now(datetime.UTC)
+import os, sys
+from _record import record_run
 before = tuple(float(v) for v in os.environ["LOAD_BEFORE"].split())
-after = tuple(float(v) for v in os.environ["LOAD_AFTER"].split())
 rows = os.environ["ROWS"].splitlines()
 threads = int(os.environ["OMP_NUM_THREADS"])  # the CLI runs' threads, not this process's
-result = {"date_utc": f"{now:%Y-%m-%d %H:%M}", "command": os.environ["COMMAND"],
-          "machine": machine(threads), "load_average_before": before,
-          "load_average_after": after, "rows": rows}
-text = run_header(f"{now:%Y-%m-%d %H:%M} UTC: OMP_NUM_THREADS={threads}", result["machine"],
-                  before, after)
-text += "\n".join([
-    f"- command: `{result['command']}`",
+intro = ("# GCFL and baselines on offline MNIST at epsilon = 2\n\n"
+         "`benchmarks/gcfl_mnist_offline_eps2.sh`; each run appended as measured.\n")
+record_run(sys.argv[1], "gcfl_mnist_offline_eps2", title=f"OMP_NUM_THREADS={threads}",
+           intro=intro, load_before=before, command=os.environ["COMMAND"], threads=threads,
+           rows=rows, lines=[
+    f"- command: `{os.environ['COMMAND']}`",
     f"- config: `{os.environ['CONFIG']}` (2 IID clients of 4,000 real MNIST test-set images, "
     "2,000 held out; K = 20 DP-SGD steps a round, B = 32, C = 1.5, sigma calibrated for "
     "epsilon = 2 at delta = 1e-5 over 10 rounds; seed 0; one run each; DP-SGD engine: the "
@@ -62,9 +59,5 @@ text += "\n".join([
     "| test samples/s | GCFL: gradients projected, mean cosine |",
     "|---|---|---|---|---|---|---|---|---|",
     *rows,
-]) + "\n"
-intro = ("# GCFL and baselines on offline MNIST at epsilon = 2\n\n"
-         "`benchmarks/gcfl_mnist_offline_eps2.sh`; each run appended as measured.\n")
-append_run(sys.argv[1], "gcfl_mnist_offline_eps2", result, text, intro)
-print(text)
+])
 PY

@@ -23,10 +23,9 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import torch
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.fedavg import FedAvg
@@ -95,8 +94,6 @@ def main() -> None:
     for n in (2, 10, 100):
         rows.append(_time_round(n, d, args.repeats))
         print(rows[-1], flush=True)
-    load_after = os.getloadavg()
-    now = datetime.now(UTC)
     command = "python benchmarks/gcfl_server_time.py " + " ".join(sys.argv[1:])
     lines = [
         f"- command: `{command}`; d = {d:,}, median of {args.repeats}, CPU.",
@@ -113,24 +110,19 @@ def main() -> None:
             f"{1e3 * r[f'gcfl_M{half}']:.2f} ms (M={half}) | "
             f"{1e3 * r[f'bare_pcgrad_M{half}']:.2f} ms |"
         )
-    title = f"{now:%Y-%m-%d %H:%M} UTC: d = {d:,}, {args.threads} torch thread(s)"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(args.threads),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "rows_seconds": rows,
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print("\n" + text)
-    if out is not None:
-        intro = (
-            "# GCFL server time vs FedAvg\n\n"
-            "`benchmarks/gcfl_server_time.py`; each run appended as measured.\n"
-        )
-        append_run(out, "gcfl_server_time", result, text, intro)
+    print()
+    record_run(
+        out,
+        "gcfl_server_time",
+        title=f"d = {d:,}, {args.threads} torch thread(s)",
+        intro="# GCFL server time vs FedAvg\n\n"
+        "`benchmarks/gcfl_server_time.py`; each run appended as measured.\n",
+        lines=["", *lines],
+        load_before=load_before,
+        command=command,
+        threads=args.threads,
+        rows_seconds=rows,
+    )
 
 
 if __name__ == "__main__":

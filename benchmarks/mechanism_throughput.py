@@ -25,7 +25,6 @@ Usage: ``PYTHONPATH=. python benchmarks/mechanism_throughput.py --repeats 7 --le
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
 import platform
@@ -35,7 +34,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from _record import append_run, machine, out_dir, run_header
+from _record import out_dir, record_run
 
 from fl_lightning.privacy.mechanisms.fast_random import ChunkedUniforms
 from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
@@ -179,9 +178,7 @@ def main() -> None:
         if args.legacy and legacy_privatize(m, x[:2], g) is not None:
             legacy = median_time(lambda m=m: legacy_privatize(m, x, g), args.repeats)
             rows.append((f"{label}, legacy (torch.rand)", legacy))
-    load_after = os.getloadavg()
     ref_wall, ref_cpu = rows[0][1]
-    now = datetime.datetime.now(datetime.UTC)
     command = "python benchmarks/mechanism_throughput.py " + " ".join(sys.argv[1:])
     lines = [
         f"- command: `{command}`; CPU: {cpu_model()}; n = {args.n:,}, eps = {EPSILON}, "
@@ -196,24 +193,19 @@ def main() -> None:
             f"| {label} | {wall * 1e3:.1f} | {args.n / wall / 1e6:.0f} | {ref_wall / wall:.2f}x "
             f"| {cpu * 1e3:.1f} | {args.n / cpu / 1e6:.0f} | {ref_cpu / cpu:.2f}x |"
         )
-    title = f"{now:%Y-%m-%d %H:%M} UTC: n = {args.n:,}, 1 torch thread"
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": {**machine(1), "cpu_model": cpu_model()},
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "seconds_wall_cpu": {label: list(t) for label, t in rows},
-    }
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print(text)
-    if out is not None:
-        intro = (
-            "# Mechanism throughput (paper 003 local-DP weight mechanisms)\n\n"
-            "`benchmarks/mechanism_throughput.py`; each run appended as measured.\n"
-        )
-        append_run(out, "mechanism_throughput", result, text, intro)
+    record_run(
+        out,
+        "mechanism_throughput",
+        title=f"n = {args.n:,}, 1 torch thread",
+        intro="# Mechanism throughput (paper 003 local-DP weight mechanisms)\n\n"
+        "`benchmarks/mechanism_throughput.py`; each run appended as measured.\n",
+        lines=["", *lines],
+        load_before=load_before,
+        command=command,
+        threads=1,
+        machine_extra={"cpu_model": cpu_model()},
+        seconds_wall_cpu={label: list(t) for label, t in rows},
+    )
 
 
 if __name__ == "__main__":

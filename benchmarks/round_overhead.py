@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -163,7 +161,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, current)
 
 
 def main() -> None:
-    from _record import append_run, machine, out_dir, run_header  # beside this file
+    from _record import out_dir, record_run  # beside this file
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -189,29 +187,13 @@ def main() -> None:
     ratio = statistics.median(fw) / statistics.median(bare)
     (mem_small, end_small), (mem_large, end_large) = peak_memory_mb(100), peak_memory_mb(10_000)
     growth = mem_large / mem_small - 1
-    load_after = os.getloadavg()
-    now = datetime.now(UTC)
     command = "python benchmarks/round_overhead.py " + " ".join(sys.argv[1:])
-    result = {
-        "date_utc": f"{now:%Y-%m-%d %H:%M}",
-        "command": command,
-        "machine": machine(args.threads),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "setting": f"DP-FedAvg, MNIST CNN (8/16/64), {CLIENTS} clients, cohort {COHORT}, "
-        f"{LOCAL_STEPS} local steps of batch {BATCH}, clip {CLIP}, σ {SIGMA}",
-        "framework_round_s": fw,
-        "bare_round_s": bare,
-        "ratio_median": ratio,
-        "peak_rss_mb_100_clients": mem_small,
-        "peak_rss_mb_10000_clients": mem_large,
-        "memory_growth": growth,
-        "end_rss_mb_100_clients": end_small,
-        "end_rss_mb_10000_clients": end_large,
-    }
-    print(json.dumps(result, indent=2))
+    setting = (
+        f"DP-FedAvg, MNIST CNN (8/16/64), {CLIENTS} clients, cohort {COHORT}, "
+        f"{LOCAL_STEPS} local steps of batch {BATCH}, clip {CLIP}, σ {SIGMA}"
+    )
     md = [
-        f"- command: `{command}`; {result['setting']}.",
+        f"- command: `{command}`; {setting}.",
         f"- {args.rounds} rounds a run ({args.warmup} warm-up dropped), {args.repeats} "
         "interleaved repeats; per-round medians.",
         "",
@@ -232,14 +214,26 @@ def main() -> None:
         f"| growth | **{growth * 100:.1f}%** (goal < 10%) | "
         f"{(end_large / end_small - 1) * 100:.1f}% |",
     ]
-    title = f"{now:%Y-%m-%d %H:%M} UTC: {args.repeats} repeats, {args.threads} torch thread(s)"
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(md) + "\n"
-    intro = (
-        "# Round overhead: fl-lightning vs bare PyTorch\n\n"
-        "`benchmarks/round_overhead.py`; each run appended as measured.\n"
+    record_run(
+        out,
+        "round_overhead",
+        title=f"{args.repeats} repeats, {args.threads} torch thread(s)",
+        intro="# Round overhead: fl-lightning vs bare PyTorch\n\n"
+        "`benchmarks/round_overhead.py`; each run appended as measured.\n",
+        lines=["", *md],
+        load_before=load_before,
+        command=command,
+        threads=args.threads,
+        setting=setting,
+        framework_round_s=fw,
+        bare_round_s=bare,
+        ratio_median=ratio,
+        peak_rss_mb_100_clients=mem_small,
+        peak_rss_mb_10000_clients=mem_large,
+        memory_growth=growth,
+        end_rss_mb_100_clients=end_small,
+        end_rss_mb_10000_clients=end_large,
     )
-    append_run(out, "round_overhead", result, text, intro)
 
 
 if __name__ == "__main__":
