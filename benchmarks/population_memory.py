@@ -25,14 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from _record import append_run, run_header
+from _record import record_run
 
 REPO = Path(__file__).resolve().parents[1]
 POPULATIONS = (100, 10_000, 100_000)
@@ -119,24 +117,15 @@ def main() -> None:
         for n in POPULATIONS if r % 2 == 0 else POPULATIONS[::-1]:
             runs[n].append(run_child(n, args.rounds))
             print(json.dumps(runs[n][-1]), flush=True)
-    load_after = os.getloadavg()
     keys = ("peak_rss_mib", "rss_after_setup_mib", "rss_after_rounds_mib", "live_tensors")
     med = {n: {k: statistics.median(m[k] for m in runs[n]) for k in keys} for n in POPULATIONS}
     base = med[POPULATIONS[0]]
     growth = {n: {k: med[n][k] / base[k] - 1 for k in keys[:3]} for n in POPULATIONS}
-    result = {
-        "benchmark": "benchmarks/population_memory.py",
-        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "machine": f"{platform.platform()}, {os.cpu_count()} cores (os.cpu_count)",
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "workload": f"DP-FedAvg (quickstart), digits MLP 64-32-10, synthetic {EXAMPLES} x "
+    workload = (
+        f"DP-FedAvg (quickstart), digits MLP 64-32-10, synthetic {EXAMPLES} x "
         f"{FEATURES} (80 % train), iid, cohort {COHORT}, {args.rounds} rounds, "
-        f"{args.repeats} interleaved repeats (median)",
-        "median": {str(n): v for n, v in med.items()},
-        "growth_vs_100": {str(n): v for n, v in growth.items()},
-        "runs": {str(n): v for n, v in runs.items()},
-    }
+        f"{args.repeats} interleaved repeats (median)"
+    )
     lines = [
         "| registered clients | peak RSS MiB | RSS after setup MiB | RSS after rounds MiB "
         "| live tensors | peak / setup / after vs 100 clients |",
@@ -150,17 +139,22 @@ def main() -> None:
             f"| {g['peak_rss_mib']:+.1%} / {g['rss_after_setup_mib']:+.1%} "
             f"/ {g['rss_after_rounds_mib']:+.1%} |"
         )
-    title = f"{result['date_utc']} UTC: {result['workload']}"
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        intro = (
-            "# Memory of registered clients (issue 22, item 4)\n\n"
-            "`benchmarks/population_memory.py`; goal: RSS with 10,000 and 100,000 "
-            "registered clients within +10 % of 100.\n\n"
-        )
-        append_run(args.out, "population_memory", result, text, intro)
+    record_run(
+        args.out,
+        "population_memory",
+        title=workload,
+        intro="# Memory of registered clients (issue 22, item 4)\n\n"
+        "`benchmarks/population_memory.py`; goal: RSS with 10,000 and 100,000 "
+        "registered clients within +10 % of 100.\n\n",
+        lines=["", *lines],
+        load_before=load_before,
+        command="python benchmarks/population_memory.py " + " ".join(sys.argv[1:]),
+        benchmark="benchmarks/population_memory.py",
+        workload=workload,
+        median={str(n): v for n, v in med.items()},
+        growth_vs_100={str(n): v for n, v in growth.items()},
+        runs={str(n): v for n, v in runs.items()},
+    )
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _record import append_run, run_header
+from _record import record_run
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -180,7 +180,6 @@ def main() -> None:
             floor = {row[3] for row in import_rows("lightning", scratch)}
             imports.append(breakdown(import_rows("tiny fit", scratch), floor))
             print(json.dumps({n: round(v[-1], 3) for n, v in wall.items()}), flush=True)
-    load_after = os.getloadavg()
     med = {n: statistics.median(v) for n, v in wall.items()}
     ref = med["torch"]
 
@@ -188,18 +187,6 @@ def main() -> None:
         return statistics.median(get(b) for b in imports)
 
     pieces = [p for p in PIECES if all(p in b["pieces"] for b in imports)]
-    result = {
-        "benchmark": "benchmarks/startup_time.py",
-        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "machine": f"{platform.platform()}, {os.cpu_count()} cores (os.cpu_count)",
-        "python": platform.python_version(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "repeats": args.repeats,
-        "wall_s": wall,
-        "median_wall_s": med,
-        "imports": imports,
-    }
     lines = [
         f"| command (fresh process) | median wall s | ÷ `import torch` | all {args.repeats} runs |",
         "|---|---|---|---|",
@@ -224,20 +211,24 @@ def main() -> None:
         f"| {median_of(lambda b: b['beyond_lightning']):.2f} | |",
         f"| of which `fl_lightning.*` (self) | {median_of(lambda b: b['fl_lightning']):.2f} | |",
     ]
-    title = (
-        f"{result['date_utc']} UTC: {args.repeats} interleaved repeats (median), "
-        f"Python {result['python']}"
+    python = platform.python_version()
+    record_run(
+        args.out,
+        "startup_time",
+        title=f"{args.repeats} interleaved repeats (median), Python {python}",
+        intro="# Start-up time (issue 18)\n\n"
+        "`benchmarks/startup_time.py`: fresh processes, interleaved, median; the bare\n"
+        'reference is `python -c "import torch"` in the same run.\n',
+        lines=["", *lines],
+        load_before=load_before,
+        command="python benchmarks/startup_time.py " + " ".join(sys.argv[1:]),
+        benchmark="benchmarks/startup_time.py",
+        python=python,
+        repeats=args.repeats,
+        wall_s=wall,
+        median_wall_s=med,
+        imports=imports,
     )
-    text = run_header(title, result["machine"], load_before, load_after)
-    text += "\n" + "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        intro = (
-            "# Start-up time (issue 18)\n\n"
-            "`benchmarks/startup_time.py`: fresh processes, interleaved, median; the bare\n"
-            'reference is `python -c "import torch"` in the same run.\n'
-        )
-        append_run(args.out, "startup_time", result, text, intro)
 
 
 if __name__ == "__main__":
