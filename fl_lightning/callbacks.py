@@ -169,10 +169,10 @@ class RunPlots(Callback):
         out = run_dir(trainer)  # ``trainer.log_dir`` is a collective under DDP: every rank asks
         if not trainer.is_global_zero or not self.history:
             return
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # A bare Figure on the Agg canvas: no pyplot, so a user's backend (a notebook's inline
+        # one) and pyplot's figure list are left as they were.
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
 
         out.mkdir(parents=True, exist_ok=True)
@@ -187,12 +187,16 @@ class RunPlots(Callback):
             xs, ys = self.series(key)
             if not xs:
                 continue
-            fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+            fig = Figure(figsize=(6, 4), dpi=120)
+            FigureCanvasAgg(fig)
+            ax = fig.subplots()
             ax.plot(xs, ys, marker="o", ms=3)
             ax.set_xlabel("round")
             ax.set_ylabel(label if key != "privacy/epsilon" or delta is None else
                           f"{label}, δ = {delta:g}")  # fmt: skip
             ax.grid(alpha=0.3)
+            # ×10^k offset from 10⁴ on: tick labels stay short enough for the fixed margin
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
             rounds = max(int(r.get("round/index", 0)) + 1 for r in self.history)
             ax.set_xlim(0.5, rounds + 0.5)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -201,7 +205,8 @@ class RunPlots(Callback):
             else:
                 ax.set_ylim(bottom=0.0)
             ax.set_title(f"{label} vs round ({rounds} rounds)")
-            fig.tight_layout()
+            # Fixed margins that fit these labels: tight_layout would draw the figure once
+            # more to measure them (a third of the plot's time).
+            fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.92)
             fig.savefig(out / name)
-            plt.close(fig)
             self.written.append(out / name)

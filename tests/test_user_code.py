@@ -81,8 +81,14 @@ def test_client_callbacks_wrap_every_client(run_cli, capsys, executor: str) -> N
 
 
 def test_fit_writes_plots_and_evaluates_the_last_round(run_cli, capsys, tmp_path) -> None:
+    import matplotlib
+    import matplotlib.pyplot as plt
+
     from fl_lightning.runs import build_cli_class
 
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")  # a backend that is not the Agg the plots draw with
+    backend = matplotlib.get_backend()
     cli = build_cli_class()(["--config", str(QUICKSTART), *TINY, "--model.eval_every", "10",
                              "--trainer.max_steps", "3",
                              "--trainer.default_root_dir", str(tmp_path)], run=False)  # fmt: skip
@@ -94,6 +100,10 @@ def test_fit_writes_plots_and_evaluates_the_last_round(run_cli, capsys, tmp_path
     for name in ("accuracy_vs_round.png", "epsilon_vs_round.png"):
         png = tmp_path / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    # The plots leave a user's matplotlib as it was (a notebook keeps its inline backend).
+    after, figures = matplotlib.get_backend(), plt.get_fignums()
+    matplotlib.use(before)
+    assert after == backend and figures == []
 
 
 def test_top_level_help_lists_every_command(capsys) -> None:
