@@ -128,6 +128,13 @@ class VectorizedExecutor:
         low_rank_ratio: with plain SGD, a Linear layer keeps the bucket's steps as low-rank
             factors (``client/stacked.py: LowRankSteps``) when rows × (in + out) ≤ this ×
             in × out (its history of inputs and output gradients is small); 0 turns it off.
+        dp_cpu_max_clients: on the CPU, most clients per bucket of DP-SGD clients. A stacked
+            step runs every client at the width of the bucket's largest Poisson batch, so the
+            padding grows with the bucket: with q = 1/6 and 60 examples the largest of K
+            batches averages 11.6 (K = 2), 13.0 (K = 4) and 14.9 (K = 12) against a mean of
+            10. Measured (benchmarks/results/cohort_speed.md, "Smaller DP-SGD buckets on the
+            CPU"): buckets of 2 are 1.06–1.10× buckets of 4 and about 1.3× buckets of 12.
+            Only where the sampling rate B/n is below 1.
     """
 
     def __init__(
@@ -138,6 +145,7 @@ class VectorizedExecutor:
         memory_budget: int | None = None,
         weights_bytes: int = 80 * 2**20,
         low_rank_ratio: float = 0.5,
+        dp_cpu_max_clients: int = 2,
     ) -> None:
         self.local_trainer = trainer
         self.sequential = SequentialExecutor(trainer)
@@ -146,6 +154,7 @@ class VectorizedExecutor:
         self.memory_budget = memory_budget
         self.weights_bytes = weights_bytes
         self.low_rank_ratio = low_rank_ratio
+        self.dp_cpu_max_clients = dp_cpu_max_clients
         self.last_bucket_size: int | None = None
         self.last_fallback_reason: str | None = None
         self.last_path: str | None = None  # "stacked" or "sequential" (last round)
@@ -238,7 +247,10 @@ class VectorizedExecutor:
 
     def bucket_size(self, cfg: LocalTrainingConfig, data: FederatedDataModule, cid: int) -> int:
         """Clients per bucket: ``max_clients``, fewer if the bucket's weights would exceed
-        ``weights_bytes`` (CPU) or its memory ``memory_budget``."""
+        ``weights_bytes`` (CPU) or its memory ``memory_budget``, and at most
+        ``dp_cpu_max_clients`` for DP-SGD clients on the CPU whose batches are Poisson samples
+        (rate B/n < 1; at rate 1 every batch is the client's whole data and nothing is padded
+        for the sampling)."""
         budget = self.memory_budget
         x = _train_split(data).x
         if budget is None:
@@ -248,6 +260,9 @@ class VectorizedExecutor:
         if x.device.type == "cpu":
             param_bytes = sum(p.numel() * p.element_size() for p in self.params)
             size = min(size, self.weights_bytes // max(param_bytes, 1))
+            n = len(data.client_indices[cid])
+            if cfg.dp_sgd is not None and dp_sgd_rate(batch_size=cfg.batch_size, size=n) < 1:
+                size = min(size, self.dp_cpu_max_clients)  # Poisson batches: padding
         return max(1, size)
 
     # -- internals ---------------------------------------------------------------------------

@@ -617,3 +617,34 @@ def test_memory_budget_chunks_the_cohort() -> None:
     assert chunked.last_bucket_size == 3
     for a, b in zip(want, got):
         torch.testing.assert_close(a.delta, b.delta, rtol=1e-5, atol=1e-6)
+
+
+def test_dp_sgd_buckets_on_the_cpu_are_small() -> None:
+    """DP-SGD clients with Poisson batches train on the CPU in buckets of at most
+    ``dp_cpu_max_clients`` (the padding to the widest batch grows with the bucket);
+    non-private clients and full-batch DP-SGD ones do not, and the updates are the same in
+    buckets of 2 as in one bucket."""
+    torch.manual_seed(5)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    data = _data([13, 30, 7, 30, 22])
+    cohort = [3, 0, 4, 1, 2]
+    dp = DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.5)
+    plain = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6)
+    private = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6, dp_sgd=dp)
+    # batches of every example (B ≥ n: rate 1) are not Poisson samples: nothing to pad
+    whole_data = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=30, dp_sgd=dp)
+    cap = VectorizedExecutor(LocalTrainer(private)).dp_cpu_max_clients
+    assert 1 <= cap < len(cohort)
+    for client, expected in ((plain, len(cohort)), (private, cap), (whole_data, len(cohort))):
+        executor = VectorizedExecutor(LocalTrainer(client))
+        list(executor.run(cohort, _ctx(client, cohort), data, FedAvg()))
+        assert executor.last_path == "stacked" and executor.last_bucket_size == expected
+    ctx = _ctx(private, cohort)
+    whole = VectorizedExecutor(LocalTrainer(private), dp_cpu_max_clients=len(cohort))
+    pairs = VectorizedExecutor(LocalTrainer(private), dp_cpu_max_clients=2)
+    want = list(whole.run(cohort, ctx, data, FedAvg()))
+    got = list(pairs.run(cohort, ctx, data, FedAvg()))
+    assert whole.last_bucket_size == len(cohort) and pairs.last_bucket_size == 2
+    for a, b in zip(want, got):
+        assert a.client_id == b.client_id
+        torch.testing.assert_close(a.delta, b.delta, rtol=1e-5, atol=1e-6)
