@@ -332,9 +332,7 @@ def build_cli_class():  # noqa: ANN201
             self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
         def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
-            config = getattr(self, "_dumped", None) or self.parser.dump(
-                self.config, skip_none=False, format="yaml"
-            )
+            config = self._dumped  # dumped by ``setup``, this method's only caller
             import yaml
 
             from fl_lightning.utils.redact import redact
