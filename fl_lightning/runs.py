@@ -433,13 +433,36 @@ def build_cli_class():  # noqa: ANN201
             if problem:
                 raise ValueError(problem)
 
+        def _check_first_contact(self) -> None:
+            """Loads the data (``setup`` is idempotent; no global random draw) and runs the
+            client network once on one example of each split (``first_contact.py``): a
+            network built for other inputs or another number of classes is one line here,
+            before any file is written, not a shape error in round 0."""
+            from fl_lightning.first_contact import model_data_problem
+
+            data = self.datamodule
+            data.setup("fit")
+            hp = data.hparams
+            split = f" (data.split {hp.split})" if hp.get("split") else ""
+            problem = model_data_problem(
+                self.model.client.net,
+                {"training": data.train, "validation": data.val, "test": data.test},
+                dataset=f"data.dataset {data.dataset_name}{split}",
+                num_classes=int(data.num_classes),
+                client_num_classes=int(self.model.num_classes),
+            )
+            if problem:
+                raise ValueError(problem)
+
         def before_validate(self) -> None:
             self._check_outputs()
             self._check_checkpoint("validate")
+            self._check_first_contact()
 
         def before_test(self) -> None:
             self._check_outputs()
             self._check_checkpoint("test")
+            self._check_first_contact()
 
         def before_fit(self) -> None:
             """Checks that need both the model and the data, before the Trainer starts."""
@@ -457,9 +480,16 @@ def build_cli_class():  # noqa: ANN201
                     f"privacy.accountant: none, but this run privatises what it releases "
                     f"({what}); a private run must account its ε: choose rdp, prv or pld"
                 )
+            self._check_first_contact()
             data = self.datamodule
             if data.hparams.partitioner != "natural":
                 self.model.sampler.check_population(data.num_clients)
+            from fl_lightning.server.federation import check_delta_population
+
+            sizes = tuple(int(n) for n in data.client_sizes().tolist())
+            check_delta_population(
+                model.accountant, model.strategy, uses_dp_sgd=model.uses_dp_sgd, sizes=sizes
+            )
             from fl_lightning.server.distributed import launch_problem
 
             trainer = self.trainer

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fl_lightning.utils.shared import find_shared
+
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 # One intra-op thread: small models gain nothing from more, and a busy 2-core machine loses a lot
@@ -18,17 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 MNIST_TEST_IMAGES = Path("MNIST", "raw", "t10k-images-idx3-ubyte.gz")
 
 
-def _find_shared(name: str, marker: Path, env: str) -> Path | None:
-    """``shared/<name>``: ``$<env>``, else the nearest one beside the checkout or one of its
-    parents (the configs say ``../shared/data``, which holds only for a checkout that sits next
-    to ``shared/``); None where no candidate contains ``marker``."""
-    candidates = [Path(os.environ[env])] if env in os.environ else []
-    candidates += [p / "shared" / name for p in REPO.parents]
-    return next((c.resolve() for c in candidates if (c / marker).exists()), None)
-
-
-SHARED_DATA = _find_shared("data", MNIST_TEST_IMAGES, "FL_SHARED_DATA")
-SHARED_PAPERS = _find_shared("papers", Path("000-dp-fedasgp.notes.md"), "FL_SHARED_PAPERS")
+# One lookup with the package (fl_lightning/utils/shared.py): $<env> when set, else the nearest
+# shared/<name> inside the checkout, beside it or beside one of its parents.
+SHARED_DATA = find_shared("data", MNIST_TEST_IMAGES, "FL_SHARED_DATA")
+SHARED_PAPERS = find_shared("papers", Path("000-dp-fedasgp.notes.md"), "FL_SHARED_PAPERS")
 QUICKSTART = REPO / "configs" / "experiment" / "quickstart.yaml"
 
 # Tiny, fast settings of the quickstart shape: digits, MLP, 10 clients, 3 per round.
@@ -65,8 +60,8 @@ def offline_mnist_args() -> list[str]:
     saying why, where the data is not beside this checkout."""
     if SHARED_DATA is None:
         pytest.skip(
-            "the real MNIST test set (shared/data/MNIST/raw) is not beside this checkout; "
-            "set FL_SHARED_DATA to its folder"
+            "the real MNIST test set (shared/data/MNIST/raw) is not inside or beside this "
+            "checkout; set FL_SHARED_DATA to its folder"
         )
     return ["--data.root", str(SHARED_DATA)]
 

@@ -156,13 +156,171 @@ def test_bug_before_the_first_round_keeps_its_traceback(run_cli, capsys, monkeyp
     assert "Traceback (most recent call last)" in err and "KeyError" in err
 
 
-def test_config_error_in_setup_stays_one_line(run_cli, capsys):
-    """A refusal raised inside Trainer.fit's setup (here: model and dataset disagree on the
-    number of classes) is still bad input: one line, exit 2."""
-    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--client.num_classes", "7",
-                  "--client.net.init_args.num_classes", "7"])  # fmt: skip
+def test_config_error_in_setup_stays_one_line(run_cli, capsys, monkeypatch):
+    """A refusal raised inside Trainer.fit's setup (here: the trainer's precision, checked in
+    FederatedModule.setup) is still bad input: one line, exit 2."""
+    import fl_lightning.server.module as server_module
+
+    def refuse(precision: str) -> None:
+        raise ValueError(f"trainer.precision: {precision} refused here")
+
+    monkeypatch.setattr(server_module, "refuse_trainer_precision", refuse)
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and err[0].startswith("error: client.num_classes"), err
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: trainer.precision"), err
+
+
+# -- first contact (issue 39): model against data, the data root, δ against the population --
+
+
+def _nothing_written(root: Path) -> None:
+    written = [p for p in Path(root).rglob("*") if p.is_file()]
+    assert not written, f"bad input wrote {written[:3]}"
+
+
+@pytest.mark.parametrize(
+    ("override", "parts"),
+    [
+        (  # the issue's case: a 28×28 network on 8×8 digits
+            ["--client", str(REPO / "configs" / "client" / "mnist_cnn_small.yaml")],
+            [
+                "error: client.net: MnistCNN expects 1×28×28 inputs (its classifier.1 takes 784 "
+                "features, 1×8×8 inputs give it 64), data.dataset digits gives 1×8×8; use a "
+                "network for 8×8 inputs (client: configs/client/digits_logreg.yaml) or a dataset "
+                "of 28×28 inputs"
+            ],
+        ),
+        (  # 3 channels where the network takes 1
+            [
+                "--client",
+                str(REPO / "configs" / "client" / "mnist_cnn_small.yaml"),
+                "--data.dataset",
+                "synthetic",
+                "--data.dataset_options",
+                "{shape: [3, 32, 32]}",
+            ],
+            [
+                "error: client.net: MnistCNN expects 1×28×28 inputs",
+                "takes 1 channel, not 3",
+                "data.dataset synthetic gives 3×32×32",
+                "client: configs/client/gcfl_cifar_cnn.yaml",
+            ],
+        ),
+        (  # a 10-class head on 62 classes (EMNIST byclass's count)
+            [
+                "--client",
+                str(REPO / "configs" / "client" / "mnist_cnn_small.yaml"),
+                "--data.dataset",
+                "synthetic",
+                "--data.dataset_options",
+                "{shape: [1, 28, 28], num_classes: 62}",
+            ],
+            [
+                "error: client.net: MnistCNN gives 10 outputs (classes), data.dataset synthetic "
+                "has 62 classes",
+                "client: configs/client/emnist_cnn.yaml",
+            ],
+        ),
+        (  # the metrics' class count disagrees with the data (the network agrees)
+            ["--client.num_classes", "7"],
+            ["error: client.num_classes: 7, but data.dataset digits has 10 classes"],
+        ),
+    ],  # fmt: skip
+)
+def test_network_and_data_mismatch_is_one_line_before_anything_is_written(
+    run_cli, capsys, tmp_path, override, parts
+):
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.logger", "true",
+                  *override])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2, err[-3:]
+    assert len(err) == 1, err[-3:]
+    for part in parts:
+        assert part in err[0], err[0]
+    assert err[0].startswith(parts[0])
+    _nothing_written(tmp_path)
+
+
+def test_switched_to_offline_mnist_names_the_network_and_what_fits(run_cli, capsys, tmp_path):
+    """The issue's first edit: the quickstart with ``--data.dataset mnist_offline``."""
+    from tests.conftest import offline_mnist_args
+
+    rc = run_cli(["fit", "--config", str(QUICKSTART), "--data.dataset", "mnist_offline",
+                  *offline_mnist_args()])  # fmt: skip
+    line = _last_err(capsys)
+    assert rc == 2
+    assert line.startswith(
+        "error: client.net: LogisticRegression expects 64 input features (1×8×8 flattened), "
+        "data.dataset mnist_offline gives 1×28×28 (784 features); use a network for 28×28 "
+        "inputs (client: configs/client/"
+    ), line
+    _nothing_written(tmp_path)
+
+
+def test_explicit_data_root_beats_fl_shared_data(run_cli, capsys, tmp_path, monkeypatch):
+    """With ``FL_SHARED_DATA`` pointing at the real files, ``--data.root`` elsewhere is used
+    (and refused, the files not being there), not silently replaced by the variable's folder."""
+    from tests.conftest import offline_mnist_args
+
+    monkeypatch.setenv("FL_SHARED_DATA", offline_mnist_args()[1])
+    elsewhere = tmp_path / "elsewhere"
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--data.dataset", "mnist_offline",
+                  "--client", str(REPO / "configs" / "client" / "spm_fl_mlp.yaml"),
+                  "--data.root", str(elsewhere)])  # fmt: skip
+    line = _last_err(capsys)
+    assert rc == 2
+    assert line.startswith("error: data.root: t10k-images-idx3-ubyte[.gz] and "), line
+    assert repr(str(elsewhere)) in line and "FL_SHARED_DATA is not consulted" in line, line
+
+
+_DP_SGD = ["--strategy", "fl_lightning.strategies.fedavg.FedAvg",
+           "--client.dp_sgd.noise_multiplier", "1",
+           "--client.dp_sgd.max_grad_norm", "1"]  # fmt: skip
+_LOCAL_DP = ["--strategy", "fl_lightning.strategies.ldp_fedavg.LDPFedAvg",
+             "--strategy.init_args.epsilon", "1.0"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("override", "start"),
+    [
+        (
+            ["--privacy.delta", "0.1"],
+            "error: privacy.delta: 0.1 ≥ 1/N = 1/10 (10 clients): a client-level guarantee at "
+            "this δ allows publishing a whole client's data; choose δ < 0.1",
+        ),
+        (
+            [*_LOCAL_DP, "--privacy.delta", "0.25"],
+            "error: privacy.delta: 0.25 ≥ 1/N = 1/10 (10 clients): a local guarantee",
+        ),
+        ([*_DP_SGD, "--privacy.delta", "0.05"], "error: privacy.delta: 0.05 ≥ 1/n = 1/"),
+    ],  # fmt: skip
+)
+def test_delta_at_least_one_over_the_population_is_refused(
+    run_cli, capsys, tmp_path, override, start
+):
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.logger", "true",
+                  *override])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err[-3:]
+    assert err[0].startswith(start), err[0]
+    assert "privacy.allow_large_delta: true" in err[0]
+    if "1/n" in start:
+        assert "the smallest, holds" in err[0] and "a whole record of a client" in err[0]
+    _nothing_written(tmp_path)
+
+
+def test_allow_large_delta_releases_and_says_so(run_cli, capsys, tmp_path):
+    import json
+
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "1",
+                  "--privacy.delta", "0.1", "--privacy.allow_large_delta", "true"])  # fmt: skip
+    assert rc == 0
+    guarantee = json.loads((tmp_path / "summary.json").read_text())["privacy/guarantee"]
+    assert guarantee.startswith("client-level (")
+    assert guarantee.endswith(
+        "; δ = 0.1 ≥ 1/N = 1/10 (10 clients) allowed by privacy.allow_large_delta: publishing "
+        "one client's data whole meets this δ"
+    ), guarantee
 
 
 def test_sweep_spec_errors_are_one_line(tmp_path, capsys, monkeypatch):

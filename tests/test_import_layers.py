@@ -30,7 +30,16 @@ LAYERS: list[set[str]] = [
     {"client"},  # local training; never sees a strategy or the server
     {"strategies"},  # aggregation and privacy placement; never imports the server
     {"server", "callbacks"},  # the round loop, sampling, executors; callbacks on its hooks
-    {"attacks", "reports", "sweeps", "runs", "extensions", "configs", "loggers"},  # tools
+    {
+        "attacks",
+        "reports",
+        "sweeps",
+        "runs",
+        "extensions",
+        "configs",
+        "loggers",
+        "first_contact",
+    },  # tools
     {"cli"},  # the entry point: nothing in the library imports it
 ]
 

@@ -132,11 +132,13 @@ def test_client_net_help_lists_the_model_zoo(capsys) -> None:
 
 
 def test_mnist_offline_honours_fl_shared_data(tmp_path, monkeypatch) -> None:
+    import fl_lightning.utils.shared as shared
     from fl_lightning.data.datamodule import FederatedDataModule
     from tests.conftest import offline_mnist_args
 
     folder = offline_mnist_args()[1]  # skips, saying why, without the data
     monkeypatch.chdir(tmp_path)  # ../shared/data does not exist from here
+    monkeypatch.setattr(shared, "CHECKOUT", tmp_path / "checkout")  # nor near the checkout
     monkeypatch.delenv("FL_SHARED_DATA", raising=False)
     with pytest.raises(ValueError, match="FL_SHARED_DATA"):
         FederatedDataModule(dataset="mnist_offline", root="../shared/data")

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fl_lightning.utils.shared import SHARED_DATA_ENV, is_shipped_data_root, shared_candidates
+
 
 @dataclass
 class TensorDataset:
@@ -113,21 +115,31 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-SHARED_DATA_ENV = "FL_SHARED_DATA"
-
-
 def mnist_offline_root(root: str) -> Path:
-    """The folder holding the MNIST test set: ``data.root`` when the files are there, else
-    ``$FL_SHARED_DATA`` (the shipped configs say ``../shared/data``, which holds only from a
-    checkout beside ``shared/``). Raises ``ValueError`` naming both places."""
+    """The folder holding the MNIST test set.
+
+    An explicit ``data.root`` is used as given: the command line or a config beats the
+    environment. Only the shipped configs' ``../shared/data`` (which holds from a checkout
+    beside ``shared/``) is looked for further: that folder when it holds the files, else
+    ``$FL_SHARED_DATA`` when set, else the nearest ``shared/data`` inside, beside or above the
+    checkout (:mod:`fl_lightning.utils.shared`). Raises ``ValueError`` naming where it looked.
+    """
     candidates = [Path(root)]
-    if os.environ.get(SHARED_DATA_ENV):
-        candidates.append(Path(os.environ[SHARED_DATA_ENV]))
+    shipped = is_shipped_data_root(root)
+    if shipped:
+        candidates += [c for c in shared_candidates("data", SHARED_DATA_ENV) if c != Path(root)]
     for base in candidates:
         if all(_find_idx(base, stem) is not None for stem in (IDX_IMAGES, IDX_LABELS)):
             return base
-    looked = " or ".join(repr(str(c)) for c in candidates)
-    hint = "" if len(candidates) > 1 else f"; or set {SHARED_DATA_ENV} to the folder holding them"
+    env = os.environ.get(SHARED_DATA_ENV)
+    if not shipped:
+        looked = repr(root)
+        hint = f" (${SHARED_DATA_ENV} is not consulted for an explicit data.root)" if env else ""
+    elif env:
+        looked, hint = f"{root!r} or ${SHARED_DATA_ENV} {env!r}", ""
+    else:
+        looked = f"{root!r} or shared/data inside, beside or above the checkout"
+        hint = f"; set {SHARED_DATA_ENV} to the folder holding them"
     raise ValueError(
         f"data.root: {IDX_IMAGES}[.gz] and {IDX_LABELS}[.gz] not found under {looked} "
         f"(looked in ., MNIST/raw, raw){hint}"

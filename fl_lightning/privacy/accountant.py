@@ -61,6 +61,9 @@ class PrivacyAccountant(Callback):
         delta: δ of the reported (ε, δ).
         target_epsilon: stop training before the round that would exceed it; also the target
             of noise calibration when a noise multiplier is left unset.
+        allow_large_delta: release a guarantee whose δ is at least 1/N (N clients) or 1/n
+            (the smallest client's n records), which is refused otherwise
+            (``privacy/population.py``); the guarantee sentence then says so.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class PrivacyAccountant(Callback):
         accountant: Literal["rdp", "prv", "pld", "none"] = "rdp",
         delta: float = 1e-5,
         target_epsilon: float | None = None,
+        allow_large_delta: bool = False,
     ) -> None:
         super().__init__()
         if accountant not in (*ACCOUNTANTS, "none"):
@@ -81,6 +85,9 @@ class PrivacyAccountant(Callback):
         self.accountant = accountant
         self.delta = delta
         self.target_epsilon = target_epsilon
+        self.allow_large_delta = allow_large_delta
+        self.large_delta_note: str | None = None
+        """Set by the run's set-up when ``allow_large_delta`` let a δ ≥ 1/N (1/n) through."""
         self.client_level: list[SampledGaussian] = []
         self.record_level: dict[int, list[SampledGaussian]] = {}
         self.local: dict[int, dict[tuple[float, float, str, int], int]] = {}
@@ -159,6 +166,8 @@ class PrivacyAccountant(Callback):
                 self.record_level
             )
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
+        if self.large_delta_note and not guarantee.startswith("none"):
+            guarantee = f"{guarantee}; {self.large_delta_note}"
         out["privacy/epsilon"], out["privacy/guarantee"] = eps, guarantee
         return out
 

@@ -18,6 +18,7 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.population import large_delta, large_delta_note, large_delta_problem
 from fl_lightning.server.privacy_plan import (
     calibrate_client_noise,
     check_strategy_target,
@@ -47,6 +48,9 @@ def set_up_federation(
     sampler.check_population(data.num_clients)
     sampling = sampler.sampling(data.num_clients)
     sizes = tuple(int(n) for n in data.client_sizes().tolist())
+    check_delta_population(
+        accountant, strategy, uses_dp_sgd=client.training_config.dp_sgd is not None, sizes=sizes
+    )
     client.training_config = calibrate_client_noise(
         client.training_config,
         client_sizes=sizes,
@@ -67,6 +71,46 @@ def set_up_federation(
         privacy=target,
     )
     strategy.setup_federation(spec)
+
+
+def client_unit_level(strategy: Strategy) -> str | None:
+    """The level of the strategy's guarantee whose unit is a client (client-level noise on the
+    aggregate, or local DP on every upload), or None when it privatises nothing."""
+    if not strategy.traits.private:
+        return None
+    if strategy.central_dp is not None or strategy.traits.amplified_by_sampling:
+        return "client-level"
+    local = strategy.local_dp
+    return "local" if local is not None and local.private else "per-client"
+
+
+def check_delta_population(
+    accountant: PrivacyAccountant | None,
+    strategy: Strategy,
+    *,
+    uses_dp_sgd: bool,
+    sizes: tuple[int, ...],
+) -> None:
+    """Refuses a ``privacy.delta`` of at least 1/N (a client-level or local guarantee, N
+    clients) or 1/n (record-level DP-SGD, n the smallest client's examples):
+    ``privacy/population.py``. With ``privacy.allow_large_delta`` the run goes on and the
+    accountant's guarantee sentence states it. Raises ``ValueError`` naming the field."""
+    if accountant is None:
+        return
+    nonempty = [(cid, n) for cid, n in enumerate(sizes) if n > 0]
+    found = large_delta(
+        accountant.delta,
+        client_unit=client_unit_level(strategy),
+        num_clients=len(sizes),
+        record_unit=uses_dp_sgd,
+        smallest_client=min(nonempty, key=lambda c: c[1]) if nonempty else None,
+    )
+    accountant.large_delta_note = None
+    if found is None:
+        return
+    if not accountant.allow_large_delta:
+        raise ValueError(large_delta_problem(accountant.delta, found))
+    accountant.large_delta_note = large_delta_note(accountant.delta, found)
 
 
 def federation_spec(
@@ -97,4 +141,4 @@ def federation_spec(
     )
 
 
-__all__ = ["federation_spec", "set_up_federation"]
+__all__ = ["check_delta_population", "client_unit_level", "federation_spec", "set_up_federation"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,19 +16,10 @@ from fl_lightning.reports.repro.stored import _pct, read_audit, read_curve
 from fl_lightning.sweeps.runner import SweepRunner, logger_override
 from fl_lightning.sweeps.spec import Point, SweepSpec, build_command, point_id
 from fl_lightning.sweeps.store import ResultStore
+from fl_lightning.utils.shared import find_shared_data  # noqa: F401  (one lookup, re-exported)
 
 REPO = Path(__file__).resolve().parents[3]
 SEED_KEY = "seed_everything"
-
-
-def find_shared_data() -> Path | None:
-    """``shared/data`` with the MNIST test set: ``$FL_SHARED_DATA``, else the nearest
-    ``shared/data`` beside the checkout or one of its parents (as the tests find it)."""
-    marker = Path("MNIST", "raw", "t10k-images-idx3-ubyte.gz")
-    cands = [Path(os.environ["FL_SHARED_DATA"])] if "FL_SHARED_DATA" in os.environ else []
-    cands += [p / "shared" / "data" for p in [REPO, *REPO.parents]]
-    cands += [p / "shared" / "data" for p in Path.cwd().resolve().parents]
-    return next((c.resolve() for c in cands if (c / marker).exists()), None)
 
 
 def _file_digest(paths: list[str]) -> str:
