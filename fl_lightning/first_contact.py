@@ -3,11 +3,11 @@ written: one forward pass of the client network on one example of each split (tr
 validation, test), so that a switched dataset or network is one line naming both fields and
 both shapes, and what would fit, instead of a shape error inside round 0.
 
-The pass runs on a copy of the network, in eval mode, under ``torch.no_grad``, with the torch
-(CPU), NumPy and Python random states saved and restored around it: it consumes no draw the run
-makes (the golden runs stay identical). Only when it fails are candidate input shapes probed and
-the shipped client configs (``configs/client/``) tried, to say what the network expects and
-which shipped network would fit.
+The pass runs on a copy of the network (its weights shared, :func:`probe_copy`), in eval mode,
+under ``torch.no_grad``, with the torch (CPU), NumPy and Python random states saved and restored
+around it: it consumes no draw the run makes (the golden runs stay identical). Only when it
+fails are candidate input shapes probed and the shipped client configs (``configs/client/``)
+tried, to say what the network expects and which shipped network would fit.
 """
 
 from __future__ import annotations
@@ -54,6 +54,19 @@ def _spatial(shape: tuple[int, ...], other: tuple[int, ...]) -> str:
     if len(shape) == 3 and len(other) == 3 and shape[0] == other[0]:
         return shape_text(shape[1:])
     return shape_text(shape)
+
+
+def probe_copy(net: nn.Module) -> nn.Module:
+    """A copy of ``net`` to run once: its modules copied (mode, hooks, attributes), its
+    parameters and buffers shared (a forward pass in eval mode under ``no_grad`` writes
+    neither; copying ResNet-50's weights took longer than its forward pass). A network with
+    lazy modules is copied whole: its first forward pass materialises their parameters."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if any(isinstance(m, LazyModuleMixin) for m in net.modules()):
+        return copy.deepcopy(net)
+    memo: dict[int, Any] = {id(t): t for t in [*net.parameters(), *net.buffers()]}
+    return copy.deepcopy(net, memo)
 
 
 def _first_line(err: BaseException) -> str:
@@ -232,12 +245,16 @@ def model_data_problem(
         client_num_classes: ``client.num_classes`` (the metrics' number of classes).
     """
     with untouched_rng(), torch.no_grad():
-        probe = copy.deepcopy(net).eval()
+        probe = probe_copy(net).eval()
         name = type(net).__name__
+        seen: set[tuple] = set()
         for split, data in splits.items():
             if data is None or len(data) == 0:
                 continue
             x = data.x[:1]
+            if (tuple(x.shape), x.dtype) in seen:  # the same input: the same answer
+                continue
+            seen.add((tuple(x.shape), x.dtype))
             out, err = _forward(probe, x)
             if err is not None or out is None:
                 return _input_problem(probe, name, x, dataset, split, num_classes)

@@ -58,6 +58,16 @@ def test_no_random_draw_and_the_network_untouched(net, shape) -> None:
     assert all(torch.equal(v, net.state_dict()[k]) for k, v in weights.items())
 
 
+def test_lazy_modules_stay_unmaterialised() -> None:
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    net = nn.Sequential(nn.Flatten(), nn.LazyLinear(10))
+    data = _data((1, 8, 8))
+    assert model_data_problem(net, {"training": data}, dataset="data.dataset d",
+                              num_classes=10, client_num_classes=10) is None  # fmt: skip
+    assert isinstance(net[1], LazyModuleMixin) and net[1].has_uninitialized_params()
+
+
 def test_what_fits_is_named() -> None:
     def problem(net: nn.Module, shape: tuple[int, ...], classes: int = 10) -> str | None:
         data = _data(shape, classes)
