@@ -58,6 +58,7 @@ def test_import_by_module_name_and_class_path(run_cli, capsys, tmp_path, monkeyp
     sys.modules.pop("my_fl", None)
     rc = run_cli(["fit", "--import", "my_fl", "--config", str(QUICKSTART), *TINY,
                   "--client.net", "my_fl.TinyNet", "--client.net.init_args.hidden", "8",
+                  "--client.net.init_args.num_classes", "2",  # else the quickstart's 10 stays
                   "--client.num_classes", "2", "--data.dataset", "moons",
                   "--strategy", "my_fl.FedMedian", "--trainer.max_steps", "2"])  # fmt: skip
     assert rc == 0, capsys.readouterr().err
