@@ -40,7 +40,7 @@ CLIENTS, COHORT, LOCAL_STEPS, BATCH, LR, CLIP, SIGMA, SEED = 100, 10, 5, 16, 0.0
 
 ARGS = [
     "--config", str(REPO / "configs/experiment/quickstart.yaml"),
-    "--data.dataset", "mnist_offline", "--data.root", str(REPO / "../shared/data"),
+    "--data.dataset", "mnist_offline", "--data.root", "../shared/data",  # the shared lookup
     "--data.num_clients", str(CLIENTS), "--data.partitioner", "iid",
     "--client", str(REPO / "configs/client/mnist_cnn_small.yaml"),
     "--client.local_steps", str(LOCAL_STEPS), "--client.batch_size", str(BATCH),

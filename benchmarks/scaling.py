@@ -23,8 +23,9 @@ reverse order every other repeat (the VM's speed drifts by 20-30 % over minutes,
 taken within a repeat); the result is the median ratio over ``--repeats`` (default 3) with its
 range. The machine's core count and its load average (``os.getloadavg``, before the run and
 after every repeat) are measured and printed, never typed in. ``--mnist-root`` (or
-``FL_MNIST_ROOT``) points at the offline MNIST files when the checkout is not next to
-``shared/data``. An existing ``--out`` file is kept: the new run is appended below it.
+``FL_MNIST_ROOT``) points at the offline MNIST files; by default the shipped root
+``../shared/data`` finds them (``$FL_SHARED_DATA``, else ``shared/data`` inside, beside or above
+the checkout). An existing ``--out`` file is kept: the new run is appended below it.
 
 Usage: ``python benchmarks/scaling.py [--workload digits|mnist] [--rounds 12] [--repeats 3]
 [--cohort N] [--profile]``.
@@ -49,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's package (also in the spawned reference processes)
 if "--mnist-root" in sys.argv:  # before WORKLOADS reads it
     os.environ["FL_MNIST_ROOT"] = sys.argv[sys.argv.index("--mnist-root") + 1]
-os.environ.setdefault("FL_MNIST_ROOT", str(REPO.parent / "shared" / "data"))
+os.environ.setdefault("FL_MNIST_ROOT", "../shared/data")  # the shipped root: looked up
 
 WORKLOADS = {
     "digits": {
