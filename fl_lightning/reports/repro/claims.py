@@ -201,7 +201,12 @@ def _test_text(o: Outcome, unit: str, d: int) -> str:
     return (
         f"{o.pair.a.arm.method} {_ms(o.pair.a, d)} vs {o.pair.b.arm.method} {_ms(o.pair.b, d)}: "
         f"paired difference {t.estimate:+.{d}f}{unit}, 95 % CI [{lo:+.{d}f}, {hi:+.{d}f}] "
-        f"(n = {t.n} pairs); paper {o.paper_value:+.{d}f}{unit}"
+        f"(n = {t.n} pairs); "
+        + (
+            "the paper gives no figure (direction only)"
+            if o.extra.get("sign_only")
+            else f"paper {o.paper_value:+.{d}f}{unit}"
+        )
     )
 
 
@@ -448,7 +453,7 @@ def _decide(
         neg = sum(x < 0 for x in diffs)
         text = (
             "pooled over "
-            + "; ".join(f"{p.name()} ({tables[p.table.label].label})" for p in ok)
+            + "; ".join(f"{p.name()} (table {p.table.label})" for p in ok)
             + f": mean paired difference {test.estimate:+.{d}f}{unit}, 95 % CI [{lo:+.{d}f}, "
             f"{hi:+.{d}f}] (n = {test.n} pairs, {neg} of {test.n} negative); paper "
             f"{o.paper_value:+.{d}f}{unit}"
@@ -474,7 +479,7 @@ def _decide(
                 context,
             )
         test = mean_test(ds, "paired t (by seed)")
-        outcomes.append(Outcome(p, test, rs, pv))
+        outcomes.append(Outcome(p, test, rs, pv, extra={"sign_only": not given}))
     if bad:  # a claim over several comparisons: one contradicted comparison still decides it
         if outcomes:
             _verdict_of(outcomes, scope, null)

@@ -480,9 +480,10 @@ def _test_cell(v: dict[str, Any]) -> str:
         return v.get("reason", "—")
     lo, hi = t["ci95"]
     mde = "—" if t["mde"] is None else f"{t['mde']:.2f}"
+    paper = "side only" if v.get("paper_value_note") else f"{t['paper_value']:+.2f}"
     return (
         f"{t['estimate']:+.2f} [{lo:+.2f}, {hi:+.2f}], n = {t['n']}; "
-        f"paper {t['paper_value']:+.2f}, null {t['null_value']:g}; MDE {mde}"
+        f"paper {paper}, null {t['null_value']:g}; MDE {mde}"
     )
 
 
@@ -513,11 +514,14 @@ def verdicts_markdown(doc: dict[str, Any]) -> list[str]:
             f"{_test_cell(v)} | {ev} |"
         )
     if doc.get("merged_claims"):
-        lines += ["", "Claims merged into another verdict (no run serves two verdicts):", ""]
+        lines += [
+            "",
+            "Claims not tested because their runs serve another verdict (no run serves two "
+            "verdicts; more seeds of their arms would test them):",
+            "",
+        ]
         for m in doc["merged_claims"]:
-            lines.append(
-                f"- {m['claim']}: decided by “{'; '.join(m['merged_into'])}” ({m['reason']})."
-            )
+            lines.append(f"- {m['claim']}: its runs serve “{'; '.join(m['merged_into'])}”.")
     cov = doc.get("coverage") or []
     if cov:
         lines += [
