@@ -68,7 +68,11 @@ def plots(
             ("test/accuracy", "test accuracy (%)", "accuracy_vs_round", 100.0),
             ("privacy/epsilon", "ε spent", "epsilon_vs_round", 1.0),
         ):
-            if col == "test/accuracy" and tdef is not None and len(_levels(tdef, cells)) > 1:
+            if (
+                col == "test/accuracy"
+                and tdef is not None
+                and len(_levels(tdef, cells).keys() - {"all"}) > 1
+            ):
                 path = _level_panels(
                     defn,
                     tname,
@@ -271,7 +275,10 @@ def _levels(t: TableDef, cells: list[CellResult]) -> dict[str, list[CellResult]]
     for c in cells:
         dims = {**c.arm.where, **t.paper_where.get(c.arm.name, {})}
         key = ", ".join(f"{k} = {v}" for k, v in sorted(dims.items()) if k != "dataset")
-        out.setdefault(key or "all", []).append(c)
+        if not key:  # no paper cell names it (e.g. an ε beyond the paper's): the arm's label
+            m = _LEVEL.search(c.arm.method)
+            key = m.group(0).strip(" ()") if m else ""
+        out.setdefault(key.replace("epsilon", "ε") or "all", []).append(c)
     return out
 
 
@@ -324,7 +331,7 @@ def _level_panels(
     colour = {f: cmap(i % cmap.N) for i, f in enumerate(fams)}
     n = len(levels)
     fig, axes = plt.subplots(
-        1, n, figsize=(4.0 * n + 1.0, 5.4), dpi=110, sharey=True, squeeze=False
+        1, n, figsize=(max(4.0 * n + 1.0, 9.0), 5.6), dpi=110, sharey=True, squeeze=False
     )
     handles: dict[str, Any] = {}
     for ax, (lvl, cs) in zip(axes[0], sorted(levels.items(), key=lambda kv: _num_key(kv[0]))):
@@ -362,7 +369,7 @@ def _level_panels(
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test accuracy (%)")
     fig.suptitle(
-        f"Paper {defn.paper}, table {tname}: accuracy vs round, one panel per privacy level "
+        f"Paper {defn.paper}, table {tname}: accuracy vs round, one panel per privacy level\n"
         "(mean over seeds, ± 1 SD shaded; thick: the arms a verdict compares)",
         fontsize=10,
     )
@@ -375,7 +382,7 @@ def _level_panels(
         frameon=False,
     )
     rows = (len(handles) + 1) // 2
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.12 + 0.035 * rows, wspace=0.08)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.12 + 0.035 * rows, wspace=0.08)
     fig.savefig(path)
     plt.close(fig)
     return path
