@@ -84,6 +84,7 @@ def test_repro_end_to_end_and_resume(tmp_path: Path, capsys, monkeypatch):
     assert repro.main([*args, "--seeds", "1", "--arm", "dpfl_agn", "--arm", "ref"]) == 0
     rows = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
     assert len(rows) == 2 and all(r["metrics"]["test/accuracy"] > 0 for r in rows)
+    assert all(r["commit"] == repro.code_commit() for r in rows)  # provenance of each row
     curves = repro.load_curves(ResultStore(store))
     assert set(curves) == {r["id"] for r in rows}
     assert all(c["round"] == [1, 2] and len(c["test/accuracy"]) == 2 for c in curves.values())

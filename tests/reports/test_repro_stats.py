@@ -142,6 +142,8 @@ def test_privacy_units_diverged_runs_and_silent_mechanisms_are_untestable():
     silent = [{"round": [1, 2], "strategy/anr_fired": [0, 0]}] * 2
     p = Pair(_table(), _cell("dpfl", [60, 62], curves=silent), _cell("agn", [59, 61]))
     assert any("ANR never fired" in r for r in untestable_reasons(p, None))
+    p = Pair(_table(), _cell("dpfl", [60, 62], curves=silent), _cell("agn", [], curves=[]))
+    assert not any("never fired" in r for r in untestable_reasons(p, None))  # agn: no runs
     fired = [{"round": [1, 2], "strategy/anr_fired": [0, 1]}] * 2
     p = Pair(_table(), _cell("dpfl", [60, 62], curves=fired), _cell("agn", [59, 61]))
     assert untestable_reasons(p, None) == []
@@ -385,3 +387,46 @@ def test_repro_is_listed_in_the_cli_help(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "\n  repro " in out and "\n  audit " in out
+
+
+def test_coverage_marks_a_run_item_without_runs_not_run():
+    from fl_lightning.reports.repro.documents import coverage_json
+
+    t = TableDef("T", {}, ["a"], None)
+    defn = _defn([t], [])
+    defn.coverage = [
+        {"claim": "Table T", "status": "run", "tables": ["T"]},
+        {"claim": "Table U", "status": "not_run", "reason": "no download"},
+    ]
+    empty = {"T": ([_cell("a", [])], None)}
+    got = coverage_json(defn, empty)
+    assert got[0]["status"] == "not_run" and "no finished run" in got[0]["reason"]
+    assert got[1] == defn.coverage[1]
+    assert coverage_json(defn, {"T": ([_cell("a", [1.0])], None)})[0]["status"] == "run"
+
+
+def test_update_readme_rewrites_only_between_the_markers(tmp_path: Path):
+    from fl_lightning.reports.repro.readme import END, START, update_readme
+
+    out = tmp_path / "reports"
+    out.mkdir()
+    doc = {
+        "paper": "004",
+        "verdicts": [
+            {"verdict": "contradicted", "headline": True},
+            {"verdict": "untestable"},
+        ],
+        "merged_claims": [{"claim": "x"}],
+        "coverage": [{"status": "run"}, {"status": "not_run", "reason": "r"}],
+    }
+    (out / "004.json").write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nold row\n{END}\noutro\n")
+    update_readme(readme, out)
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "old row" not in text
+    row = next(x for x in text.splitlines() if x.startswith("| 004"))
+    assert "| 0 / 1 / 0 / 1 | contradicted | 3 (1 untestable, 1 merged, 1 of 2" in row
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        update_readme(readme, out)

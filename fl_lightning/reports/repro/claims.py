@@ -119,9 +119,9 @@ def untestable_reasons(p: Pair, positive: float | None) -> list[str]:
                 "runs: a win over a diverged run says nothing about the method"
             )
     fa, fb = _fired(a), _fired(b)
-    for c, mine, other in ((a, fa, fb), (b, fb, fa)):
+    for c, mine, other, rival in ((a, fa, fb, b), (b, fb, fa, a)):
         for mech, n in mine.items():
-            if n == 0 and mech not in other:
+            if n == 0 and mech not in other and rival.curves:
                 out.append(
                     f"{mech} never fired in {c.arm.method}'s {len(c.curves)} runs: it ran as the "
                     "arm without it, so the comparison does not test it"
