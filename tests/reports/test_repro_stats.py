@@ -430,3 +430,16 @@ def test_update_readme_rewrites_only_between_the_markers(tmp_path: Path):
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="markers"):
         update_readme(readme, out)
+
+
+def test_migrate_store_from_the_command_line_needs_no_data(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setattr(repro.cli, "find_shared_data", lambda: None)  # a checkout without data
+    store = tmp_path / "store"
+    store.mkdir()
+    row = {"id": "a", "status": "finished", "run_dir": "/m/docs/reproductions/store/s/runs/a"}
+    (store / "results.jsonl").write_text(json.dumps(row) + "\n")
+    assert repro.main(["002", "--store", str(store), "--migrate-store"]) == 0
+    assert "1 of 1 rows rewritten" in capsys.readouterr().out
+    got = json.loads((store / "results.jsonl").read_text())
+    assert got["run_dir"] == "docs/reproductions/store/s/runs/a"
+    assert repro.main(["002", "--store", str(tmp_path / "none"), "--migrate-store"]) == 2

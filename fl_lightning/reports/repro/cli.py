@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         root = args.data_root or defn.data_root
         if root == "shared":
             found = find_shared_data()
-            if found is None and not args.report_only:
+            if found is None and not (args.report_only or args.migrate_store):
                 raise ReproError(
                     "--data-root: shared/data (the MNIST test set) not found beside this "
                     "checkout; set FL_SHARED_DATA or pass --data-root DIR"
