@@ -394,7 +394,13 @@ def render_markdown(
                 + (", ".join(f"`{k}`" for k in same) if same else "nothing")
                 + (
                     ". **Not the same setting**: it differs in "
-                    + ", ".join(ref["differs_in_setting_keys"])
+                    + ", ".join(f"`{k}`" for k in ref["differs_in_setting_keys"])
+                    + " from "
+                    + ", ".join(
+                        f"`{a}`"
+                        for a, ks in ref["same_setting_except_per_arm"].items()
+                        if set(ks) & set(ref["differs_in_setting_keys"])
+                    )
                     + "."
                     if ref.get("differs_in_setting_keys")
                     else "."
