@@ -37,6 +37,7 @@ commands:
   sweep      run a W&B sweep spec locally, resumable: fl-lightning sweep sweeps/<spec>.yaml
   report     compare runs side by side (--group-by KEY) or against a paper's table (--paper)
   audit      membership inference and gradient inversion against a run: --attack threshold ...
+  repro      reproduce a paper's tables and verdicts from its definition: fl-lightning repro 000
 
   fl-lightning <command> --help   options of one command
   --import MODULE|FILE.py         import your module first (models, datasets, strategies),

@@ -26,12 +26,17 @@ only regenerates the documents (seconds).
 The package, one module a job; each imports only the modules listed before it (no circle):
 
 - ``definition``: the YAML definition read into :class:`Definition` (:class:`ReproError`);
+- ``stats``: the statistics, one of each for every paper: the paired test by seed, the
+  minimum detectable effect, the verdict label rule, Kendall τ within a column;
 - ``stored``: what a finished run leaves (its curve, its audit, ``curves.jsonl``);
+- ``provenance``: the code's commit and relative paths in store rows, the store migration;
 - ``points``: the points to run (tables and tuning grid), the tuned values, the runner;
 - ``cells``: a table's cells collected from the store beside the paper's values;
-- ``claims``: the statistics and each claim's verdict, the per-cell diagnostics;
+- ``setting``: an arm's flattened setting, where a reference differs from the private arms;
+- ``claims``: each claim's verdict (or why it is untestable), the per-cell diagnostics;
 - ``figures``: the PNG plots;
 - ``documents``: ``<paper>.json`` (schema-checked) and ``<paper>.md``;
+- ``readme``: the README's results table generated from the reports;
 - ``cli``: the command line (``main``) and :func:`write_documents`.
 """
 
@@ -39,16 +44,10 @@ from __future__ import annotations
 
 from fl_lightning.reports.repro.cells import CellResult, collect
 from fl_lightning.reports.repro.claims import (
-    ALPHA,
-    VERDICTS,
-    compare_close,
-    compare_methods,
-    difference_ci,
-    kendall,
-    peak_verdict,
+    privacy_unit,
     selection_tracking,
+    untestable_reasons,
     verdicts,
-    with_margin,
 )
 from fl_lightning.reports.repro.cli import build_parser, main, write_documents
 from fl_lightning.reports.repro.definition import (
@@ -83,12 +82,33 @@ from fl_lightning.reports.repro.points import (
     plan,
     point_id,
     tuning_points,
+    with_stored_seeds,
+)
+from fl_lightning.reports.repro.provenance import (
+    ProvenanceStore,
+    code_commit,
+    migrate_store,
+    relative_row,
+    report_commits,
+)
+from fl_lightning.reports.repro.setting import flat_setting, same_setting_except
+from fl_lightning.reports.repro.stats import (
+    ALPHA,
+    KENDALL_MIN,
+    VERDICTS,
+    Test,
+    kendall,
+    label,
+    mde,
+    mean_test,
+    paired_test,
 )
 from fl_lightning.reports.repro.stored import CURVE_COLUMNS, load_curves, read_audit, read_curve
 
 __all__ = [
     "ALPHA",
     "CURVE_COLUMNS",
+    "KENDALL_MIN",
     "PROFILES",
     "REPO",
     "SEED_KEY",
@@ -97,40 +117,50 @@ __all__ = [
     "CellResult",
     "Definition",
     "PlotDef",
+    "ProvenanceStore",
     "ReproError",
     "ReproPoint",
     "ReproRunner",
     "TableDef",
+    "Test",
     "TuneDef",
     "TuneResult",
     "build_json",
     "build_parser",
     "cell_json",
     "choose",
+    "code_commit",
     "collect",
-    "compare_close",
-    "compare_methods",
     "copy_images",
     "definition_path",
-    "difference_ci",
     "find_shared_data",
+    "flat_setting",
     "kendall",
+    "label",
     "load_curves",
     "load_definition",
     "main",
-    "peak_verdict",
+    "mde",
+    "mean_test",
+    "migrate_store",
+    "paired_test",
     "plan",
     "plots",
     "point_id",
+    "privacy_unit",
     "read_audit",
     "read_curve",
+    "relative_row",
     "render_markdown",
+    "report_commits",
+    "same_setting_except",
     "selection_tracking",
     "tuning_json",
     "tuning_markdown",
     "tuning_points",
+    "untestable_reasons",
     "validate_document",
     "verdicts",
-    "with_margin",
+    "with_stored_seeds",
     "write_documents",
 ]

@@ -27,6 +27,13 @@ class CellResult:
     planned: int
     extra_metrics: dict[str, str] = field(default_factory=dict)
     eps_infinite: int = 0  # finished runs whose accountant printed ε = ∞ (no guarantee)
+    seeds: list[int] = field(default_factory=list)  # the seed of each value (same order)
+    ids: list[str] = field(default_factory=list)  # the point id of each value (same order)
+    diverged: int = 0  # finished runs whose test loss was NaN or infinite in some round
+
+    def by_seed(self) -> dict[int, tuple[float, str]]:
+        """seed -> (value, point id): what a paired test pairs."""
+        return {s: (v, i) for s, v, i in zip(self.seeds, self.values, self.ids)}
 
     @property
     def mean(self) -> float | None:
@@ -39,6 +46,17 @@ class CellResult:
 
 #: Per table label: its cells and its reference cell (None: the table has no reference arm).
 TableResults = dict[str, tuple[list[CellResult], CellResult | None]]
+#: Per table label: every arm's cell in the table's view (its arms, reference, controls and
+#: positive control), by arm name.
+ArmCells = dict[str, dict[str, CellResult]]
+
+
+def _diverged(curve: dict[str, Any], metrics: dict[str, Any]) -> bool:
+    losses = [x for x in (curve or {}).get("test/loss", []) if x is not None]
+    final = metrics.get("test/loss")
+    if isinstance(final, (int, float)):
+        losses.append(final)
+    return any(not math.isfinite(float(x)) for x in losses)
 
 
 def collect(
@@ -48,9 +66,15 @@ def collect(
     table: TableDef,
     paper_table: PaperTable,
     metric: str,
+    *,
+    latest: dict[str, dict[str, Any]] | None = None,
+    curves: dict[str, dict[str, list]] | None = None,
+    extras: dict[str, CellResult] | None = None,
 ) -> tuple[list[CellResult], CellResult | None]:
-    latest = store.latest()
-    curves = load_curves(store)
+    """The table's cells and reference; ``extras`` (if given) receives every arm's cell of the
+    view, by arm name: the table's arms, its reference, controls and positive control."""
+    latest = store.latest() if latest is None else latest
+    curves = load_curves(store) if curves is None else curves
     metric = table.metric or metric  # the table's own metric (e.g. an attack's) wins
 
     def cell(arm_name: str, paper: float | None, metric: str = metric) -> CellResult:
@@ -69,6 +93,9 @@ def collect(
             if v is None:
                 continue
             res.values.append(v)
+            res.seeds.append(rp.seed)
+            res.ids.append(rp.point.id)
+            res.diverged += _diverged(curve, m)
             res.metrics.append(m)
             eps = m.get("privacy/epsilon")
             if isinstance(eps, (int, float)) and math.isfinite(eps):  # inf: non-private
@@ -98,4 +125,11 @@ def collect(
     ref = None
     if table.reference:
         ref = cell(table.reference, None, table.reference_metric or metric)
+    if extras is not None:
+        extras.update({c.arm.name: c for c in out})
+        for a in [x for x in (*table.controls, table.positive_control) if x]:
+            if a not in extras:
+                extras[a] = cell(a, None)
+        if ref is not None and ref.arm.name not in extras:  # its own metric (e.g. accuracy)
+            extras[ref.arm.name] = ref
     return out, ref

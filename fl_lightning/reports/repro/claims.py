@@ -1,123 +1,176 @@
-"""The statistics of a report and the verdict of each claim: Kendall τ against the paper's
-order, Welch's test and CI (against the paper's margin), TOST closeness, the peak of a tuning
-grid, the tracking of the λ_t quantile (Eq. 14 of paper 000), and the per-cell diagnostics
-(rounds, ANR firings, final σ, cosines, budgets) that the evidence and the tables cite."""
+"""Each claim's verdict, decided mechanically from the stored runs.
+
+A claim compares arms (``better`` / ``lower`` / ``close``: one arm against others;
+``pooled``: several pairs of arms, one test over all their paired differences; ``peak``: a
+tuning grid's value against the others; ``tracks``: a per-run statistic against a threshold).
+Every comparison is the paired test of :mod:`~fl_lightning.reports.repro.stats` (by seed) and
+its label follows from the test's interval, the paper's value of the same estimand
+(``paper_value``) and the null value by :func:`~fl_lightning.reports.repro.stats.label`
+(``scope: value`` by default, ``scope: direction`` where the paper's claim is only "A beats B").
+
+A comparison is **untestable**, with the reason, when the stored data say it cannot decide the
+claim (:func:`untestable_reasons`): an attack table whose positive control failed or is missing,
+arms whose guarantees are in different privacy units, an arm with a NaN loss, a mechanism that
+never fired, both arms near chance, arms identical seed for seed, fewer than 2 pairs.
+
+No run serves two verdicts: claims are decided headline first, then in the definition's order,
+and each takes only runs no earlier verdict took; a claim left with fewer than 2 pairs is
+merged into the verdict that holds its runs (listed with the reason). A headline claim needs
+n >= 5 pairs; with fewer its verdict stands but not as a headline. The per-cell diagnostics
+(rounds, ANR firings, final σ, cosines, budgets) that the evidence and the tables cite are
+here too."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
-from fl_lightning.reports.repro.cells import CellResult, TableResults
-from fl_lightning.reports.repro.definition import Definition, ReproError
+from fl_lightning.reports.repro.cells import ArmCells, CellResult
+from fl_lightning.reports.repro.definition import Definition, ReproError, TableDef
 from fl_lightning.reports.repro.points import TuneResult
+from fl_lightning.reports.repro.stats import (
+    VERDICTS,
+    Test,
+    describe_mde,
+    label,
+    mean_test,
+)
 
-VERDICTS = ("confirmed", "contradicted", "inconclusive")
-ALPHA = 0.05
+__all__ = ["VERDICTS", "verdicts", "untestable_reasons", "selection_tracking", "privacy_unit"]
 
-
-def kendall(cells: list[CellResult]) -> tuple[float | None, float | None, int]:
-    """Kendall τ-b (ties counted as ties) between our means and the paper's, with its p-value
-    (``scipy.stats.kendalltau``), over the cells that have both."""
-    from scipy.stats import kendalltau
-
-    both = [c for c in cells if c.mean is not None and c.paper is not None]
-    if len(both) < 2:
-        return None, None, len(both)
-    res = kendalltau([round(float(c.mean or 0.0), 2) for c in both], [c.paper for c in both])
-    tau, p = float(res.statistic), float(res.pvalue)
-    return (tau if math.isfinite(tau) else None), (p if math.isfinite(p) else None), len(both)
-
-
-def compare_methods(a: CellResult, b: CellResult, unit: str = " pt") -> tuple[str, str]:
-    """Whether ``a`` beats ``b``: Welch's t-test over seeds (two-sided, α = 0.05)."""
-    from scipy.stats import ttest_ind
-
-    if len(a.values) < 2 or len(b.values) < 2:
-        return "inconclusive", f"{a.arm.method} or {b.arm.method}: fewer than 2 seeds finished"
-    diff = a.mean - b.mean  # type: ignore[operator]
-    if statistics.pstdev(a.values) == 0 and statistics.pstdev(b.values) == 0:
-        p = 0.0 if diff != 0 else 1.0
-    else:
-        p = float(ttest_ind(a.values, b.values, equal_var=False).pvalue)
-    d = 2 if unit else 3
-    text = f"{a.arm.method} {_ms(a, d)} vs {b.arm.method} {_ms(b, d)}: {diff:+.{d}f}{unit}"
-    text += f", Welch p = {p:.3g}"
-    if p < ALPHA:
-        return ("confirmed" if diff > 0 else "contradicted"), text
-    return "inconclusive", text + " (not significant at 0.05: a tie at this power)"
+HEADLINE_N = 5  # a headline verdict needs at least this many pairs
+MIN_PAIRS = 2  # below this no interval exists
+POSITIVE_MIN = 0.55  # an attack table's positive control must reach this (fraction)
+NEAR_CHANCE_PT = 15.0  # both arms within this many points of chance: untestable
+FIRING = {"strategy/anr_fired": "ANR"}  # a mechanism's firing count per round
+ORDER = {"contradicted": 0, "inconclusive": 1, "confirmed": 2}  # worst first
 
 
-def difference_ci(a: CellResult, b: CellResult) -> tuple[float, float] | None:
-    """The 95 % Welch confidence interval of mean(a) − mean(b), in points (None: < 2 seeds)."""
-    from scipy.stats import t as student
-
-    if len(a.values) < 2 or len(b.values) < 2:
-        return None
-    diff = statistics.fmean(a.values) - statistics.fmean(b.values)
-    va = statistics.variance(a.values) / len(a.values)
-    vb = statistics.variance(b.values) / len(b.values)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return diff, diff
-    df = (va + vb) ** 2 / (va**2 / (len(a.values) - 1) + vb**2 / (len(b.values) - 1))
-    q = float(student.ppf(1 - ALPHA / 2, df))
-    return diff - q * se, diff + q * se
-
-
-def with_margin(
-    kind: str, evidence: str, a: CellResult, b: CellResult, margin: float
-) -> tuple[str, str]:
-    """A pairwise verdict that also tests the paper's advantage ``margin`` (points): when the
-    95 % Welch CI of our difference lies wholly below it, the published advantage is rejected
-    and the pair counts as contradicted even if ``a`` is ahead."""
-    ci = difference_ci(a, b)
-    if ci is None:
-        return kind, evidence
-    lo, hi = ci
-    if hi < margin:
-        return "contradicted", (
-            f"{evidence}; 95 % CI of the difference [{lo:+.2f}, {hi:+.2f}] pt excludes the "
-            f"paper's {margin:+.2f} pt"
+def privacy_unit(c: CellResult) -> str | None:
+    """The unit of the runs' ε: ``record-level`` or ``client-level`` (local DP per client is
+    client-level); a run that claims no guarantee but logs the sound ε of its noise
+    (``privacy/epsilon_sound``: client-level where strategies log it, NbAFL and the budgeted
+    uploads) counts as client-level; None for a non-private run or an unstated unit."""
+    units = set()
+    for m, cv in zip(c.metrics, c.curves):
+        g = str(m.get("privacy/guarantee") or "").strip()
+        sound = isinstance(m.get("privacy/epsilon_sound"), (int, float)) or any(
+            x is not None for x in (cv or {}).get("strategy/epsilon_sound", [])
         )
-    return kind, f"{evidence}; 95 % CI [{lo:+.2f}, {hi:+.2f}] pt includes the paper's {margin:+.2f}"
+        if g.startswith("record-level"):
+            units.add("record-level")
+        elif g.startswith(("client-level", "local")) or (g.startswith("none") and sound):
+            units.add("client-level")
+    return units.pop() if len(units) == 1 else None
 
 
-def compare_close(
-    a: CellResult, b: CellResult, within: float, unit: str = " pt"
-) -> tuple[str, str]:
-    """Whether ``a`` is within ``within`` points of ``b`` (a claim such as "SPM ≈ NoDP"):
-    two one-sided Welch tests (TOST, α = 0.05). Confirmed when both reject a gap of more than
-    ``within``; contradicted when the gap is significantly larger than ``within``; otherwise
-    inconclusive."""
-    from scipy.stats import ttest_ind
+def _fired(c: CellResult) -> dict[str, int]:
+    """Per mechanism the arm logs a firing column for: its total firings over all runs."""
+    out: dict[str, int] = {}
+    for col, name in FIRING.items():
+        logged = [cv[col] for cv in c.curves if cv and col in cv]
+        if logged:
+            out[name] = int(sum(sum(x or 0 for x in xs) for xs in logged))
+    return out
 
-    if len(a.values) < 2 or len(b.values) < 2:
-        return "inconclusive", f"{a.arm.method} or {b.arm.method}: fewer than 2 seeds finished"
-    diff = a.mean - b.mean  # type: ignore[operator]
-    text = (
-        f"{a.arm.method} {_ms(a)} vs {b.arm.method} {_ms(b)}: {diff:+.2f}{unit} "
-        f"(margin ±{within:g}{unit})"
-    )
-    if statistics.pstdev(a.values) == 0 and statistics.pstdev(b.values) == 0:
-        inside = abs(diff) <= within
-        return ("confirmed" if inside else "contradicted"), text + " (no seed variance)"
 
-    def p(shift: float, alternative: str) -> float:
-        return float(
-            ttest_ind(
-                [v + shift for v in a.values], b.values, equal_var=False, alternative=alternative
-            ).pvalue
+@dataclass
+class Pair:
+    """One comparison: the estimand is mean(a) − mean(b), paired by seed (a = the arm the
+    claim says is ahead on the table's metric)."""
+
+    table: TableDef
+    a: CellResult
+    b: CellResult
+
+    def name(self) -> str:
+        return f"{self.a.arm.method} − {self.b.arm.method}"
+
+
+def untestable_reasons(p: Pair, positive: float | None) -> list[str]:
+    """Why the stored data cannot decide this comparison (empty: it can). ``positive``: the
+    attack table's positive control (attack on the non-private model, as a fraction)."""
+    t, a, b = p.table, p.a, p.b
+    out = []
+    if t.kind == "attack":
+        if t.positive_control is None or positive is None:
+            out.append(
+                "the attack table has no positive control (the attack on the non-private "
+                "model) run: a failing attack and a private model look the same"
+            )
+        elif positive < POSITIVE_MIN:
+            out.append(
+                f"the attack's positive control (the non-private model) reaches only "
+                f"{positive:.3f} < {POSITIVE_MIN}: the attack does not work in this setting, so "
+                "its values on private models measure nothing"
+            )
+    ua, ub = privacy_unit(a), privacy_unit(b)
+    if ua and ub and ua != ub:
+        out.append(
+            f"{a.arm.method}'s ε is {ua} and {b.arm.method}'s {ub}: equal ε in different "
+            "privacy units is no matched privacy"
         )
+    for c in (a, b):
+        if c.diverged:
+            out.append(
+                f"{c.arm.method} diverged (NaN or infinite loss) in {c.diverged}/{len(c.values)} "
+                "runs: a win over a diverged run says nothing about the method"
+            )
+    fa, fb = _fired(a), _fired(b)
+    for c, mine, other, rival in ((a, fa, fb, b), (b, fb, fa, a)):
+        for mech, n in mine.items():
+            if n == 0 and mech not in other and rival.curves:
+                out.append(
+                    f"{mech} never fired in {c.arm.method}'s {len(c.curves)} runs: it ran as the "
+                    "arm without it, so the comparison does not test it"
+                )
+    if t.kind == "accuracy" and t.percent and a.mean is not None and b.mean is not None:
+        chance = 100.0 / t.classes
+        if max(a.mean, b.mean) <= chance + NEAR_CHANCE_PT:
+            out.append(
+                f"both arms near chance ({a.mean:.1f} and {b.mean:.1f} %, chance {chance:.0f} %, "
+                f"both within {NEAR_CHANCE_PT:.0f} pt): neither learned enough to rank methods"
+            )
+    both = sorted(set(a.seeds) & set(b.seeds))
+    va, vb = a.by_seed(), b.by_seed()
+    if len(both) >= MIN_PAIRS and all(va[s][0] == vb[s][0] for s in both):
+        out.append(
+            f"{a.arm.method} and {b.arm.method} gave identical results seed for seed "
+            f"({len(both)} seeds): what distinguishes them never acted"
+        )
+    return out
 
-    above, below = p(within, "greater"), p(-within, "less")  # diff > -within, diff < within
-    if max(above, below) < ALPHA:
-        return "confirmed", text + f", TOST p = {max(above, below):.3g}"
-    outside = min(p(within, "less"), p(-within, "greater"))  # diff < -within or > within
-    if outside < ALPHA:
-        return "contradicted", text + f", gap beyond the margin: one-sided Welch p = {outside:.3g}"
-    return "inconclusive", text + f", TOST p = {max(above, below):.3g} (not within at 0.05)"
+
+@dataclass
+class Outcome:
+    """A comparison's test with the runs it used."""
+
+    pair: Pair | None
+    test: Test | None
+    runs: list[str]
+    paper_value: float
+    label: str = "inconclusive"
+    text: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _paired(p: Pair, used: set[str]) -> tuple[list[float], list[str]]:
+    """The paired differences a − b over the seeds both arms have, skipping runs in ``used``."""
+    va, vb = p.a.by_seed(), p.b.by_seed()
+    diffs, runs = [], []
+    for s in sorted(set(va) & set(vb)):
+        (x, ia), (y, ib) = va[s], vb[s]
+        if ia in used or ib in used:
+            continue
+        diffs.append(x - y)
+        runs += [ia, ib]
+    return diffs, runs
+
+
+def _unit(t: TableDef) -> str:
+    return " pt" if t.percent else ""
 
 
 def _ms(c: CellResult, d: int = 2) -> str:
@@ -127,118 +180,34 @@ def _ms(c: CellResult, d: int = 2) -> str:
     return f"{c.mean:.{d}f}{std} (n={len(c.values)})"
 
 
-def peak_verdict(
-    res: TuneResult, value: Any, noise: float | None, among: list[Any] | None = None
-) -> tuple[str, str]:
-    """Whether ``value`` is the best of the arm's tuning grid (or of its values ``among``,
-    e.g. the paper's own grid inside a wider one). With single-seed tuning the
-    scale of a meaningful difference is ``noise``, the arm's seed std at its chosen value in
-    the table: the claim is confirmed (contradicted) when the claimed value beats every other
-    value (is beaten by the best) by more than 2 std; otherwise inconclusive."""
-    means = {repr(v): res.mean(v) for v in res.values if among is None or v in among}
-    if means.get(repr(value)) is None:
-        return "inconclusive", f"{res.method}: no finished run at {value}"
-    done = {k: m for k, m in means.items() if m is not None}
-    text = f"{res.method}: " + ", ".join(f"{k}: {m:.2f}" for k, m in done.items())
-    if noise is None:
-        return "inconclusive", text + " (no seed std to judge the differences)"
-    text += f" (seeds: {len(res.scores.get(repr(value), []))} per value; seed std {noise:.2f})"
-    mine = done[repr(value)]
-    best_k, best = max(done.items(), key=lambda kv: kv[1])
-    others = [m for k, m in done.items() if k != repr(value)]
-    if others and all(mine - m > 2 * noise for m in others):
-        return "confirmed", text
-    if best_k != repr(value) and best - mine > 2 * noise:
-        return "contradicted", text + f"; best at {best_k}"
-    return "inconclusive", text + f"; best at {best_k}, within 2 std of {value}"
+def _paper_values(claim: dict[str, Any], k: int, where: str) -> tuple[list[float], bool]:
+    """One paper value per comparison; the second item is False where the paper gives none
+    (then +1 only marks the side of a direction claim)."""
+    pv = claim.get("paper_value")
+    if pv is None:
+        if claim.get("scope") != "direction":
+            raise ReproError(f"{where}.paper_value: missing (needed unless scope: direction)")
+        return [1.0] * k, False
+    vals = [float(x) for x in pv] if isinstance(pv, list) else [float(pv)] * k
+    if len(vals) != k:
+        raise ReproError(f"{where}.paper_value: one value per compared arm ({k})")
+    return vals, True
 
 
-def verdicts(
-    defn: Definition,
-    results: TableResults,
-    tuning: list[TuneResult] | None = None,
-) -> list[dict[str, Any]]:
-    out = []
-    for i, claim in enumerate(defn.claims):
-        text = str(claim.get("claim", f"claim {i}"))
-        t = str(claim.get("table"))
-        if t not in results:
-            continue
-        cells = {c.arm.name: c for c in results[t][0]}
-        peak = claim.get("peak")
-        if isinstance(peak, dict):
-            res = next((r for r in tuning or [] if r.arm == peak["arm"]), None)
-            if res is None:
-                raise ReproError(f"claims[{i}].peak: arm {peak['arm']!r} is not tuned")
-            cell = cells.get(peak["arm"])
-            verdict, evidence = peak_verdict(
-                res, peak["value"], cell.std if cell else None, peak.get("among")
-            )
-            if claim.get("paper"):
-                evidence += f". Paper: {claim['paper']}"
-            if claim.get("reading"):
-                evidence += f". Reading: {claim['reading']}"
-            out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
-            continue
-        if isinstance(claim.get("tracks"), dict):
-            out.append(_tracking_verdict(text, t, claim, cells, i))
-            continue
-        percent = next((d.percent for d in defn.tables if d.label == t), True)
-        unit = " pt" if percent else ""  # e.g. an SSIM difference is no percentage point
-        close = claim.get("close")
-        rule = claim.get("better") or claim.get("lower")
-        if isinstance(close, dict):
-            rule = {"arm": close["arm"], "than": [close["to"]]}
-        if not isinstance(rule, dict):
-            raise ReproError(
-                f"claims[{i}]: expected 'better: {{arm, than}}', 'lower: {{arm, than}}', "
-                "'close: {{arm, to, within}}', 'peak: {{arm, value}}' or 'tracks: {{arm}}'"
-            )
-        a = cells.get(rule["arm"])
-        others = [cells.get(b) for b in rule["than"]]
-        if a is None or any(o is None for o in others):
-            raise ReproError(f"claims[{i}]: arms {rule} are not all in table {t}")
-        if isinstance(close, dict):
-            parts = [compare_close(a, others[0], float(close["within"]), unit)]  # type: ignore[arg-type]
-        elif "better" in claim:
-            parts = [compare_methods(a, o, unit) for o in others]  # type: ignore[arg-type]
-        else:  # lower is the claim (e.g. attack accuracy): the others beat it on the value
-            parts = [compare_methods(o, a, unit) for o in others]  # type: ignore[arg-type]
-        margins = rule.get("margin")
-        if margins is not None:
-            if not isinstance(margins, list) or len(margins) != len(others):
-                raise ReproError(f"claims[{i}].better.margin: one paper margin per 'than' arm")
-            parts = [
-                with_margin(kind, ev, a, o, float(m))  # type: ignore[arg-type]
-                for (kind, ev), o, m in zip(parts, others, margins)
-            ]
-        kinds = {k for k, _ in parts}
-        if kinds == {"confirmed"}:
-            verdict = "confirmed"
-        elif "contradicted" in kinds:
-            verdict = "contradicted"
-        else:
-            verdict = "inconclusive"
-        evidence = "; ".join(e for _, e in parts)
-        notes = []
-        for c in [a, *others]:
-            if c is None:
-                continue
-            d = _diagnostics(c)
-            if "anr_fired_mean" in d:
-                notes.append(
-                    f"{c.arm.method}: ANR fired {d['anr_fired_mean']:.1f} times a run, "
-                    f"{d.get('rounds_mean', 0):.1f} rounds, final σ "
-                    f"{d.get('final_noise_multiplier_mean', float('nan')):.2f}"
-                )  # type: ignore[union-attr]
-        if notes:
-            evidence += " (" + "; ".join(notes) + ")"
-        if claim.get("paper"):
-            evidence += f". Paper: {claim['paper']}"
-        if claim.get("reading"):
-            evidence += f". Reading: {claim['reading']}"
-        out.append({"claim": text, "verdict": verdict, "evidence": evidence, "table": t})
-    return out
+def _test_text(o: Outcome, unit: str, d: int) -> str:
+    assert o.test is not None and o.pair is not None
+    t = o.test
+    lo, hi = t.ci95
+    return (
+        f"{o.pair.a.arm.method} {_ms(o.pair.a, d)} vs {o.pair.b.arm.method} {_ms(o.pair.b, d)}: "
+        f"paired difference {t.estimate:+.{d}f}{unit}, 95 % CI [{lo:+.{d}f}, {hi:+.{d}f}] "
+        f"(n = {t.n} pairs); "
+        + (
+            "the paper gives no figure (direction only)"
+            if o.extra.get("sign_only")
+            else f"paper {o.paper_value:+.{d}f}{unit}"
+        )
+    )
 
 
 TRACK_CORR, TRACK_MAD = 0.9, 0.1  # "follows the quantile": correlation and mean |error|
@@ -269,37 +238,363 @@ def selection_tracking(curve: dict[str, list]) -> dict[str, float] | None:
     return out
 
 
-def _tracking_verdict(
-    text: str, t: str, claim: dict[str, Any], cells: dict[str, CellResult], i: int
-) -> dict[str, Any]:
-    arm = claim["tracks"].get("arm")
-    c = cells.get(arm)
-    if c is None:
-        raise ReproError(f"claims[{i}]: arm {arm!r} is not in table {t}")
-    stats = [x for x in (selection_tracking(cv) for cv in c.curves) if x is not None]
-    if not stats:
-        verdict, evidence = "inconclusive", f"{c.arm.method}: no run logged its selection"
-    else:
-        corr = statistics.fmean(x["corr"] for x in stats)
-        mad = statistics.fmean(x["mad"] for x in stats)
-        if math.isfinite(corr) and corr >= TRACK_CORR and mad <= TRACK_MAD:
-            verdict = "confirmed"
-        elif not math.isfinite(corr) or corr < 0.5 or mad > 0.25:
-            verdict = "contradicted"
-        else:
-            verdict = "inconclusive"
-        rec = [x["recall"] for x in stats if "recall" in x]
-        evidence = (
-            f"{c.arm.method} ({len(stats)} runs): selected fraction vs 1 − r_t over rounds, "
-            f"correlation {corr:.2f}, mean |difference| {mad:.3f}"
-            + (f", recall of the coordinates above λ_t {statistics.fmean(rec):.2f}" if rec else "")
-            + f" (follows: correlation ≥ {TRACK_CORR} and |difference| ≤ {TRACK_MAD})"
-        )
+def _verdict_of(outcomes: list[Outcome], scope: str, null: float) -> tuple[str, Outcome]:
+    """Each comparison's label from its interval; the claim's is the worst (every
+    comparison must hold: an intersection-union test, so no multiplicity correction), shown
+    with that comparison's test (ties: the lower interval bound)."""
+    for o in outcomes:
+        assert o.test is not None
+        o.label = label(o.test.ci95, o.paper_value, null, scope)
+    worst = min(outcomes, key=lambda o: (ORDER[o.label], o.test.ci95[0]))  # type: ignore[union-attr]
+    return worst.label, worst
+
+
+def _claim_pairs(
+    claim: dict[str, Any], cells: ArmCells, tables: dict[str, TableDef], where: str
+) -> list[Pair]:
+    def get(label_: str, arm: str) -> CellResult:
+        c = cells.get(label_, {}).get(arm)
+        if c is None:
+            raise ReproError(f"{where}: arm {arm!r} is not in table {label_!r}")
+        return c
+
+    if "pooled" in claim:
+        return [
+            Pair(
+                tables[str(p["table"])],
+                get(str(p["table"]), p["arm"]),
+                get(str(p["table"]), p["than"]),
+            )
+            for p in claim["pooled"]
+        ]
+    t = str(claim["table"])
+    rule: Any = claim.get("better") or claim.get("lower")
+    if "close" in claim:
+        rule = {"arm": claim["close"]["arm"], "than": [claim["close"]["to"]]}
+    if not isinstance(rule, dict) or "arm" not in rule or "than" not in rule:
+        raise ReproError(f"{where}: expected {{arm, than}} (better / lower) or {{arm, to}} (close)")
+    a = get(t, rule["arm"])
+    others = [get(t, b) for b in rule["than"]]
+    if "lower" in claim:  # the others are ahead on the metric (e.g. attack accuracy)
+        return [Pair(tables[t], o, a) for o in others]
+    return [Pair(tables[t], a, o) for o in others]
+
+
+def _notes(cs: list[CellResult]) -> str:
+    notes = []
+    for c in cs:
+        d = _diagnostics(c)
+        if "anr_fired_mean" in d:
+            notes.append(
+                f"{c.arm.method}: ANR fired {d['anr_fired_mean']:.1f} times a run, "
+                f"{d.get('rounds_mean', 0):.1f} rounds, final σ "
+                f"{d.get('final_noise_multiplier_mean', float('nan')):.2f}"
+            )
+    return " (" + "; ".join(notes) + ")" if notes else ""
+
+
+def _context(claim: dict[str, Any]) -> str:
+    out = ""
     if claim.get("paper"):
-        evidence += f". Paper: {claim['paper']}"
+        out += f". Paper: {claim['paper']}"
     if claim.get("reading"):
-        evidence += f". Reading: {claim['reading']}"
-    return {"claim": text, "verdict": verdict, "evidence": evidence, "table": t}
+        out += f". Reading: {claim['reading']}"
+    return out
+
+
+def _positive(t: TableDef, cells: ArmCells) -> float | None:
+    """The positive control's mean attack metric as a fraction (None: not run)."""
+    if t.positive_control is None:
+        return None
+    c = cells.get(t.label, {}).get(t.positive_control)
+    if c is None or c.mean is None:
+        return None
+    return c.mean / 100.0 if t.percent else c.mean
+
+
+def verdicts(
+    defn: Definition,
+    cells: ArmCells,
+    tuning: list[TuneResult] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The verdicts (in the definition's order) and the claims merged into another verdict
+    because their runs serve it."""
+    tables = {t.label: t for t in defn.tables}
+    order = sorted(range(len(defn.claims)), key=lambda i: (not defn.claims[i].get("headline"), i))
+    used: dict[str, int] = {}  # run id -> index of the claim whose verdict holds it
+    done: dict[int, dict[str, Any]] = {}
+    merged: list[dict[str, Any]] = []
+    for i in order:
+        claim = defn.claims[i]
+        where = f"claims[{i}]"
+        labels = (
+            [str(p["table"]) for p in claim["pooled"]]
+            if "pooled" in claim
+            else [str(claim.get("table"))]
+        )
+        if any(lb not in cells for lb in labels):
+            continue  # a table not chosen (--table)
+        row = _decide(defn, claim, cells, tables, tuning or [], set(used), where)
+        if row is None:
+            continue
+        if row.get("merged_into_runs"):
+            holders = sorted({used[r] for r in row.pop("merged_into_runs") if r in used})
+            merged.append(
+                {
+                    "claim": row["claim"],
+                    "table": row["table"],
+                    "merged_into": [str(defn.claims[h].get("claim")) for h in holders],
+                    "reason": "its runs already serve the verdict(s) named and no run serves "
+                    "two verdicts, so it is not tested on them (more seeds of its arms would "
+                    "test it)",
+                }
+            )
+            continue
+        for r in row["runs"]:
+            used[r] = i
+        done[i] = row
+    return [done[i] for i in sorted(done)], merged
+
+
+def _base(claim: dict[str, Any], table: str, scope: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"claim": str(claim.get("claim")), "table": table, "scope": scope}
+    if claim.get("headline"):
+        row["headline"] = True
+    return row
+
+
+def _untestable(
+    row: dict[str, Any], reasons: list[str], inspected: list[str], text: str
+) -> dict[str, Any]:
+    row.update(
+        verdict="untestable",
+        reason="; ".join(dict.fromkeys(reasons)),
+        evidence=text or "see reason",
+        runs=[],  # no inference is drawn from them, so they serve no verdict
+        runs_inspected=inspected,
+    )
+    row.pop("headline", None)
+    return row
+
+
+def _finish(
+    row: dict[str, Any], o: Outcome, null: float, unit: str, d: int, text: str
+) -> dict[str, Any]:
+    assert o.test is not None
+    row["verdict"] = o.label
+    row["test"] = o.test.as_json(round(o.paper_value, 4), null)
+    row["test"]["comparison"] = o.pair.name() if o.pair else o.extra.get("name", "")
+    row["test"]["mde_text"] = describe_mde(o.test, unit)
+    row["evidence"] = text + f"; {describe_mde(o.test, unit)}"
+    if row.get("headline") and o.test.n < HEADLINE_N:
+        row.pop("headline")
+        row["headline_wanted"] = (
+            f"a headline claim needs n >= {HEADLINE_N} pairs; n = {o.test.n} (run more seeds of "
+            "its arms), so this verdict is not a headline"
+        )
+    return row
+
+
+def _decide(
+    defn: Definition,
+    claim: dict[str, Any],
+    cells: ArmCells,
+    tables: dict[str, TableDef],
+    tuning: list[TuneResult],
+    used: set[str],
+    where: str,
+) -> dict[str, Any] | None:
+    scope = str(claim.get("scope", "value"))
+    first = str(claim["pooled"][0]["table"]) if "pooled" in claim else str(claim.get("table"))
+    row = _base(claim, first, scope)
+    tdef = tables[first]
+    unit, d = _unit(tdef), (2 if tdef.percent else 3)
+    if "peak" in claim:
+        return _peak(row, claim, cells, tuning, used, where, unit, d)
+    if "tracks" in claim:
+        return _tracks(row, claim, cells, used, where)
+    null = float(claim.get("null_value", 0.0))
+    pairs = _claim_pairs(claim, cells, tables, where)
+    pvs, given = _paper_values(claim, len(pairs), where)
+    if "pooled" in claim and len(set(pvs)) > 1:
+        raise ReproError(f"{where}.paper_value: a pooled claim has one paper value")
+    if not given:
+        row["paper_value_note"] = "the paper gives no figure for this estimand: +1 marks its side"
+    inspected = sorted({i for p in pairs for i in (*p.a.ids, *p.b.ids)})
+    reasons = {id(p): untestable_reasons(p, _positive(p.table, cells)) for p in pairs}
+    context = _notes([c for p in pairs for c in (p.a, p.b)]) + _context(claim)
+    if "pooled" in claim:
+        ok = [p for p in pairs if not reasons[id(p)]]
+        left = [f"{p.name()} ({'; '.join(reasons[id(p)])})" for p in pairs if reasons[id(p)]]
+        if not ok:
+            return _untestable(row, [r for p in pairs for r in reasons[id(p)]], inspected, context)
+        diffs: list[float] = []
+        runs: list[str] = []
+        for p in ok:
+            ds, rs = _paired(p, used)
+            diffs += ds
+            runs += rs
+        if len(runs) != len(set(runs)):
+            raise ReproError(
+                f"{where}.pooled: an arm appears in two pairs (its runs would count twice)"
+            )
+        n_all = sum(len(_paired(p, set())[0]) for p in ok)
+        if len(diffs) < MIN_PAIRS:
+            if n_all >= MIN_PAIRS:
+                return {**row, "merged_into_runs": [r for p in ok for r in _paired(p, set())[1]]}
+            return _untestable(row, [f"fewer than {MIN_PAIRS} paired seeds"], inspected, context)
+        test = mean_test(diffs, "paired t (by seed), pooled over pairs")
+        assert test is not None
+        o = Outcome(
+            None, test, runs, pvs[0], extra={"name": "pooled: " + ", ".join(p.name() for p in ok)}
+        )
+        o.label = label(test.ci95, o.paper_value, null, scope)
+        lo, hi = test.ci95
+        neg = sum(x < 0 for x in diffs)
+        text = (
+            "pooled over "
+            + "; ".join(f"{p.name()} (table {p.table.label})" for p in ok)
+            + f": mean paired difference {test.estimate:+.{d}f}{unit}, 95 % CI [{lo:+.{d}f}, "
+            f"{hi:+.{d}f}] (n = {test.n} pairs, {neg} of {test.n} negative); paper "
+            f"{o.paper_value:+.{d}f}{unit}"
+        )
+        if left:
+            text += "; left out as untestable: " + "; ".join(left)
+        row["runs"] = runs
+        return _finish(row, o, null, unit, d, text + context)
+    bad = [r for p in pairs for r in reasons[id(p)]]
+    outcomes = []
+    for p, pv in zip(pairs, pvs):
+        if reasons[id(p)]:
+            continue
+        ds, rs = _paired(p, used)
+        if len(ds) < MIN_PAIRS:
+            ds_all, rs_all = _paired(p, set())
+            if len(ds_all) >= MIN_PAIRS:
+                return {**row, "merged_into_runs": rs_all}
+            return _untestable(
+                row,
+                [f"{p.name()}: fewer than {MIN_PAIRS} paired seeds finished"],
+                inspected,
+                context,
+            )
+        test = mean_test(ds, "paired t (by seed)")
+        outcomes.append(Outcome(p, test, rs, pv, extra={"sign_only": not given}))
+    if bad:  # a claim over several comparisons: one contradicted comparison still decides it
+        if outcomes:
+            _verdict_of(outcomes, scope, null)
+        against = [o for o in outcomes if o.label == "contradicted"]
+        if not against:
+            return _untestable(row, bad, inspected, context.lstrip(". ("))
+        outcomes = against
+        context = f". Other comparisons untestable: {'; '.join(dict.fromkeys(bad))}" + context
+    verdict, worst = _verdict_of(outcomes, scope, null)
+    row["runs"] = sorted({r for o in outcomes for r in o.runs})
+    texts = [_test_text(o, unit, d) + f" → {o.label}" for o in outcomes]
+    text = "; ".join(texts)
+    if len(outcomes) > 1:
+        text += f". The claim needs every comparison; decided by {worst.pair.name()}"  # type: ignore[union-attr]
+    return _finish(row, worst, null, unit, d, text + context)
+
+
+def _peak(
+    row: dict[str, Any],
+    claim: dict[str, Any],
+    cells: ArmCells,
+    tuning: list[TuneResult],
+    used: set[str],
+    where: str,
+    unit: str,
+    d: int,
+) -> dict[str, Any]:
+    """``value`` is the best of the arm's tuning grid (or of ``among``): paired by seed against
+    every other value, as a direction claim."""
+    peak = claim["peak"]
+    res = next((r for r in tuning if r.arm == peak["arm"]), None)
+    if res is None:
+        raise ReproError(f"{where}.peak: arm {peak['arm']!r} is not tuned")
+    row["scope"] = "direction"
+    mine = res.runs.get(repr(peak["value"]), {})
+    among = [v for v in res.values if repr(v) != repr(peak["value"])]
+    if peak.get("among") is not None:
+        among = [v for v in among if v in peak["among"]]
+    grid = ", ".join(f"{v}: {res.mean(v):.2f}" for v in res.values if res.mean(v) is not None)
+    inspected = sorted({i for v in res.runs.values() for _, i in v.values()})
+    outcomes = []
+    for v in among:
+        other = res.runs.get(repr(v), {})
+        seeds = [
+            s
+            for s in sorted(set(mine) & set(other))
+            if mine[s][1] not in used and other[s][1] not in used
+        ]
+        if len(seeds) < MIN_PAIRS:
+            return _untestable(
+                row,
+                [
+                    f"{len(seeds)} paired seed(s) between {peak['value']} and {v} in the "
+                    f"tuning grid ({res.method}; tuning seeds = {len(mine)}): no interval"
+                ],
+                inspected,
+                f"{res.method}: {grid}{_context(claim)}",
+            )
+        diffs = [mine[s][0] - other[s][0] for s in seeds]
+        test = mean_test(diffs, "paired t (by seed)")
+        o = Outcome(None, test, [i for s in seeds for i in (mine[s][1], other[s][1])], 1.0)
+        o.extra["name"] = f"{res.method} at {peak['value']} − at {v}"
+        outcomes.append(o)
+    if not outcomes:
+        return _untestable(row, ["no other grid value to compare"], inspected, grid)
+    verdict, worst = _verdict_of(outcomes, "direction", 0.0)
+    row["runs"] = sorted({r for o in outcomes for r in o.runs})
+    row["paper_value_note"] = "the paper gives the peak's location only: +1 marks its side"
+    return _finish(
+        row,
+        worst,
+        0.0,
+        unit,
+        d,
+        f"{res.method}: {grid}; decided by {worst.extra['name']}{_context(claim)}",
+    )
+
+
+def _tracks(
+    row: dict[str, Any], claim: dict[str, Any], cells: ArmCells, used: set[str], where: str
+) -> dict[str, Any]:
+    """The run's selected fraction follows 1 − r_t: the mean over runs of its correlation with
+    it, against ``TRACK_CORR`` (direction: the claim is correlation above it)."""
+    arm = claim["tracks"].get("arm")
+    c = cells.get(row["table"], {}).get(arm)
+    if c is None:
+        raise ReproError(f"{where}.tracks: arm {arm!r} is not in table {row['table']!r}")
+    row["scope"] = "direction"
+    per = [
+        (x["corr"], i)
+        for cv, i in zip(c.curves, c.ids)
+        if i not in used and (x := selection_tracking(cv)) is not None and math.isfinite(x["corr"])
+    ]
+    if len(per) < MIN_PAIRS:
+        logged = [i for cv, i in zip(c.curves, c.ids) if selection_tracking(cv) is not None]
+        if len(logged) >= MIN_PAIRS:
+            return {**row, "merged_into_runs": logged}
+        return _untestable(
+            row, [f"{len(per)} run(s) logged the selection"], list(c.ids), _context(claim)
+        )
+    test = mean_test([x for x, _ in per], "one-sample t over runs")
+    assert test is not None
+    o = Outcome(
+        None, test, [i for _, i in per], 1.0, extra={"name": f"{c.arm.method}: correlation"}
+    )
+    o.label = label(test.ci95, 1.0, TRACK_CORR, "direction")
+    lo, hi = test.ci95
+    text = (
+        f"{c.arm.method} ({test.n} runs): correlation of the selected fraction with 1 − r_t over "
+        f"rounds {test.estimate:.3f}, 95 % CI [{lo:.3f}, {hi:.3f}]; follows = correlation above "
+        f"{TRACK_CORR} (perfect tracking: 1){_context(claim)}"
+    )
+    row["runs"] = o.runs
+    row["paper_value_note"] = "perfect tracking (1) marks the side; the threshold is null_value"
+    return _finish(row, o, TRACK_CORR, "", 3, text)
 
 
 def _diagnostics(c: CellResult) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from fl_lightning.reports.repro.cells import collect
-from fl_lightning.reports.repro.claims import verdicts
+from fl_lightning.reports.repro.cells import ArmCells, CellResult, collect
+from fl_lightning.reports.repro.claims import _positive, verdicts
 from fl_lightning.reports.repro.definition import Definition, ReproError, load_definition
 from fl_lightning.reports.repro.documents import (
     build_json,
@@ -33,7 +33,10 @@ from fl_lightning.reports.repro.points import (
     find_shared_data,
     plan,
     tuning_points,
+    with_stored_seeds,
 )
+from fl_lightning.reports.repro.provenance import ProvenanceStore, migrate_store, report_commits
+from fl_lightning.reports.repro.stored import load_curves
 from fl_lightning.reports.tables import list_papers, load_paper
 from fl_lightning.sweeps.store import ResultStore
 
@@ -84,6 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
     p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
+    p.add_argument(
+        "--migrate-store",
+        action="store_true",
+        help="one-off: rewrite the store's rows with paths relative to the repository root and "
+        "the commit that added each older row (store_commit); then stop",
+    )
+    p.add_argument(
+        "--update-readme",
+        default=None,
+        metavar="README",
+        help="after writing the documents, rewrite the results table of README (between its "
+        "repro-results markers) from every <out>/<paper>.json",
+    )
     return p
 
 
@@ -129,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         root = args.data_root or defn.data_root
         if root == "shared":
             found = find_shared_data()
-            if found is None and not args.report_only:
+            if found is None and not (args.report_only or args.migrate_store):
                 raise ReproError(
                     "--data-root: shared/data (the MNIST test set) not found beside this "
                     "checkout; set FL_SHARED_DATA or pass --data-root DIR"
@@ -139,7 +155,16 @@ def main(argv: list[str] | None = None) -> int:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {msg}", file=sys.stderr)
         return 2
-    store = ResultStore(Path(args.store or f"docs/reproductions/store/{defn.paper}-{defn.profile}"))
+    store_dir = Path(args.store or f"docs/reproductions/store/{defn.paper}-{defn.profile}")
+    if args.migrate_store:
+        try:
+            n, changed = migrate_store(store_dir)
+        except FileNotFoundError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"migrated {store_dir / 'results.jsonl'}: {changed} of {n} rows rewritten")
+        return 0
+    store = ProvenanceStore(store_dir)
     out_dir = Path(args.out or "docs/reproductions")
     name = f"repro-{defn.paper}-{defn.profile}"
     rc = 0
@@ -180,7 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         + [f"--arm {a}" for a in args.arm]
         + [f"--set {k}={v}" for k, v in extra.items()]
     )
+    points = with_stored_seeds(defn, points, set(store.latest()), extra)
     write_documents(defn, points, store, out_dir, command, tuning=tuning)
+    if args.update_readme:
+        from fl_lightning.reports.repro.readme import update_readme
+
+        update_readme(Path(args.update_readme), out_dir)
     return rc
 
 
@@ -209,17 +239,49 @@ def write_documents(
 ) -> dict[str, Any]:
     paper = load_paper(defn.paper)
     results = {}
+    arm_cells: ArmCells = {}
+    latest, curves = store.latest(), load_curves(store)
     for t in defn.tables:
         ptab = paper.table(t.table)
-        results[t.label] = collect(defn, points, store, t, ptab, ptab.metric)
-    verdict_rows = verdicts(defn, results, tuning or [])
-    doc = build_json(defn, results, verdict_rows, command, tuning)
+        extras: dict[str, CellResult] = {}
+        results[t.label] = collect(
+            defn, points, store, t, ptab, ptab.metric, latest=latest, curves=curves, extras=extras
+        )
+        arm_cells[t.label] = extras
+    verdict_rows, merged = verdicts(defn, arm_cells, tuning or [])
+    positive = {t.label: _positive(t, arm_cells) for t in defn.tables if t.kind == "attack"}
+    ids = {i for cs in arm_cells.values() for c in cs.values() for i in c.ids}
+    doc = build_json(
+        defn,
+        results,
+        verdict_rows,
+        command,
+        tuning,
+        arm_cells=arm_cells,
+        merged=merged,
+        commit=report_commits(store, ids),
+        positive=positive,
+    )
     problems = validate_document(doc)
     if problems:  # a defect of this module, not of the user's input
         raise RuntimeError(f"repro: the document breaks its schema: {problems[:3]}")
     out_dir.mkdir(parents=True, exist_ok=True)
     attack = {t.label for t in defn.tables if t.kind == "attack"}  # a few rounds: no curves
-    figs = plots(defn, {k: v for k, v in results.items() if k not in attack}, out_dir, tuning)
+    owner = {i: a for cs in arm_cells.values() for a, c in cs.items() for i in c.ids}
+    hot = {owner[r] for v in verdict_rows for r in v.get("runs") or [] if r in owner}
+    highlight = {t.label: hot for t in defn.tables}  # the arms some verdict compares
+    ctrl = {
+        t.label: [arm_cells[t.label][a] for a in t.controls if a in arm_cells[t.label]]
+        for t in defn.tables
+    }
+    figs = plots(
+        defn,
+        {k: v for k, v in results.items() if k not in attack},
+        out_dir,
+        tuning,
+        highlight=highlight,
+        controls=ctrl,
+    )
     for t in defn.tables:
         figs.setdefault(t.label, []).extend(
             copy_images(defn, t, results[t.label][0], store, out_dir)

@@ -23,6 +23,9 @@ DEFAULT_COLUMNS = [
 ]
 _DIGITS = {"rounds_mean": 1, "anr_fired_mean": 1}  # decimals of a column given as key: header
 PLOT_KINDS = ("accuracy_vs_round", "accuracy_vs_epsilon", "selection")
+TABLE_KINDS = ("accuracy", "attack", "other")
+COVERAGE_STATUS = ("run", "not_run", "untestable")
+CLAIM_RULES = ("better", "lower", "close", "pooled", "peak", "tracks")
 
 
 class ReproError(ValueError):
@@ -38,6 +41,7 @@ class Arm:
     note: str = ""
     where: dict[str, Any] = field(default_factory=dict)  # the arm's own paper cell (e.g. its ε)
     paper_epsilon: float | None = None  # the paper's ε this arm stands for (printed beside ours)
+    seeds: int | None = None  # more seeds than the profile's (headline arms: n >= 5 pairs)
 
 
 @dataclass
@@ -73,6 +77,17 @@ class TableDef:
 
     reference_metric: str | None = None  # the reference's metric (default: ``metric``)
     plots: list[str] | None = None  # PLOT_KINDS drawn for arms with a paper ε (000)
+    controls: list[str] = field(default_factory=list)
+    """Control arms in the table's setting: the mechanism switched off (e.g. clip only, σ = 0)."""
+    positive_control: str | None = None
+    """Attack tables: the attack on the non-private model (its success makes the table testable)."""
+    classes: int = 10  # the task's classes: chance is 100 / classes %
+
+    @property
+    def extra_arms(self) -> list[str]:
+        """The arms run beside the table's own: its reference, controls and positive control."""
+        out = [a for a in [self.reference, *self.controls, self.positive_control] if a]
+        return [a for i, a in enumerate(out) if a not in self.arms and a not in out[:i]]
 
     def __post_init__(self) -> None:
         self.label = self.label or self.table
@@ -128,6 +143,9 @@ class Definition:
     tune: TuneDef | None = None
     plots: list[PlotDef] = field(default_factory=list)
     columns: list[dict[str, Any]] = field(default_factory=list)
+    coverage: list[dict[str, Any]] = field(default_factory=list)
+    """Every headline claim / table of the paper: ``claim``, ``status`` (run / not_run /
+    untestable), ``reason`` unless run, and ``tables`` (our labels) where run."""
     chosen: dict[str, Any] = field(default_factory=dict)  # arm -> tuned value (filled by main)
 
 
@@ -189,7 +207,11 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             str(a.get("note", "")),
             where=dict(a.get("where") or {}),
             paper_epsilon=None if pe is None else float(pe),
+            seeds=None if a.get("seeds") is None else int(a["seeds"]),
         )
+        n_seeds = arms[name].seeds
+        if n_seeds is not None and n_seeds < 1:
+            raise ReproError(f"{where}.arms.{name}.seeds: must be >= 1")
     tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
@@ -213,9 +235,14 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             paper_where={str(k): dict(v or {}) for k, v in (t.get("paper_where") or {}).items()},
             reference_metric=t.get("reference_metric"),
             plots=None if t.get("plots") is None else list(t["plots"]),
+            controls=[str(x) for x in t.get("controls") or []],
+            positive_control=t.get("positive_control"),
+            classes=int(t.get("classes", 10)),
         )
-        if tdef.kind not in ("accuracy", "attack"):
-            raise ReproError(f"{tw}.kind: expected 'accuracy' or 'attack', got {tdef.kind!r}")
+        if tdef.kind not in TABLE_KINDS:
+            raise ReproError(
+                f"{tw}.kind: expected one of {', '.join(TABLE_KINDS)}, got {tdef.kind!r}"
+            )
         if tdef.label in {x.label for x in tables}:
             raise ReproError(f"{tw}.label: {tdef.label!r} used twice (give each view a label)")
         for a in tdef.paper_cells:
@@ -224,7 +251,7 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         for kind in tdef.plots or []:
             if kind not in PLOT_KINDS:
                 raise ReproError(f"{tw}.plots: {kind!r} is not one of {', '.join(PLOT_KINDS)}")
-        for a in tdef.arms + ([tdef.reference] if tdef.reference else []):
+        for a in tdef.arms + tdef.extra_arms:
             if a not in arms:
                 raise ReproError(f"{tw}.arms: unknown arm {a!r}")
         for a in tdef.paper_where:
@@ -249,6 +276,19 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
                 xlabel=str(pl.get("xlabel", "")),
             )
         )
+    labels = {t.label for t in tables}
+    claims = list(raw.get("claims") or [])
+    for i, c in enumerate(claims):
+        _check_claim(c, f"{where}.claims[{i}]", labels, arms)
+    coverage = list(raw.get("coverage") or [])
+    for i, c in enumerate(coverage):
+        cw = f"{where}.coverage[{i}]"
+        if not isinstance(c, dict) or not c.get("claim"):
+            raise ReproError(f"{cw}.claim: missing")
+        if c.get("status") not in COVERAGE_STATUS:
+            raise ReproError(f"{cw}.status: expected one of {', '.join(COVERAGE_STATUS)}")
+        if c["status"] != "run" and not c.get("reason"):
+            raise ReproError(f"{cw}.reason: missing (status {c['status']})")
     return Definition(
         paper=pid,
         title=str(raw.get("title", "")),
@@ -256,7 +296,8 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
         base=base,
         arms=arms,
         tables=tables,
-        claims=list(raw.get("claims") or []),
+        claims=claims,
+        coverage=coverage,
         deviations=list(prof.get("deviations") or []) + list(raw.get("deviations") or []),
         notes=list(prof.get("notes") or []),
         data_root=prof.get("data_root"),
@@ -299,3 +340,31 @@ def _tune(raw: Any, arms: dict[str, Arm], where: str) -> TuneDef | None:
         str(raw.get("metric", "test/accuracy")),
         str(raw.get("note", "")),
     )
+
+
+def _check_claim(c: Any, where: str, labels: set[str], arms: dict[str, Arm]) -> None:
+    """A claim names one rule, its table(s) and its arms; ``scope`` is value or direction;
+    ``paper_value`` a number (or one per ``than`` arm)."""
+    if not isinstance(c, dict):
+        raise ReproError(f"{where}: expected a mapping")
+    rules = [r for r in CLAIM_RULES if r in c]
+    if len(rules) != 1:
+        raise ReproError(f"{where}: expected exactly one of {', '.join(CLAIM_RULES)}")
+    if c.get("scope", "value") not in ("value", "direction"):
+        raise ReproError(f"{where}.scope: expected 'value' or 'direction'")
+    pv = c.get("paper_value")
+    if pv is not None and not isinstance(pv, (int, float, list)):
+        raise ReproError(f"{where}.paper_value: expected a number or a list of numbers")
+    if rules[0] == "pooled":
+        pairs = c["pooled"]
+        if not isinstance(pairs, list) or not pairs:
+            raise ReproError(f"{where}.pooled: expected a list of {{table, arm, than}}")
+        for j, p in enumerate(pairs):
+            if not isinstance(p, dict) or str(p.get("table")) not in labels:
+                raise ReproError(f"{where}.pooled[{j}].table: not a table label")
+            for a in (p.get("arm"), p.get("than")):
+                if a not in arms:
+                    raise ReproError(f"{where}.pooled[{j}]: unknown arm {a!r}")
+        return
+    if str(c.get("table")) not in labels:
+        raise ReproError(f"{where}.table: {c.get('table')!r} is not a table label")

@@ -9,11 +9,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.reports.repro.cells import CellResult, TableResults
-from fl_lightning.reports.repro.claims import VERDICTS, _diagnostics, kendall
+from fl_lightning.reports.repro.cells import ArmCells, CellResult, TableResults
+from fl_lightning.reports.repro.claims import POSITIVE_MIN, VERDICTS, _diagnostics
 from fl_lightning.reports.repro.definition import Arm, Definition, TableDef
 from fl_lightning.reports.repro.figures import TUNING_FIGURES
 from fl_lightning.reports.repro.points import TuneResult
+from fl_lightning.reports.repro.setting import same_setting_except
+from fl_lightning.reports.repro.stats import kendall
 from fl_lightning.reports.tables import load_paper
 from fl_lightning.sweeps.store import ResultStore
 
@@ -62,20 +64,52 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
     return out
 
 
+def _column(t: TableDef, c: CellResult) -> str:
+    """The paper column of a cell: its dimensions beyond the method (e.g. its ε)."""
+    dims = {**c.arm.where, **t.paper_where.get(c.arm.name, {})}
+    return ", ".join(f"{k} = {v}" for k, v in sorted(dims.items())) or "all"
+
+
+def kendall_columns(t: TableDef, cells: list[CellResult]) -> list[dict[str, Any]]:
+    """Kendall τ within each column of the table (one privacy level), never pooled across
+    columns (:func:`~fl_lightning.reports.repro.stats.kendall`: only over >= 5 items)."""
+    groups: dict[str, list[CellResult]] = {}
+    for c in cells:
+        groups.setdefault(_column(t, c), []).append(c)
+    out = []
+    for col, cs in groups.items():
+        k = kendall([c.mean for c in cs], [c.paper for c in cs])
+        out.append(
+            {
+                "column": col,
+                "tau": None if k["tau"] is None else round(k["tau"], 4),
+                "p_value": None if k["p_value"] is None else round(k["p_value"], 4),
+                "n": k["n"],
+            }
+        )
+    return out
+
+
 def build_json(
     defn: Definition,
     results: TableResults,
     verdict_rows: list[dict[str, Any]],
     command: str,
     tuning: list[TuneResult] | None = None,
+    *,
+    arm_cells: ArmCells | None = None,
+    merged: list[dict[str, Any]] | None = None,
+    commit: dict[str, Any] | None = None,
+    positive: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     tables: list[dict[str, Any]] = []
-    attack_tables: list[dict[str, Any]] = []
+    arm_cells = arm_cells or {}
     for t in defn.tables:
         if t.label not in results:
             continue
         cells, ref = results[t.label]
-        tau, p, n = kendall(cells)
+        cols = kendall_columns(t, cells)
+        one = cols[0] if len(cols) == 1 else None
         extra: dict[str, Any] = {}
         if t.label != t.table:
             extra = {"paper_table": t.table, "overrides": t.overrides}
@@ -83,32 +117,76 @@ def build_json(
             extra["metric"] = t.metric
         if t.reference_metric:
             extra["reference_metric"] = t.reference_metric
-        # attack tables (e.g. DLG's SSIM) are kept apart from the accuracy tables, whose
-        # standard (a non-private accuracy reference, cells above chance) they do not share
-        (attack_tables if t.kind == "attack" else tables).append(
-            {
-                "table": t.label,
-                **extra,
-                "where": t.where,
-                "cells": [cell_json(defn, c) for c in cells],
-                "kendall_tau": None if tau is None else round(tau, 4),
-                "p_value": None if p is None else round(p, 4),
-                "kendall_n": n,
-                "nonprivate_reference": None if ref is None else cell_json(defn, ref),
-            }
-        )
+        reference = None
+        if ref is not None:
+            reference = cell_json(defn, ref)
+            same = same_setting_except(defn, t, ref.arm.name)
+            reference["same_setting_except"] = same["keys"]
+            reference["differs_in_setting_keys"] = same["setting_keys"]
+            reference["same_setting_except_per_arm"] = same["per_arm"]
+        entry: dict[str, Any] = {
+            "table": t.label,
+            "kind": t.kind,
+            **extra,
+            "where": t.where,
+            "cells": [cell_json(defn, c) for c in cells],
+            "kendall_tau": None if one is None else one["tau"],
+            "p_value": None if one is None else one["p_value"],
+            "kendall_n": None if one is None else one["n"],
+            "kendall_by_column": cols,
+            "nonprivate_reference": reference,
+            "controls": [
+                cell_json(defn, arm_cells[t.label][a])
+                for a in t.controls
+                if a in arm_cells.get(t.label, {})
+            ],
+        }
+        if t.kind == "attack":
+            pc = arm_cells.get(t.label, {}).get(t.positive_control or "")
+            entry["positive_control"] = (
+                None
+                if pc is None
+                else {
+                    **cell_json(defn, pc),
+                    "attack_accuracy": (positive or {}).get(t.label),
+                    "minimum": POSITIVE_MIN,
+                }
+            )
+        tables.append(entry)
     doc: dict[str, Any] = {
         "paper": defn.paper,
         "profile": defn.profile,
         "command": command,
+        "commit": commit,
         "tables": tables,
     }
-    if attack_tables:
-        doc["attack_tables"] = attack_tables
-    doc.update({"verdicts": verdict_rows, "deviations": defn.deviations})
+    doc.update(
+        {
+            "verdicts": verdict_rows,
+            "merged_claims": merged or [],
+            "coverage": coverage_json(defn, results),
+            "deviations": defn.deviations,
+        }
+    )
     if defn.tune is not None:
         doc["tuning"] = tuning_json(defn, tuning or [])
     return doc
+
+
+def coverage_json(defn: Definition, results: TableResults) -> list[dict[str, Any]]:
+    """The definition's coverage list; an item marked run whose tables have no finished run
+    is reported as not_run (with that reason)."""
+    out = []
+    for c in defn.coverage:
+        item = dict(c)
+        labels = [str(x) for x in c.get("tables") or []]
+        if c["status"] == "run" and labels:
+            ran = sum(len(x.values) for lb in labels if lb in results for x in results[lb][0])
+            if not ran:
+                item["status"] = "not_run"
+                item["reason"] = f"tables {labels} have no finished run in the store"
+        out.append(item)
+    return out
 
 
 def tuning_json(defn: Definition, tuning: list[TuneResult]) -> dict[str, Any]:
@@ -174,7 +252,7 @@ def validate_document(doc: dict[str, Any]) -> list[str]:
                 problems.append(f"{where}.{k}: {type(obj[k]).__name__} is not {kind}")
 
     check(doc, DOC_KEYS, "document")
-    all_tables = list(doc.get("tables") or []) + list(doc.get("attack_tables") or [])
+    all_tables = list(doc.get("tables") or [])
     for i, t in enumerate(all_tables):
         check(t, TABLE_KEYS, f"tables[{i}]")
         for j, c in enumerate(t.get("cells") or []):
@@ -227,11 +305,9 @@ def render_markdown(
         lines += [defn.title.strip(), ""]
     for n in defn.notes:
         lines += [f"- {n.strip()}"]
-    lines += ["", "## Verdicts", "", "| Claim | Verdict | Evidence |", "|---|---|---|"]
-    for v in doc["verdicts"]:
-        lines.append(f"| {v['claim']} | **{v['verdict']}** | {v['evidence']} |")
+    lines += verdicts_markdown(doc)
     by_label = {d.label: d for d in defn.tables}
-    for t in doc["tables"] + doc.get("attack_tables", []):
+    for t in doc["tables"]:
         tdef = by_label[t["table"]]
         ptab = paper.table(tdef.table)
         lines += ["", f"## Table {t['table']}", "", f"**Paper:** {ptab.caption}", ""]
@@ -311,14 +387,28 @@ def render_markdown(
                 + (" %" if tdef.percent else "")
                 + f" over {ref['seeds']} seeds."
             )
-        if t["kendall_tau"] is None:
-            lines.append(f"\nKendall τ: n/a ({t['kendall_n']} methods with both values).")
-        else:
+        if ref is not None:
+            same = ref.get("same_setting_except") or []
             lines.append(
-                f"\nKendall τ-b between our order and the paper's: **{t['kendall_tau']:.3f}** "
-                f"(p = {_f(t['p_value'], 3)}, {t['kendall_n']} methods; our means compared at two "
-                "decimals, equal ones count as ties)."
+                "\nThe reference differs from the private arms in: "
+                + (", ".join(f"`{k}`" for k in same) if same else "nothing")
+                + (
+                    ". **Not the same setting**: it differs in "
+                    + ", ".join(f"`{k}`" for k in ref["differs_in_setting_keys"])
+                    + " from "
+                    + ", ".join(
+                        f"`{a}`"
+                        for a, ks in ref["same_setting_except_per_arm"].items()
+                        if set(ks) & set(ref["differs_in_setting_keys"])
+                    )
+                    + "."
+                    if ref.get("differs_in_setting_keys")
+                    else "."
+                )
             )
+        lines += _controls_markdown(t, digits)
+        lines.append("")
+        lines += _kendall_markdown(t)
         lines += ["", "Arm settings (over the base configs):", ""]
         for c in t["cells"] + ([ref] if ref else []):
             ov = {k: v for k, v in c["setting"].items() if k != "configs"}
@@ -344,6 +434,131 @@ def render_markdown(
             f"{d.get('why', '')} |"
         )
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _controls_markdown(t: dict[str, Any], digits: int) -> list[str]:
+    out = []
+    for c in t.get("controls") or []:
+        m = "—" if c["ours_mean"] is None else f"{c['ours_mean']:.{digits}f}"
+        sd = "" if c["ours_std"] is None else f" ± {c['ours_std']:.{digits}f}"
+        out.append(
+            f"\nControl (mechanism off, same setting) {c['method']} (`{c['arm']}`): **{m}**{sd} "
+            f"over {c['seeds']} seeds; guarantee: {c['guarantee']}."
+        )
+    if t.get("kind") == "accuracy" and not t.get("controls"):
+        out.append("\nNo control arm (the mechanism switched off in this setting) has run.")
+    if t.get("kind") == "attack":
+        pc = t.get("positive_control")
+        if pc is None:
+            out.append(
+                "\nNo positive control (the attack on the non-private model): every verdict on "
+                "this table is untestable."
+            )
+        else:
+            acc = pc.get("attack_accuracy")
+            out.append(
+                f"\nPositive control (the attack on the non-private model, `{pc['arm']}`): "
+                + ("not run" if acc is None else f"**{acc:.3f}**")
+                + f" over {pc['seeds']} seeds (needs >= {pc['minimum']} for the table to be "
+                "testable)."
+            )
+    return out
+
+
+def _kendall_markdown(t: dict[str, Any]) -> list[str]:
+    out = []
+    for k in t.get("kendall_by_column") or []:
+        where = f" at {k['column']}" if len(t["kendall_by_column"]) > 1 else ""
+        if k["tau"] is None:
+            out.append(f"Kendall τ{where}: n/a ({k['n']} methods with both values; needs >= 5).")
+        else:
+            out.append(
+                f"Kendall τ-b{where} between our order and the paper's: **{k['tau']:.3f}** "
+                f"(p = {_f(k['p_value'], 3)}, {k['n']} methods; our means at two decimals, equal "
+                "ones count as ties)."
+            )
+    return [" ".join(out)] if out else []
+
+
+def _test_cell(v: dict[str, Any]) -> str:
+    t = v.get("test")
+    if not t:
+        return v.get("reason", "—")
+    lo, hi = t["ci95"]
+    mde = "—" if t["mde"] is None else f"{t['mde']:.2f}"
+    paper = "side only" if v.get("paper_value_note") else f"{t['paper_value']:+.2f}"
+    return (
+        f"{t['estimate']:+.2f} [{lo:+.2f}, {hi:+.2f}], n = {t['n']}; "
+        f"paper {paper}, null {t['null_value']:g}; MDE {mde}"
+    )
+
+
+def verdicts_markdown(doc: dict[str, Any]) -> list[str]:
+    """The verdicts table (each with its test or its reason), the merged claims, the
+    coverage of the paper and the provenance of the points."""
+    lines = [
+        "",
+        "## Verdicts",
+        "",
+        "Each verdict is the paired test by seed (95 % t interval of the differences; MDE: the "
+        "smallest effect detectable at that n, α = 0.05, power 80 %). The label follows from the "
+        "interval: *scope value* — confirmed when the paper's value is inside and 0 outside, "
+        "contradicted when the paper's value is outside, inconclusive when both are inside; "
+        "*scope direction* (the claim is only that A beats B) — confirmed / contradicted when "
+        "the interval lies wholly on the paper's / the other side of 0, else inconclusive. "
+        "Untestable: the stored data cannot decide it (reason given). H: headline claim "
+        "(n >= 5 pairs).",
+        "",
+        "| Claim | Verdict | Scope | Test: estimate [95 % CI], n; paper; MDE | Evidence |",
+        "|---|---|---|---|---|",
+    ]
+    for v in doc["verdicts"]:
+        h = " (H)" if v.get("headline") else ""
+        ev = v["evidence"] + (f" ({v['headline_wanted']})" if v.get("headline_wanted") else "")
+        lines.append(
+            f"| {v['claim']}{h} | **{v['verdict']}** | {v.get('scope', 'value')} | "
+            f"{_test_cell(v)} | {ev} |"
+        )
+    if doc.get("merged_claims"):
+        lines += [
+            "",
+            "Claims not tested because their runs serve another verdict (no run serves two "
+            "verdicts; more seeds of their arms would test them):",
+            "",
+        ]
+        for m in doc["merged_claims"]:
+            lines.append(f"- {m['claim']}: its runs serve “{'; '.join(m['merged_into'])}”.")
+    cov = doc.get("coverage") or []
+    if cov:
+        lines += [
+            "",
+            "## Coverage of the paper",
+            "",
+            "| Paper claim / table | Status | Reason / our tables |",
+            "|---|---|---|",
+        ]
+        for c in cov:
+            why = c.get("reason") or ", ".join(str(x) for x in c.get("tables") or [])
+            lines.append(f"| {c['claim']} | {c['status']} | {why} |")
+    commit = doc.get("commit") or {}
+    if commit:
+        ran = ", ".join(f"`{c['commit'][:12]}` ({c['points']})" for c in commit.get("ran_at", []))
+        added = ", ".join(
+            f"`{c['commit'][:12]}` ({c['points']})" for c in commit.get("added_to_store_by", [])
+        )
+        lines += [
+            "",
+            "Provenance of the points (commit, number of points): "
+            + (f"ran at {ran}" if ran else "")
+            + ("; " if ran and added else "")
+            + (
+                f"stored before rows recorded the code's commit, added to the store by {added}"
+                if added
+                else ""
+            )
+            + ".",
+        ]
+    return lines
 
 
 def tuning_markdown(

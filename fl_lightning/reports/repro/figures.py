@@ -5,14 +5,15 @@ stand for a paper ε (000), and the tuning grid."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fl_lightning.reports.repro.cells import CellResult, TableResults
-from fl_lightning.reports.repro.definition import PLOT_KINDS, Definition, PlotDef
+from fl_lightning.reports.repro.definition import PLOT_KINDS, Definition, PlotDef, TableDef
 from fl_lightning.reports.repro.points import TuneResult
 
 if TYPE_CHECKING:
@@ -32,10 +33,18 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def plots(
-    defn: Definition, results: TableResults, out_dir: Path, tuning: list[TuneResult] | None = None
+    defn: Definition,
+    results: TableResults,
+    out_dir: Path,
+    tuning: list[TuneResult] | None = None,
+    *,
+    highlight: dict[str, set[str]] | None = None,
+    controls: dict[str, list[CellResult]] | None = None,
 ) -> dict[str, list[Path]]:
     """Accuracy vs round and ε vs round per method (mean over seeds); accuracy vs ε where the
-    table has more than one ε."""
+    table has more than one ε. A table with several privacy levels draws accuracy vs round one
+    panel per level (:func:`_level_panels`); ``highlight``: per table, the arms its verdicts
+    compare; ``controls``: per table, its control arms (drawn in every panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,6 +68,22 @@ def plots(
             ("test/accuracy", "test accuracy (%)", "accuracy_vs_round", 100.0),
             ("privacy/epsilon", "ε spent", "epsilon_vs_round", 1.0),
         ):
+            if (
+                col == "test/accuracy"
+                and tdef is not None
+                and len(_levels(tdef, cells).keys() - {"all"}) > 1
+            ):
+                path = _level_panels(
+                    defn,
+                    tname,
+                    cells,
+                    [*(controls or {}).get(tname, []), *([ref] if ref else [])],
+                    (highlight or {}).get(tname, set()),
+                    out_dir / f"{defn.paper}_{slug}_{stem}.png",
+                )
+                if path is not None:
+                    made.append(path)
+                continue
             fig, ax = plt.subplots(figsize=(11, 4.8), dpi=110)
             drawn = False
             for k, c in enumerate(cells + ([ref] if ref else [])):
@@ -239,6 +264,133 @@ def _sim_time_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, out_dir / f"{defn.paper}_{slug}_accuracy_vs_sim_time.png")
+
+
+_LEVEL = re.compile(r"\s*\((?:ε|eps|epsilon)\s*=\s*[^)]*\)\s*$")
+
+
+def _levels(t: TableDef, cells: list[CellResult]) -> dict[str, list[CellResult]]:
+    """The table's cells by privacy level (the paper column beyond the method, e.g. its ε)."""
+    out: dict[str, list[CellResult]] = {}
+    for c in cells:
+        dims = {**c.arm.where, **t.paper_where.get(c.arm.name, {})}
+        key = ", ".join(f"{k} = {v}" for k, v in sorted(dims.items()) if k != "dataset")
+        if not key:  # no paper cell names it (e.g. an ε beyond the paper's): the arm's label
+            m = _LEVEL.search(c.arm.method)
+            key = m.group(0).strip(" ()") if m else ""
+        out.setdefault(key.replace("epsilon", "ε") or "all", []).append(c)
+    return out
+
+
+def _family(c: CellResult) -> str:
+    """The method without its privacy level ("ADP-FL, rising (ε = 1)" -> "ADP-FL, rising"):
+    one colour per family across the panels."""
+    return _LEVEL.sub("", c.arm.method)
+
+
+def _spread(c: CellResult, col: str, scale: float) -> tuple[list[int], list[float], list[float]]:
+    """Per round (every seed ran): the mean ± one standard deviation over seeds."""
+    series = [cv for cv in c.curves if cv.get(col)]
+    per: dict[int, list[float]] = {}
+    for cv in series:
+        for r, v in zip(cv["round"], cv[col]):
+            if v is not None and math.isfinite(v):
+                per.setdefault(r, []).append(v * scale)
+    xs = sorted(r for r in per if len(per[r]) == len(series))
+    lo, hi = [], []
+    for x in xs:
+        m = statistics.fmean(per[x])
+        sd = statistics.stdev(per[x]) if len(per[x]) > 1 else 0.0
+        lo.append(m - sd)
+        hi.append(m + sd)
+    return xs, lo, hi
+
+
+def _level_panels(
+    defn: Definition,
+    tname: str,
+    cells: list[CellResult],
+    shared: list[CellResult],
+    highlight: set[str],
+    path: Path,
+) -> Path | None:
+    """Accuracy vs round, one panel per privacy level, one colour per method family in every
+    panel, the seeds' spread (± 1 SD) shaded; the arms a verdict compares drawn thick (the
+    others thin and faded); ``shared`` (the non-private reference, the controls) dotted in
+    every panel."""
+    import matplotlib.pyplot as plt
+
+    tdef = next(t for t in defn.tables if t.label == tname)
+    levels = _levels(tdef, cells)
+    shared = [*levels.pop("all", []), *shared]  # arms without a level: in every panel
+    fams: list[str] = []
+    for c in [*cells, *shared]:
+        if _family(c) not in fams:
+            fams.append(_family(c))
+    cmap = plt.get_cmap("tab10" if len(fams) <= 10 else "tab20")
+    colour = {f: cmap(i % cmap.N) for i, f in enumerate(fams)}
+    n = len(levels)
+    fig, axes = plt.subplots(
+        1, n, figsize=(max(4.0 * n + 1.0, 9.0), 5.6), dpi=110, sharey=True, squeeze=False
+    )
+    handles: dict[str, Any] = {}
+    for ax, (lvl, cs) in zip(axes[0], sorted(levels.items(), key=lambda kv: _num_key(kv[0]))):
+        for c in [*cs, *shared]:
+            if not any(cv.get("test/accuracy") for cv in c.curves):
+                continue
+            xs, ys = _mean_curve(c, "test/accuracy", 100.0)
+            sx, lo, hi = _spread(c, "test/accuracy", 100.0)
+            hot = c.arm.name in highlight
+            dotted = c in shared
+            col = colour[_family(c)]
+            (line,) = ax.plot(
+                xs,
+                ys,
+                color=col,
+                lw=2.6 if hot else 1.1,
+                alpha=1.0 if hot or dotted else 0.7,
+                ls=":" if dotted else "-",
+            )
+            ax.fill_between(sx, lo, hi, color=col, alpha=0.18 if hot else 0.08, lw=0)
+            seeds = sum(1 for cv in c.curves if cv.get("test/accuracy"))
+            handles.setdefault(f"{_family(c)}" + (" (in every panel)" if dotted else ""), line)
+            if hot:
+                ax.annotate(
+                    "verdict",
+                    (xs[-1], ys[-1]),
+                    xytext=(-40, 8 if ys[-1] < 80 else -14),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=col,
+                )
+            del seeds
+        ax.set_title(lvl, fontsize=10)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy (%)")
+    fig.suptitle(
+        f"Paper {defn.paper}, table {tname}: accuracy vs round, one panel per privacy level\n"
+        "(mean over seeds, ± 1 SD shaded; thick: the arms a verdict compares)",
+        fontsize=10,
+    )
+    fig.legend(
+        list(handles.values()),
+        list(handles.keys()),
+        fontsize=8,
+        loc="lower center",
+        ncol=2,
+        frameon=False,
+    )
+    rows = (len(handles) + 1) // 2
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.12 + 0.035 * rows, wspace=0.08)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _num_key(label: str) -> tuple[float, str]:
+    nums = re.findall(r"[-+]?\d*\.?\d+", label)
+    return (float(nums[0]) if nums else math.inf, label)
 
 
 def _mean_curve(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,19 +62,47 @@ def _repro_point(
 def plan(
     defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]
 ) -> list[ReproPoint]:
-    """The (arm, seed) points of ``tables``, seed-major (every arm's seed 0 first, so a
-    sweep stopped early has every arm)."""
+    """The (arm, seed) points of ``tables`` (with their references, controls and positive
+    controls), seed-major (every arm's seed 0 first, so a sweep stopped early has every arm).
+    An arm runs ``seeds`` seeds, or its own ``seeds`` where that is more (headline arms)."""
     names: list[tuple[str, TableDef]] = []
     seen: set[tuple[str, str]] = set()
     for t in tables:
-        for a in t.arms + ([t.reference] if t.reference else []):
+        for a in t.arms + t.extra_arms:
             if (a, t.variant) not in seen:
                 seen.add((a, t.variant))
                 names.append((a, t))
+    most = max([seeds] + [defn.arms[n].seeds or 0 for n, _ in names])
     out: list[ReproPoint] = []
-    for seed in range(seeds):
+    for seed in range(most):
         for name, view in names:
-            out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out), view))
+            if seed < max(seeds, defn.arms[name].seeds or 0):
+                out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out), view))
+    return out
+
+
+def with_stored_seeds(
+    defn: Definition,
+    points: list[ReproPoint],
+    store_ids: set[str],
+    extra: dict[str, Any],
+    *,
+    limit: int = 64,
+) -> list[ReproPoint]:
+    """``points`` and, per (arm, view), the further seeds the store holds (run with a larger
+    ``--seeds`` than the definition's): a report uses every seed stored for an arm."""
+    views = {t.variant: t for t in defn.tables}
+    top: dict[tuple[str, str], int] = {}
+    for rp in points:
+        key = (rp.arm.name, rp.variant)
+        top[key] = max(top.get(key, -1), rp.seed)
+    out = list(points)
+    for (name, variant), last in top.items():
+        for seed in range(last + 1, limit):
+            rp = _repro_point(defn, defn.arms[name], seed, extra, len(out), views.get(variant))
+            if rp.point.id not in store_ids:
+                break
+            out.append(rp)
     return out
 
 
@@ -104,6 +132,8 @@ class TuneResult:
     values: list[Any]
     scores: dict[str, list[float]]  # repr(value) -> the metric (%) of each finished seed
     chosen: Any = None
+    runs: dict[str, dict[int, tuple[float, str]]] = field(default_factory=dict)
+    """repr(value) -> seed -> (the metric, the point id)."""
 
     def mean(self, v: Any) -> float | None:
         got = self.scores.get(repr(v)) or []
@@ -127,7 +157,9 @@ def choose(defn: Definition, tpoints: list[ReproPoint], store: ResultStore) -> l
             row = latest.get(rp.point.id)
             v = _pct(((row or {}).get("metrics") or {}).get(tune.metric))
             if row and row.get("status") == "finished" and v is not None:
-                res.scores.setdefault(repr(rp.arm.overrides[tune.param]), []).append(v)
+                key = repr(rp.arm.overrides[tune.param])
+                res.scores.setdefault(key, []).append(v)
+                res.runs.setdefault(key, {})[rp.seed] = (v, rp.point.id)
         scored = [(res.mean(v), -i, v) for i, v in enumerate(values) if res.mean(v) is not None]
         if scored:
             res.chosen = max(scored)[2]
