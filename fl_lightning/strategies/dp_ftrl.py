@@ -142,10 +142,11 @@ class DPFTRL(Strategy):
         if self.factorization == "bsr":
             name = f"{name}, p = {self.bands}"
         bound = "" if self.sensitivity_exact else ", sensitivity upper bound"
+        times = "participations" if self.participations > 1 else "participation"
         return (
-            f"{self.participations} participations ≥ {self.separation} rounds apart (cyclic "
-            f"cohorts of {self.cohort_size}), matrix mechanism ({name}; Δ = "
-            f"{self.sensitivity:.4g}{bound}), no amplification"
+            f"{self.participations} {times} ≥ {self.separation} rounds apart (cyclic cohorts of "
+            f"{self.cohort_size}), matrix mechanism ({name}; Δ = {self.sensitivity:.4g}{bound}), "
+            "no amplification"
         )
 
     def process_update(
