@@ -216,3 +216,17 @@ def test_strategy_noise_resumes_from_its_checkpoint():
     resumed.setup_federation(_spec())
     got += [release(resumed, t) for t in range(3, 6)]
     torch.testing.assert_close(torch.stack(got), torch.stack(expected), rtol=0, atol=0)
+
+
+def test_cyclic_cohorts_take_every_client_every_b_rounds():
+    """22 clients, cohorts of 5: 4 blocks taken in turn, 2 clients left over never drawn."""
+    from fl_lightning.server.sampling import CohortSampler
+
+    sampler = CohortSampler("cyclic", 5)
+    cohorts = [sampler.sample(7, t, 22) for t in range(12)]
+    assert all(len(c) == 5 for c in cohorts)
+    assert cohorts[:4] == cohorts[4:8] == cohorts[8:]
+    assert len(set().union(*cohorts[:4])) == 20  # disjoint blocks
+    assert sampler.sampling(22).separation == 4 and sampler.sampling(22).mode == "cyclic"
+    assert "each client every 4 rounds" in sampler.sampling(22).describe()
+    assert cohorts[0] != CohortSampler("cyclic", 5).sample(8, 0, 22)  # shuffled by the seed
