@@ -2,7 +2,8 @@
 # The runs behind docs/audit.md's "accountant ε vs one-run estimate vs lower bound" table:
 # `fl-lightning audit --attack canaries` (200 canary clients, 95% confidence) on the quickstart
 # (DP-FedAvg, Poisson cohorts) and on its DP-FTRL variant (banded square root, cyclic cohorts),
-# then the same on the offline-MNIST DP-FTRL config at ε = 8. Each run's audit.json is copied to
+# then the offline-MNIST DP-FTRL config at ε = 8 and DP-FedAvg (Poisson cohorts) on the same
+# setting at ε ∈ {1, 4, 16}. Each run's audit.json is copied to
 # OUT_DIR/<name>.audit.json.   Usage: bash benchmarks/dp_ftrl_audit_runs.sh OUT_DIR
 set -euo pipefail
 out_dir=${1:?OUT_DIR}
@@ -23,3 +24,9 @@ run() {
 run quickstart --config configs/experiment/quickstart.yaml
 run quickstart_ftrl --config configs/experiment/quickstart_ftrl.yaml
 run mnist_ftrl_bsr_eps8 --config configs/experiment/dp_ftrl/mnist_offline.yaml
+for eps in 1 4 16; do
+  run "mnist_dp_fedavg_eps$eps" --config configs/experiment/dp_ftrl/mnist_offline.yaml \
+    --strategy fl_lightning.strategies.dp_fedavg.DPFedAvg --strategy.init_args.clip_norm 1.0 \
+    --strategy.init_args.noise_multiplier null --model.sampling poisson \
+    --privacy.target_epsilon "$eps"
+done
