@@ -43,7 +43,7 @@ def describe_events(ledger: dict) -> str:
         return "—"
     if ledger["client_level"]:
         s, q, k, n = (list(ledger["client_level"][-1]) + [0])[:4]
-        where = f"WOR {round(q * n)}/{n}" if n else f"Poisson q={q:.3g}"
+        where = f"WOR {round(q * n)}/{n}" if n else f"Poisson q={q:.3g}" if q < 1 else "q=1"
         return f"client-level Gaussian σ={s:.3g}, {where}, ×{len(ledger['client_level'])}"
     if ledger["record_level"]:
         rows = [r for rs in ledger["record_level"].values() for r in rs]

@@ -33,8 +33,9 @@ def _parser() -> argparse.ArgumentParser:
         "--attack",
         action="append",
         required=True,
-        help="threshold | ml_leaks | lira | cs_mia | dlg | idlg | mia | inversion | all "
-        "(repeatable)",
+        help="threshold | ml_leaks | lira | cs_mia | dlg | idlg | mia | inversion | all | "
+        "canaries (repeatable; canaries: a one-run empirical ε from canary clients inserted "
+        "while training)",
     )
     p.add_argument("--checkpoint", help="a Lightning checkpoint of the run (skips training)")
     p.add_argument("--num-targets", type=int, default=500)
@@ -69,6 +70,16 @@ def _parser() -> argparse.ArgumentParser:
         help="gaussian: noise multiplier; laplace: ε of one release",
     )
     p.add_argument("--sensitivity", type=float, default=1.0)
+    p.add_argument("--num-canaries", type=int, default=200, help="canaries: how many")
+    p.add_argument(
+        "--confidence", type=float, default=0.95, help="canaries: of the lower bound (1 - β)"
+    )
+    p.add_argument(
+        "--guess-fraction",
+        type=float,
+        default=0.2,
+        help="canaries: share of canaries the lower bound's auditor guesses on",
+    )
     p.add_argument("--out", help="output directory (default: the run's log directory)")
     p.add_argument("--seed", type=int, default=0)
     return p
@@ -92,7 +103,23 @@ def audit(argv: list[str]) -> dict:
     from fl_lightning.attacks.pipeline import Pipeline
 
     args, overrides = _parser().parse_known_args(argv)
-    attacks = list(args.attack)
+    attacks = [a for a in args.attack if a != "canaries"]
+    canaries = None
+    if "canaries" in args.attack:
+        if args.checkpoint:
+            raise ValueError(
+                "audit.attack: canaries are inserted while training; drop --checkpoint to "
+                "train and audit in one go"
+            )
+        from fl_lightning.attacks.canaries import CanaryAudit
+
+        canaries = CanaryAudit(
+            args.num_canaries,
+            confidence=args.confidence,
+            guess_fraction=args.guess_fraction,
+            seed=args.seed,
+            output_dir=args.out,
+        )
     if (
         args.checkpoint and "cs_mia" not in attacks and any(a in ("mia", "all") for a in attacks)
     ):  # a group asked for it, not the user: run the others, say why cs_mia is left out
@@ -103,30 +130,35 @@ def audit(argv: list[str]) -> dict:
             "note: cs_mia left out: it needs the per-round series recorded while training "
             "(drop --checkpoint to include it)"
         )
-    callback = AuditCallback(
-        attacks,
-        num_targets=args.num_targets,
-        shadow_models=args.shadow_models,
-        threshold_score=args.threshold_score,
-        dlg_iterations=args.dlg_iterations,
-        dlg_batch_size=args.dlg_batch_size,
-        dlg_examples=args.dlg_examples,
-        dlg_client=args.dlg_client,
-        dlg_restarts=args.dlg_restarts,
-        dlg_ssim_threshold=args.dlg_ssim_threshold,
-        mechanism=_mechanism(args),
-        output_dir=args.out,
-        seed=args.seed,
+    callback = (
+        None
+        if not attacks
+        else AuditCallback(
+            attacks,
+            num_targets=args.num_targets,
+            shadow_models=args.shadow_models,
+            threshold_score=args.threshold_score,
+            dlg_iterations=args.dlg_iterations,
+            dlg_batch_size=args.dlg_batch_size,
+            dlg_examples=args.dlg_examples,
+            dlg_client=args.dlg_client,
+            dlg_restarts=args.dlg_restarts,
+            dlg_ssim_threshold=args.dlg_ssim_threshold,
+            mechanism=_mechanism(args),
+            output_dir=args.out,
+            seed=args.seed,
+        )
     )
-    if args.checkpoint and "cs_mia" in callback.attacks:
+    if callback is not None and args.checkpoint and "cs_mia" in callback.attacks:
         raise ValueError(
             "audit.attack: cs_mia needs the per-round series recorded while training; "
             "drop --checkpoint to train and attack in one go"
         )
     pipeline = Pipeline(["--config", args.config, *overrides])
-    callback.pipeline = pipeline
+    if callback is not None:
+        callback.pipeline = pipeline
     extra: list[str] = []
-    if args.checkpoint:
+    if args.checkpoint and callback is not None:
         # weights_only: an untrusted checkpoint cannot run code (docs/reliability.md).
         ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
         # Resume to exactly the checkpoint's round: Lightning restores everything, runs nothing.
@@ -134,9 +166,16 @@ def audit(argv: list[str]) -> dict:
         if args.out is None:
             callback.output_dir = str(Path(args.checkpoint).resolve().parent.parent)
     cli = pipeline.build(*extra)
-    cli.trainer.callbacks.append(callback)
+    if callback is not None:
+        cli.trainer.callbacks.append(callback)
+    if canaries is not None:  # after the MIA callback: it merges into that audit.json
+        cli.trainer.callbacks.append(canaries)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=args.checkpoint)
-    return callback.results
+    results = dict(callback.results) if callback is not None else {}
+    if canaries is not None:
+        attacks_out = {**results.get("attacks", {}), **canaries.results["attacks"]}
+        results = {**canaries.results, **results, "attacks": attacks_out}
+    return results
 
 
 def main(argv: list[str]) -> int:

@@ -41,6 +41,8 @@ ACCOUNTANT_NAMES = {
 def describe_sampling(events: list[SampledGaussian], what: str) -> str:
     """Adjacency and sampling of a client-level history, in words."""
     last = events[-1]
+    if last.scheme:
+        return f"add/remove one {what}, {last.scheme}"
     if last.population:
         m = round(last.sample_rate * last.population)
         return (
@@ -234,8 +236,12 @@ class PrivacyAccountant(Callback):
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        def dump(events: list[SampledGaussian]) -> list[tuple[float, float, int, int]]:
-            return [(e.noise_multiplier, e.sample_rate, e.steps, e.population) for e in events]
+        def dump(events: list[SampledGaussian]) -> list[tuple]:
+            return [
+                (e.noise_multiplier, e.sample_rate, e.steps, e.population)
+                + ((e.scheme,) if e.scheme else ())
+                for e in events
+            ]
 
         return {
             "client_level": dump(self.client_level),
@@ -253,7 +259,13 @@ class PrivacyAccountant(Callback):
         def load(rows: list) -> list[SampledGaussian]:
             # Rows of checkpoints written before fixed-size sampling was accounted have 3 fields.
             return [
-                SampledGaussian(float(r[0]), float(r[1]), int(r[2]), int(r[3]) if len(r) > 3 else 0)
+                SampledGaussian(
+                    float(r[0]),
+                    float(r[1]),
+                    int(r[2]),
+                    int(r[3]) if len(r) > 3 else 0,
+                    str(r[4]) if len(r) > 4 else "",
+                )
                 for r in rows
             ]
 

@@ -23,7 +23,7 @@ from typing import Literal
 
 import dp_accounting
 
-SamplingMode = Literal["poisson", "fixed"]
+SamplingMode = Literal["poisson", "fixed", "cyclic"]
 LocalUnit = Literal["coordinate", "upload"]
 
 
@@ -32,8 +32,10 @@ class CohortSampling:
     """How a round's participants were drawn, as the accountant must know it.
 
     Attributes:
-        mode: ``poisson`` (each of N clients independently with probability ``rate``) or
-            ``fixed`` (exactly m = ``size`` of N without replacement).
+        mode: ``poisson`` (each of N clients independently with probability ``rate``),
+            ``fixed`` (exactly m = ``size`` of N without replacement) or ``cyclic`` (the N
+            clients shuffled once into ⌊N/m⌋ blocks of m, taken in turn: every client every
+            ``separation`` rounds; DP-FTRL's min-separated participation).
         rate: q (Poisson) or m/N (fixed).
         population: N.
     """
@@ -54,7 +56,17 @@ class CohortSampling:
         sampling at all and is accounted as rate 1 under add/remove adjacency."""
         return self.mode == "fixed" and self.size < self.population
 
+    @property
+    def separation(self) -> int:
+        """b, the rounds between a client's participations under ``cyclic`` sampling."""
+        return max(1, self.population // max(1, self.size))
+
     def describe(self) -> str:
+        if self.mode == "cyclic":
+            return (
+                f"cyclic cohorts ({self.size} of {self.population}, each client every "
+                f"{self.separation} rounds)"
+            )
         if self.mode == "poisson":
             return f"Poisson cohorts (q = {self.rate:.3g})"
         if not self.without_replacement:
@@ -75,12 +87,17 @@ class SampledGaussian:
             sample of round(q·N) drawn without replacement from N (replace-one adjacency, under
             which the L2 sensitivity of a sum is 2C, so the event's multiplier is σ/2; Wang,
             Balle, Kasiviswanathan 2019 via dp_accounting's RDP accountant).
+        scheme: see below.
     """
 
     noise_multiplier: float
     sample_rate: float
     steps: int = 1
     population: int = 0
+    scheme: str = field(default="", compare=False)
+    """Words replacing the sampling in the guarantee sentence, for an event that is not a
+    cohort's (a matrix mechanism's whole run: "k participations ≥ b apart, matrix mechanism
+    (BSR, p = …)"); "" for a cohort's event."""
 
     @classmethod
     def for_cohort(

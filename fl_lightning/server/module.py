@@ -52,7 +52,9 @@ class FederatedModule(pl.LightningModule):
         strategy: the aggregation strategy (a Callback).
         privacy: the accountant (a Callback); None for a run without accounting.
         sampling: ``fixed`` (m clients per round, without replacement), ``poisson`` (each client
-            with probability q) or ``auto`` (the default: Poisson for strategies whose
+            with probability q), ``cyclic`` (the clients shuffled once into ⌊N/m⌋ blocks of m,
+            taken in turn: DP-FTRL's min-separated participation) or ``auto`` (the default:
+            Poisson for strategies whose
             client-level noise is amplified by sampling, whose accounting is then tight, else
             fixed; ``server/sampling.py``). The accountant is told which one ran.
         clients_per_round: m (also the expected cohort size of Poisson sampling without a rate).
@@ -76,7 +78,7 @@ class FederatedModule(pl.LightningModule):
         client: ClientModule,
         strategy: Strategy,
         privacy: PrivacyAccountant | None = None,
-        sampling: Literal["auto", "fixed", "poisson"] = "auto",
+        sampling: Literal["auto", "fixed", "poisson", "cyclic"] = "auto",
         clients_per_round: int = 10,
         client_rate: float | None = None,
         server_optimizer: Literal["sgd", "adam"] = "sgd",

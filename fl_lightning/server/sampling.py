@@ -6,7 +6,10 @@ subsampling (add/remove one client), fixed-size cohorts as sampling without repl
 (replace-one client). ``auto`` (the default) picks Poisson for strategies whose client-level
 noise is amplified by sampling (their accounting is tight under Poisson, as in Opacus and pfl)
 and fixed-size cohorts for every other run, where the cohort's size is part of the paper's
-setting and sampling does not enter the accounting.
+setting and sampling does not enter the accounting. ``cyclic`` shuffles the clients once (keyed
+by the seed) into ⌊N/m⌋ blocks of m and takes them in turn, so every client takes part every
+b = ⌊N/m⌋ rounds: the min-separated participation DP-FTRL's accounting assumes (Kairouz et al.
+2021; Choquette-Choo et al. 2023); the N mod m clients left over never take part.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ class CohortSampler:
 
     Args:
         mode: ``fixed`` (m clients without replacement), ``poisson`` (each client with
-            probability ``rate`` independently) or ``auto`` (resolved by :meth:`resolve`).
+            probability ``rate`` independently), ``cyclic`` (blocks of m in turn) or ``auto``
+            (resolved by :meth:`resolve`).
         clients_per_round: m for ``fixed``; for ``poisson`` without a ``rate``, the expected
             cohort size (q = m/N).
         rate: q for ``poisson``.
@@ -32,12 +36,14 @@ class CohortSampler:
 
     def __init__(
         self,
-        mode: Literal["auto", "fixed", "poisson"] = "auto",
+        mode: Literal["auto", "fixed", "poisson", "cyclic"] = "auto",
         clients_per_round: int = 10,
         rate: float | None = None,
     ) -> None:
-        if mode not in ("auto", "fixed", "poisson"):
-            raise ValueError(f"model.sampling: expected 'auto', 'fixed' or 'poisson', got {mode!r}")
+        if mode not in ("auto", "fixed", "poisson", "cyclic"):
+            raise ValueError(
+                f"model.sampling: expected 'auto', 'fixed', 'poisson' or 'cyclic', got {mode!r}"
+            )
         if clients_per_round < 1:
             raise ValueError(f"model.clients_per_round: must be >= 1, got {clients_per_round}")
         if rate is not None and not 0.0 < rate <= 1.0:
@@ -55,11 +61,14 @@ class CohortSampler:
 
     def sampling(self, num_clients: int) -> CohortSampling:
         """How this sampler draws cohorts from ``num_clients``, for the accountant."""
-        mode: Literal["poisson", "fixed"] = "fixed" if self.mode == "fixed" else "poisson"
+        mode: Literal["poisson", "fixed", "cyclic"] = (
+            self.mode if self.mode in ("fixed", "cyclic") else "poisson"  # type: ignore[assignment]
+        )
         return CohortSampling(mode, self.sample_rate(num_clients), num_clients)
 
     def check_population(self, num_clients: int) -> None:
-        uses_m = self.mode == "fixed" or self.rate is None  # m is the (expected) cohort size
+        # m is the cohort size (fixed, cyclic) or the expected one (Poisson without a rate)
+        uses_m = self.mode in ("fixed", "cyclic") or self.rate is None
         if uses_m and self.clients_per_round > num_clients:
             raise ValueError(
                 f"model.clients_per_round: {self.clients_per_round} exceeds the number of "
@@ -67,7 +76,7 @@ class CohortSampler:
             )
 
     def sample_rate(self, num_clients: int) -> float:
-        if self.mode != "fixed" and self.rate is not None:
+        if self.mode not in ("fixed", "cyclic") and self.rate is not None:
             return float(self.rate)
         return min(1.0, self.clients_per_round / num_clients)
 
@@ -75,6 +84,13 @@ class CohortSampler:
         return self.sample_rate(num_clients) * num_clients
 
     def sample(self, seed: int, round_idx: int, num_clients: int) -> list[int]:
+        if self.mode == "cyclic":
+            m = self.clients_per_round
+            blocks = max(1, num_clients // m)
+            g = generator_for(seed, "cyclic_cohorts")
+            order = torch.randperm(num_clients, generator=g, device=g.device)
+            start = (round_idx % blocks) * m
+            return sorted(int(c) for c in order[start : start + m])
         g = generator_for(seed, round_idx, "cohort")
         if self.mode != "poisson":
             chosen = torch.randperm(num_clients, generator=g, device=g.device)[

@@ -83,6 +83,11 @@ LOCAL_DP = [
                 "init_args": {"local_dp": UPLOADS}}),
 ]  # fmt: skip
 
+# DP-FTRL: correlated noise from generators keyed by (seed, level/round), cyclic cohorts.
+FTRL = ["--strategy", json.dumps({"class_path": "fl_lightning.strategies.dp_ftrl.DPFTRL",
+        "init_args": {"factorization": "bsr", "bands": 2}}), "--model.sampling", "cyclic",
+        "--data.num_clients", "10"]  # fmt: skip
+
 RUNS: dict[str, tuple[int, list[str]]] = {
     "sum": (2, SUM_BASED),
     "all_updates": (2, ALL_UPDATES),
@@ -90,6 +95,7 @@ RUNS: dict[str, tuple[int, list[str]]] = {
     "agn": (CLIENT_STATE_ROUNDS, AGN),
     "adp": (CLIENT_STATE_ROUNDS, ADP),
     "local_dp": (2, LOCAL_DP),
+    "ftrl": (3, FTRL),
 }
 # Launched by Lightning, with "sum_resumed" (the rest of RUNS: torchrun-style, after
 # "collectives" and "refused").

@@ -74,3 +74,10 @@ def test_two_processes_match_one_when_the_strategy_needs_every_update(ddp_runs):
 
     assert DPFedExP.reduction == "stream"
     assert_same_run(ddp_runs.run("all_updates", 1), ddp_runs.run("all_updates", 2))
+
+
+def test_two_processes_match_one_with_dp_ftrl(ddp_runs):
+    """DP-FTRL (banded square root, cyclic cohorts): the correlated noise is drawn from
+    generators keyed by the seed on every rank, so 2 processes end where 1 does."""
+    one, two = ddp_runs.run("ftrl", 1), ddp_runs.run("ftrl", 2)
+    assert_same_run(one, two)

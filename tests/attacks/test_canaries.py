@@ -1,0 +1,79 @@
+"""``fl-lightning audit --attack canaries`` (attacks/canaries.py): canary clients inserted while
+training, Andrew et al.'s estimate and Steinke et al.'s lower bound written into audit.json
+beside the accountant's ε; the lower bound never exceeds the accountant's ε on the shipped
+private quickstarts (DP-FedAvg, and DP-FTRL)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fl_lightning.attacks.canaries import CanaryAudit
+from fl_lightning.attacks.cli import main as audit_main
+from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.records import RoundContext
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("config", ["quickstart.yaml", "quickstart_ftrl.yaml"])
+def test_lower_bound_stays_below_the_accountant_on_the_quickstarts(tmp_path, capsys, config):
+    code = audit_main(
+        [
+            "--config", str(REPO / "configs" / "experiment" / config),
+            "--attack", "canaries", "--num-canaries", "60",
+            "--out", str(tmp_path),
+            "--trainer.max_steps=6", f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    res = json.loads((tmp_path / "audit.json").read_text())
+    entry = res["attacks"]["canaries"]
+    assert 0.0 <= entry["epsilon_lower_bound"] <= res["accountant_epsilon"] < float("inf")
+    assert (
+        entry["epsilon_estimate_low"] <= entry["epsilon_estimate"] <= entry["epsilon_estimate_high"]
+    )
+    assert entry["num_canaries"] == 60 and entry["guesses"] == 12
+    assert "60 canary clients" in entry["sentence"] and "95% confidence" in entry["sentence"]
+    assert "threat model" in entry["sentence"] and entry["mean_participations"] > 0
+    assert "audit: accountant ε" in out
+
+
+def test_checkpoint_with_canaries_is_refused(capsys):
+    code = audit_main(["--config", "x.yaml", "--attack", "canaries", "--checkpoint", "c.ckpt"])
+    assert code == 2
+    assert capsys.readouterr().err.startswith("error: audit.attack: canaries are inserted while")
+
+
+def _ctx(round_idx: int, sampling: CohortSampling) -> RoundContext:
+    return RoundContext(
+        round_idx=round_idx,
+        total_rounds=10,
+        seed=0,
+        num_clients=sampling.population,
+        cohort=[],
+        expected_cohort_size=sampling.rate * sampling.population,
+        sample_rate=sampling.rate,
+        global_params=torch.zeros(5),
+        sampling=sampling,
+    )
+
+
+def test_inserted_canaries_take_part_as_a_client_of_the_schedule_would():
+    audit = CanaryAudit(40)
+    audit.inserted = np.arange(40) % 3 == 0
+    cyclic = CohortSampling("cyclic", 0.25, 20)  # every 4 rounds
+    for t in range(8):
+        got = audit.participants(_ctx(t, cyclic))
+        assert got == [i for i in range(40) if i % 3 == 0 and i % 4 == t % 4]
+    poisson = CohortSampling("poisson", 0.3, 100)
+    counts = sum(len(audit.participants(_ctx(t, poisson))) for t in range(200))
+    assert abs(counts / (200 * audit.inserted.sum()) - 0.3) < 0.05
+    u = audit.direction(3, 1000)
+    assert float(u.norm()) == pytest.approx(1.0) and torch.equal(u, audit.direction(3, 1000))
