@@ -50,8 +50,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 ESTIMATES = REPO / "benchmarks" / "results" / "gpu_paper_scale_estimates.json"
@@ -75,6 +78,8 @@ class Cell:
     tuned: int = 0
     seeds: int = 3
     passes: int = 1  # 1: the first pass (one cell per paper), 2: the next cells
+    #: overrides that keep a run cut to fewer rounds (estimate, toy) at the paper's horizon
+    horizon: tuple[str, ...] = ()
     why: str = field(default="", compare=False)
 
     @property
@@ -119,6 +124,7 @@ QUEUE: tuple[Cell, ...] = (
         ("adp_rising_e5", "even_rounds_e5"),
         "Table 2, eps = 5: ADP-FL beats the even-budget baseline",
         rounds=100,
+        horizon=("strategy.init_args.rounds=100",),  # ADP-FL's budget schedule
         why="the paper's LSTM instead of the scaled MLP",
     ),
     Cell(
@@ -162,17 +168,20 @@ QUEUE: tuple[Cell, ...] = (
         ("adp_rising_e10", "even_rounds_e10"),
         "Table 2, eps = 10: ADP-FL beats the even-budget baseline",
         rounds=100,
+        horizon=("strategy.init_args.rounds=100",),
         passes=2,
     ),
 )
 
 
 def load_estimates(path: Path = ESTIMATES) -> dict[str, dict]:
-    """The last ``estimate`` record's cells by key (empty when none was recorded)."""
+    """Each cell's latest estimate over the ``estimate`` records (empty when none)."""
     if not path.exists():
         return {}
-    runs = json.loads(path.read_text())
-    return {c["key"]: c for c in runs[-1]["cells"]} if runs else {}
+    found = {}
+    for record in json.loads(path.read_text()):
+        found.update({c["key"]: c for c in record["cells"] if "gpu_s_estimate" in c})
+    return found
 
 
 def ordered(queue: tuple[Cell, ...], estimates: dict[str, dict]) -> list[Cell]:
@@ -244,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             seeds=1 if args.toy else cell.seeds,
             out=out / "reports",
             store=store_root / f"{cell.paper}-paper",
-            extra=toy,
+            extra=[*toy, *cell.horizon] if args.toy else [],
         )
         if dry:
             cmd.append("--dry-run")
@@ -260,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
             seeds=1,
             out=out / "reports",
             store=store_root / f"{first.paper}-paper",
-            extra=toy,
+            extra=[*toy, *first.horizon],
         )
         rc, _ = _run_bounded([*cmd, "--report-only"], 600, out / "repro.log")
         _log(out, {"cell": first.key, "status": f"report-only rc {rc}"})
@@ -277,7 +286,11 @@ def _fit_command(cell: Cell, rounds: int, store: Path) -> list[str]:
 
     defn = load_definition(cell.paper, "paper")
     tables = [t for t in defn.tables if cell.table in (t.label, t.table)][:1]
-    points = plan(defn, seeds=1, extra={"trainer.max_steps": rounds}, tables=tables)
+    extra: dict = {"trainer.max_steps": rounds}
+    for item in cell.horizon:
+        key, value = item.split("=", 1)
+        extra[key] = yaml.safe_load(value)
+    points = plan(defn, seeds=1, extra=extra, tables=tables)
     points = [rp for rp in points if rp.arm.name == cell.arms[0]]
     if not points:
         raise RuntimeError(f"{cell.key}: arm {cell.arms[0]} not in table {cell.table}")
@@ -310,7 +323,14 @@ def estimate(args: argparse.Namespace) -> None:
         for i, cell in enumerate(QUEUE):
             if args.cells and cell.key not in args.cells:
                 continue
-            one, two = (_cpu_run(cell, r, Path(tmp) / str(i)) for r in (1, 2))
+            try:
+                one, two = (_cpu_run(cell, r, Path(tmp) / str(i)) for r in (1, 2))
+            except RuntimeError:  # recorded, and the other cells still estimated
+                error = traceback.format_exc().splitlines()[-1][-300:]
+                cells.append(
+                    {"key": cell.key, "claim": cell.claim, "runs": cell.runs, "error": error}
+                )
+                continue
             per_round = max(two - one, 0.0)
             startup = max(one - per_round, 0.0)
             speedup = SPEEDUP["dp_sgd" if cell.dp_sgd else "other"]
@@ -341,6 +361,9 @@ def estimate(args: argparse.Namespace) -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
+        if "error" in c:
+            lines.append(f"| {c['key']} | {c['claim']} | {c['runs']} | failed: {c['error']} |")
+            continue
         lines.append(
             f"| {c['key']} | {c['claim']} | {c['runs']} | {c['cpu_s_1_round']} / "
             f"{c['cpu_s_2_rounds']} | {c['cpu_s_per_round']} | {c['paper_rounds']} | "

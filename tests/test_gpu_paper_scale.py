@@ -125,3 +125,15 @@ def test_the_section2_script_runs_at_toy_size(tmp_path) -> None:
     assert max(r["max_abs_diff"] for r in rows) < 1e-2  # the four paths compute one convolution
     assert "device kernels" in (out / "profile_dp.txt").read_text()
     assert (out / "cohort_speed_gpu.json").read_text().strip()
+
+
+def test_estimates_merge_over_records_and_skip_failed_cells(tmp_path) -> None:
+    path = tmp_path / "estimates.json"
+    first, second = gps.QUEUE[0].key, gps.QUEUE[1].key
+    records = [
+        {"cells": [{"key": first, "gpu_s_estimate": 50}, {"key": second, "gpu_s_estimate": 9}]},
+        {"cells": [{"key": first, "gpu_s_estimate": 70}, {"key": second, "error": "boom"}]},
+    ]
+    path.write_text(json.dumps(records))
+    found = gps.load_estimates(path)
+    assert found[first]["gpu_s_estimate"] == 70 and found[second]["gpu_s_estimate"] == 9
