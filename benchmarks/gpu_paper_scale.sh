@@ -43,11 +43,19 @@ d = f(); print("shared data:", d); raise SystemExit(d is None)' | tee -a "$out/m
 if [ -n "${PAPER_SCALE_TOY:-}" ]; then
   "$py" benchmarks/gpu_paper_scale.py run --toy --out "$out" --budget-s "$budget"
   rc=$?
+  src=$out/toy-store
 else
   "$py" benchmarks/gpu_paper_scale.py run --out "$out" --budget-s "$budget"
   rc=$?
-  # what finished, for the session's report (the store is the record)
-  mkdir -p "$out/store" && cp -r docs/reproductions/store/*-paper "$out/store/" 2>/dev/null
+  src=docs/reproductions/store
 fi
+# what finished, for the session's report: the store's rows, curves and images (the run
+# folders under runs/ are not needed once a row is stored)
+for d in "$src"/*-paper; do
+  [ -d "$d" ] || continue
+  mkdir -p "$out/store/${d##*/}"
+  cp "$d"/*.jsonl "$out/store/${d##*/}/" 2>/dev/null
+  if [ -d "$d/images" ]; then cp -r "$d/images" "$out/store/${d##*/}/"; fi
+done
 tail -n 20 "$out/queue.jsonl" 2>/dev/null
 exit $rc

@@ -103,6 +103,7 @@ def test_the_whole_script_runs_at_toy_size(tmp_path) -> None:
     store = out / "toy-store" / f"{first}-paper" / "results.jsonl"
     assert any(json.loads(line).get("status") == "finished" for line in store.open())
     assert (out / "reports" / f"{first}.md").exists()
+    assert (out / "store" / f"{first}-paper" / "results.jsonl").exists()  # brought back
     assert "shared data:" in (out / "machine.txt").read_text()
 
 
