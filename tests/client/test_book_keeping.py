@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from fl_lightning.client import book_keeping
-from fl_lightning.client.dp_sgd import build_engine
+from fl_lightning.client.dp_sgd import build_engine, noisy_mean_
 
 
 def _clipped(net: nn.Module, engine: str, x: torch.Tensor, y: torch.Tensor, c: float = 0.05):
@@ -144,3 +144,54 @@ def test_shared_layer_is_refused() -> None:
     )
     with pytest.raises(RuntimeError, match="used twice"):
         eng.clipped_sum(torch.randn(4, 3), torch.randint(0, 3, (4,)), F.cross_entropy)
+
+
+def _brute_force_clipped_sum(net: nn.Module, x: torch.Tensor, y: torch.Tensor, c: float) -> list:
+    """Σ_i min(1, C/(‖g_i‖+1e-6)) g_i from one ordinary backward per example (no engine)."""
+    params = [p for p in net.parameters() if p.requires_grad]
+    total = [torch.zeros_like(p) for p in params]
+    for i in range(len(x)):
+        grads = torch.autograd.grad(F.cross_entropy(net(x[i : i + 1]), y[i : i + 1]), params)
+        norm = torch.cat([g.reshape(-1) for g in grads]).norm()
+        factor = min(1.0, c / (float(norm) + 1e-6))
+        for t, g in zip(total, grads):
+            t.add_(g, alpha=factor)
+    return total
+
+
+@pytest.mark.parametrize("chunk", [2, book_keeping.CONV_CHUNK])
+def test_onednn_and_chunked_conv_gradients_match_a_per_example_loop(chunk, monkeypatch) -> None:
+    """The conv paths of issue 37: oneDNN's grouped kernels (in_channels ≥
+    ``ONEDNN_MIN_IN_CHANNELS``) next to ATen's (fewer), per-example gradients kept as chunks
+    (``CONV_CHUNK`` = 2: chunks of 2, 2, 1 examples) or as one; the clipped sum and the noisy
+    release (same generator) equal those of a brute-force per-example loop."""
+    monkeypatch.setattr(book_keeping, "CONV_CHUNK", chunk)
+    wide = book_keeping.ONEDNN_MIN_IN_CHANNELS
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(2, wide, 3, padding=1),  # ATen path (2 input channels)
+        nn.ReLU(),
+        nn.Conv2d(wide, 4, 3, padding=1),  # oneDNN path
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 6 * 6, 3),
+    )
+    x, y = torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))
+    c = 0.05
+    reference = _brute_force_clipped_sum(net, x, y, c)
+    assert all(r.abs().max() > 0 for r in reference)
+    eng = build_engine(net, "bk")
+    eng.configure_client(
+        noise_multiplier=1.3,
+        max_grad_norm=c,
+        expected_batch_size=4.0,
+        generator=torch.Generator().manual_seed(7),
+    )
+    for got, want in zip(eng.clipped_sum(x, y, F.cross_entropy), reference):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    eng.compute_gradients(x, y, F.cross_entropy)
+    noisy_mean_(
+        reference, std=1.3 * c, expected_batch_size=4.0, generator=torch.Generator().manual_seed(7)
+    )
+    for p, want in zip(eng.params, reference):
+        torch.testing.assert_close(p.grad, want, rtol=1e-4, atol=1e-6)

@@ -187,7 +187,7 @@ def test_bad_arguments_are_one_line_errors(argv, field, capsys):
 
 
 def test_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
-    """The paper profile (full MNIST by download, the paper's CNN, 1000 rounds) builds and runs
+    """The paper profile (offline MNIST, the paper's CNN, 1000 rounds) builds and runs
     one round when its data is replaced by synthetic 28x28 images."""
     store, out = tmp_path / "store", tmp_path / "out"
     argv = [
@@ -317,7 +317,7 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
 
 @pytest.mark.slow
 def test_004_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
-    """Paper 004's paper profile (full MNIST, the LSTM, 100 rounds) builds and runs one round of
+    """Paper 004's paper profile (offline MNIST, the LSTM, 100 rounds) builds and runs one round of
     ADP-FL on synthetic 28x28 images (budget horizon kept at the profile's 100 rounds)."""
     store, out = tmp_path / "store", tmp_path / "out"
     argv = [

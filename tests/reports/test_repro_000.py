@@ -169,7 +169,7 @@ def test_selection_tracking_statistics():
 
 @pytest.mark.slow
 def test_repro_000_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
-    """The paper profile (full MNIST by download, 100 clients, the McMahan CNN) builds and runs
+    """The paper profile (offline MNIST, 100 clients, the McMahan CNN) builds and runs
     one round of DP-FedASGP at the paper model's ε reading on synthetic 28x28 images (an arm
     without the audit: 1,200 synthetic images leave too few non-members for 500 targets)."""
     store, out = tmp_path / "store", tmp_path / "out"
