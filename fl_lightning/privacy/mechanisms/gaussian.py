@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-import dp_accounting
 import torch
 
 from fl_lightning.privacy.events import CohortSampling, SampledGaussian
-from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
+from fl_lightning.privacy.mechanisms.base import Mechanism
 
 
 def classic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
@@ -62,19 +61,8 @@ class GaussianMechanism(Mechanism):
         noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
         return x + noise * self.std
 
-    def dp_event(self) -> dp_accounting.DpEvent:
-        if self.noise_multiplier == 0:
-            return dp_accounting.NonPrivateDpEvent()
-        return dp_accounting.GaussianDpEvent(self.noise_multiplier)
-
     def cohort_event(self, sampling: CohortSampling, steps: int = 1) -> SampledGaussian:
         """The client-level event of this mechanism on a sum over a cohort drawn by
         ``sampling`` (each client's contribution bounded by ``sensitivity``): the only way a
         strategy obtains one, so the sampling can never be misstated."""
         return SampledGaussian.for_cohort(self.noise_multiplier, sampling, steps)
-
-    def guarantee(self) -> PrivacyGuarantee:
-        return PrivacyGuarantee(
-            epsilon=None,
-            note=f"Gaussian noise multiplier {self.noise_multiplier:g}; ε from the accountant",
-        )
