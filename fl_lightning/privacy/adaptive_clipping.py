@@ -42,6 +42,7 @@ import torch
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+from fl_lightning.privacy.params import GaussianParams
 from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 
@@ -86,18 +87,13 @@ class AdaptiveClipping(CentralPrivacy):
         noise_multiplier: float | None = 1.0,
         count_noise_std: float | None = None,
     ) -> None:
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.central_dp.clip_norm: must be > 0, got {clip_norm}")
+        GaussianParams(clip_norm, noise_multiplier, prefix="strategy.central_dp")
         if not 0.0 < target_quantile < 1.0:
             raise ValueError(
                 f"strategy.central_dp.target_quantile: must be in (0, 1), got {target_quantile}"
             )
         if learning_rate <= 0:
             raise ValueError(f"strategy.central_dp.learning_rate: must be > 0, got {learning_rate}")
-        if noise_multiplier is not None and noise_multiplier < 0:
-            raise ValueError(
-                f"strategy.central_dp.noise_multiplier: must be >= 0, got {noise_multiplier}"
-            )
         if count_noise_std is not None and count_noise_std <= 0:
             raise ValueError(
                 f"strategy.central_dp.count_noise_std: must be > 0, got {count_noise_std}"

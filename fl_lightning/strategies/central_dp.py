@@ -23,6 +23,7 @@ import torch
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+from fl_lightning.privacy.params import GaussianParams
 from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 
@@ -37,12 +38,9 @@ class CentralGaussian(CentralPrivacy):
     """
 
     def __init__(self, *, clip_norm: float = 1.0, noise_multiplier: float | None = 1.0) -> None:
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
-        if noise_multiplier is not None and noise_multiplier < 0:
-            raise ValueError(f"strategy.noise_multiplier: must be >= 0, got {noise_multiplier}")
-        self.clip_norm = clip_norm
-        self.noise_multiplier = noise_multiplier
+        params = GaussianParams(clip_norm, noise_multiplier)  # validated once, there
+        self.clip_norm = params.clip_norm
+        self.noise_multiplier = params.noise_multiplier
 
     def setup(self, spec: CohortSpec) -> None:
         """Fixes an unset σ from the run's target: one subsampled Gaussian a round for
