@@ -75,7 +75,9 @@ class AdaptiveClipping(CentralPrivacy):
         noise_multiplier: σ, the effective multiplier of the whole round (the privacy cost is
             a DP-FedAvg round at σ). ``None``: calibrated from ``privacy.target_epsilon``.
         count_noise_std: σ_b, the std of the noise on the count of unclipped clients.
-            ``None``: the paper's m/20 with m the expected cohort size.
+            ``None``: the paper's m/20 with m the expected cohort size, but at least σ (a small
+            cohort's m/20 would leave the sum no budget; at σ_b = σ the sum's multiplier is
+            σ/√(3/4) ≈ 1.15σ).
     """
 
     def __init__(
@@ -106,11 +108,12 @@ class AdaptiveClipping(CentralPrivacy):
 
     def setup(self, spec: CohortSpec) -> None:
         """Fixes an unset σ from the run's target (one client-level Gaussian a round) and an
-        unset σ_b to m/20; refuses a σ_b that leaves the sum no budget."""
+        unset σ_b to max(m/20, σ); refuses a σ_b that leaves the sum no budget."""
         self.noise_multiplier = spec.cohort_noise_multiplier(self.noise_multiplier)
         if self.count_noise_std is None:
             sampling = spec.sampling
-            self.count_noise_std = sampling.rate * sampling.population / 20.0
+            m = sampling.rate * sampling.population
+            self.count_noise_std = max(m / 20.0, self.noise_multiplier)
         sum_noise_multiplier(self.noise_multiplier, self.count_noise_std)
 
     @property

@@ -218,3 +218,17 @@ def test_it_plugs_into_any_summing_strategy_from_config():
     assert isinstance(strategy.central_dp, AdaptiveClipping)
     assert isinstance(strategy.central_dp, CentralPrivacy)
     assert strategy.traits.private and strategy.traits.amplified_by_sampling
+
+
+def test_a_small_cohorts_count_noise_defaults_to_sigma():
+    """m/20 (the paper's σ_b) would leave a cohort of 2 no budget for the sum at σ = 1: the
+    default is then σ, and the sum's multiplier σ/√(3/4)."""
+    mech = AdaptiveClipping(noise_multiplier=1.0)
+    sampling = CohortSampling("poisson", 2 / 400, 400)
+    mech.setup(FederationSpec(400, 4, privacy=PrivacyTarget(sampling=sampling)))
+    assert mech.count_noise_std == 1.0
+    assert mech.sum_noise_multiplier == pytest.approx(1 / math.sqrt(0.75), rel=1e-12)
+    with pytest.raises(ValueError, match="count_noise_std: must be > noise_multiplier / 2"):
+        AdaptiveClipping(noise_multiplier=1.0, count_noise_std=0.4).setup(
+            FederationSpec(400, 4, privacy=PrivacyTarget(sampling=sampling))
+        )
