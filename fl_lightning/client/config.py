@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
+from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
+
 PRECISIONS = ("32", "bf16-mixed")
 
 
@@ -32,12 +34,8 @@ class DPSGDConfig:
     max_physical_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.noise_multiplier is not None and self.noise_multiplier < 0:
-            raise ValueError(
-                f"client.dp_sgd.noise_multiplier: must be >= 0, got {self.noise_multiplier}"
-            )
-        if self.max_grad_norm <= 0:
-            raise ValueError(f"client.dp_sgd.max_grad_norm: must be > 0, got {self.max_grad_norm}")
+        check_noise_multiplier(self.noise_multiplier, "client.dp_sgd.noise_multiplier")
+        check_clip_norm(self.max_grad_norm, "client.dp_sgd.max_grad_norm")
         from fl_lightning.client.dp_sgd import ENGINE_NAMES
 
         if self.engine not in ENGINE_NAMES:

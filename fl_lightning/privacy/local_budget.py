@@ -34,21 +34,15 @@ import dp_accounting
 import torch
 from dp_accounting.pld import privacy_loss_mechanism
 
+from fl_lightning.privacy.clipping import clip_by_norm_
 from fl_lightning.privacy.events import LocalRelease
-from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma
+from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma, sample_gaussian
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
+from fl_lightning.privacy.params import check_clip_norm
 
 MechanismName = Literal["none", "gaussian", "laplace"]
 TightAccountant = Literal["rdp", "pld"]
 Sensitivity = Literal["client", "record"]
-
-
-def clip_by_norm_(vector: torch.Tensor, max_norm: float, *, p: int) -> float:
-    """Scales ``vector`` in place to Lp norm at most ``max_norm``; returns the original norm."""
-    norm = float(vector.norm(p=p))
-    if norm > max_norm:
-        vector.mul_(max_norm / norm)
-    return norm
 
 
 def _event(mechanism: str, noise: float) -> dp_accounting.DpEvent:
@@ -120,8 +114,7 @@ class UploadMechanism:
             raise ValueError(
                 f"strategy.mechanism: expected none, gaussian or laplace, got {mechanism!r}"
             )
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
+        check_clip_norm(clip_norm)
         if not 0.0 < delta < 1.0:
             raise ValueError(f"strategy.delta: must be in (0, 1), got {delta}")
         if sensitivity not in ("client", "record"):
@@ -187,8 +180,9 @@ class UploadMechanism:
         assert epsilon is not None and epsilon > 0
         scale = self.noise_multiplier(epsilon=epsilon) * self.noise_sensitivity(num_examples)
         if self.mechanism == "gaussian":
-            noise = torch.randn(
+            noise = sample_gaussian(
                 delta_vec.shape,
+                std=1.0,
                 generator=generator,
                 device=delta_vec.device,
                 dtype=delta_vec.dtype,

@@ -213,7 +213,8 @@ class FederatedModule(pl.LightningModule):
         steps = self.federated_round
         round_idx = int(self.global_step)
         ctx = steps.context(round_idx, int(self.trainer.max_steps), self.evaluate_global)
-        stop = steps.budget_stop(ctx, first_round=self.rounds_completed == 0)
+        events = steps.strategy_events(ctx)  # once a round: prices and records the round
+        stop = steps.budget_stop(ctx, first_round=self.rounds_completed == 0, events=events)
         if stop:
             self.stopped_by_budget = True
             self.print(stop)
@@ -227,7 +228,7 @@ class FederatedModule(pl.LightningModule):
         self.rounds_completed = round_idx + 1
         seconds = time.perf_counter() - start
         metrics = steps.metrics(ctx, reduced.updates, self.strategy_metrics, seconds)
-        metrics.update(steps.account(ctx, reduced.updates))
+        metrics.update(steps.account(ctx, reduced.updates, events))
         if self.settings.evaluates_after(round_idx, int(self.trainer.max_steps)):
             metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
         self.round_metrics = dict(metrics)

@@ -169,12 +169,28 @@ def declare_private_run(
     )
 
 
+def copy_events(events: RoundPrivacy) -> RoundPrivacy:
+    """A copy of ``events`` whose lists and dicts can be extended without touching it."""
+    return RoundPrivacy(
+        client_level=list(events.client_level),
+        record_level=dict(events.record_level),
+        local=dict(events.local),
+        no_guarantee=events.no_guarantee,
+    )
+
+
 def planned_privacy(
-    strategy: Strategy, config: LocalTrainingConfig, client_sizes: torch.Tensor, ctx: RoundContext
+    strategy: Strategy,
+    config: LocalTrainingConfig,
+    client_sizes: torch.Tensor,
+    ctx: RoundContext,
+    *,
+    events: RoundPrivacy | None = None,
 ) -> RoundPrivacy:
-    """What the round will spend: the strategy's events (``Strategy.round_privacy``) plus, for a
-    DP-SGD client, one sampled Gaussian per cohort member (rate B/nᵢ, its local steps)."""
-    spent = strategy.round_privacy(ctx)
+    """What the round will spend: the strategy's events (``events``, the round's one
+    ``Strategy.round_privacy``; asked for when not given) plus, for a DP-SGD client, one sampled
+    Gaussian per cohort member (rate B/nᵢ, its local steps)."""
+    spent = copy_events(strategy.round_privacy(ctx) if events is None else events)
     cfg = config.with_overrides(ctx.client_config)
     if cfg.dp_sgd is not None:
         assert cfg.dp_sgd.noise_multiplier is not None

@@ -33,7 +33,7 @@ from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import RoundContext
 from fl_lightning.server.executor import Executor
-from fl_lightning.server.privacy_plan import budget_stop, planned_privacy
+from fl_lightning.server.privacy_plan import budget_stop, copy_events, planned_privacy
 from fl_lightning.server.reduction import ReducedRound, RoundUpdates, hook_metrics, reduce_round
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.sharding import clients_of_this_process
@@ -116,19 +116,32 @@ class FederatedRound:
         ctx.client_config = self.strategy.configure_round(ctx)
         return ctx
 
-    def planned_privacy(self, ctx: RoundContext) -> RoundPrivacy:
+    def strategy_events(self, ctx: RoundContext) -> RoundPrivacy | None:
+        """The strategy's events of this round (``Strategy.round_privacy``), asked for once a
+        round and used both to price the round and to record it; None without an accountant."""
+        return None if self.accountant is None else self.strategy.round_privacy(ctx)
+
+    def planned_privacy(
+        self, ctx: RoundContext, events: RoundPrivacy | None = None
+    ) -> RoundPrivacy:
         """What the round will spend, known before any client trains."""
         return planned_privacy(
-            self.strategy, self.client.training_config, self.data.client_sizes(), ctx
+            self.strategy,
+            self.client.training_config,
+            self.data.client_sizes(),
+            ctx,
+            events=events,
         )
 
-    def budget_stop(self, ctx: RoundContext, *, first_round: bool) -> str | None:
+    def budget_stop(
+        self, ctx: RoundContext, *, first_round: bool, events: RoundPrivacy | None = None
+    ) -> str | None:
         """Why the run stops before this round (None: it goes on, or nothing is accounted)."""
         if self.accountant is None:
             return None
         return budget_stop(
             self.accountant,
-            self.planned_privacy(ctx),
+            self.planned_privacy(ctx, events),
             round_idx=ctx.round_idx,
             first_round=first_round,
         )
@@ -177,12 +190,15 @@ class FederatedRound:
             metrics[f"strategy/{k}"] = float(v)
         return metrics
 
-    def account(self, ctx: RoundContext, stats: RoundUpdates) -> dict[str, float]:
-        """Records what the round spent (the strategy's events plus the DP-SGD clients' own)
-        and returns the accountant's numeric report (ε per level); empty without one."""
+    def account(
+        self, ctx: RoundContext, stats: RoundUpdates, events: RoundPrivacy | None = None
+    ) -> dict[str, float]:
+        """Records what the round spent (the strategy's ``events``, the same that priced the
+        round, plus the DP-SGD clients' own) and returns the accountant's numeric report (ε per
+        level); empty without one."""
         if self.accountant is None:
             return {}
-        spent = self.strategy.round_privacy(ctx)
+        spent = copy_events(self.strategy.round_privacy(ctx) if events is None else events)
         spent.record_level.update(stats.dp_steps)
         self.accountant.record(spent)
         return {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}

@@ -22,9 +22,11 @@ metrics attribute, so nothing is overridden just to log and no value outlives it
 DP placed on the aggregate or on uploads is a component, not a subclass (Flower's server- and
 client-side DP wrappers):
 
-* ``central_dp`` (:class:`~fl_lightning.strategies.central_dp.CentralGaussian`, McMahan et al.
-  2018): the default ``process_update`` clips each upload, ``partial_aggregate`` sums the
-  clipped deltas and ``finalize`` releases their noisy mean. ``DPFedAvg`` is FedAvg holding one.
+* ``central_dp`` (a :class:`~fl_lightning.privacy.placement.CentralPrivacy`: the fixed-clip
+  :class:`~fl_lightning.strategies.central_dp.CentralGaussian`, McMahan et al. 2018, or
+  :class:`~fl_lightning.privacy.adaptive_clipping.AdaptiveClipping`, Andrew et al. 2021): the
+  default ``process_update`` clips each upload, ``partial_aggregate`` sums the clipped deltas
+  and ``finalize`` releases their noisy mean. ``DPFedAvg`` is FedAvg holding a CentralGaussian.
 * ``local_dp`` (an :class:`~fl_lightning.strategies.upload_privacy.UploadPrivacy`, the
   contract of every mechanism placed on uploads): ``process_update`` privatises each upload on
   the client; a budgeted mechanism
@@ -70,8 +72,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.placement import CentralPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext
-from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
@@ -145,7 +147,7 @@ class Strategy(Callback):
         *,
         weighting: Weighting = "num_examples",
         local_dp: UploadPrivacy | None = None,
-        central_dp: CentralGaussian | None = None,
+        central_dp: CentralPrivacy | None = None,
     ) -> None:
         super().__init__()
         if weighting not in ("num_examples", "uniform"):
@@ -240,10 +242,7 @@ class Strategy(Callback):
         with ``central_dp`` the plain sum of clipped deltas Σ Δ_k (Alg. 1: finalize divides by
         qN, not by a data-dependent weight)."""
         if self.central_dp is not None:
-            total = torch.zeros_like(ctx.global_params)
-            for update in updates:
-                total.add_(update.delta)
-            return total
+            return self.central_dp.partial(updates, ctx)
         d = ctx.global_params.numel()
         buf = torch.zeros(d + 1, device=ctx.global_params.device)
         total = buf[:d]
@@ -259,7 +258,7 @@ class Strategy(Callback):
         """The global delta from the all-process sum of ``partial_aggregate``, Σ w_i Δ_i / Σ w_i
         ((Σ Δ_k + N(0, σ²C²)) / qN with ``central_dp``), and what it observed (nothing)."""
         if self.central_dp is not None:
-            return self.central_dp.release(reduced, ctx, generator=generator), {}
+            return self.central_dp.release(reduced, ctx, generator=generator)
         d = ctx.global_params.numel()
         total_weight = float(reduced[d])
         if total_weight == 0.0:

@@ -18,18 +18,17 @@ with the noise drawn from the generator every rank shares. ``DPFedAvg`` is FedAv
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.privacy.params import GaussianParams
+from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
+from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 
 
-class CentralGaussian:
+class CentralGaussian(CentralPrivacy):
     """Clip every client's delta to C, add N(0, σ²C²) to their sum, divide by qN.
 
     Args:
@@ -39,14 +38,11 @@ class CentralGaussian:
     """
 
     def __init__(self, *, clip_norm: float = 1.0, noise_multiplier: float | None = 1.0) -> None:
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
-        if noise_multiplier is not None and noise_multiplier < 0:
-            raise ValueError(f"strategy.noise_multiplier: must be >= 0, got {noise_multiplier}")
-        self.clip_norm = clip_norm
-        self.noise_multiplier = noise_multiplier
+        params = GaussianParams(clip_norm, noise_multiplier)  # validated once, there
+        self.clip_norm = params.clip_norm
+        self.noise_multiplier = params.noise_multiplier
 
-    def setup(self, spec: FederationSpec) -> None:
+    def setup(self, spec: CohortSpec) -> None:
         """Fixes an unset σ from the run's target: one subsampled Gaussian a round for
         ``spec.rounds`` rounds of the run's cohort sampling."""
         self.noise_multiplier = spec.cohort_noise_multiplier(self.noise_multiplier)
@@ -66,20 +62,14 @@ class CentralGaussian:
 
     def release(
         self, total: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, Metrics]:
         """(Σ Δ_k + N(0, σ²C²)) / qN from the all-process sum of clipped deltas."""
         noisy = self.mechanism.privatize(total, generator=generator)
-        return noisy.div_(ctx.expected_cohort_size)
+        return noisy.div_(ctx.expected_cohort_size), {}
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """One client-level subsampled Gaussian, sampled as the cohort sampler did."""
         return RoundPrivacy(client_level=[self.mechanism.cohort_event(ctx.cohort_sampling())])
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"noise_multiplier": self.noise_multiplier}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.noise_multiplier = state_dict["noise_multiplier"]
 
 
 __all__ = ["CentralGaussian"]

@@ -27,8 +27,10 @@ import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
+from fl_lightning.privacy.mechanisms.gaussian import sample_gaussian
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
+from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
@@ -70,8 +72,7 @@ class ClippedUploadNoise(UploadPrivacy):
     ) -> None:
         if epsilon <= 0:
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
+        check_clip_norm(clip_norm)
         if noise not in ("laplace", "gaussian"):
             raise ValueError(f"strategy.noise: expected 'laplace' or 'gaussian', got {noise!r}")
         if sensitivity is not None and sensitivity <= 0:
@@ -113,7 +114,9 @@ class ClippedUploadNoise(UploadPrivacy):
                 delta.shape, scale=self.scale, generator=generator, device=delta.device
             )
         else:
-            noise = torch.randn(delta.shape, generator=generator, device=delta.device) * self.scale
+            noise = sample_gaussian(
+                delta.shape, std=self.scale, generator=generator, device=delta.device
+            )
         update.delta = delta.add_(noise)
         update.metrics["delta_norm"] = norm
         update.metrics["clipped"] = float(norm > self.clip_norm)

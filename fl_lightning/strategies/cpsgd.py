@@ -36,6 +36,7 @@ from fl_lightning.privacy.mechanisms.binomial import (
     stochastic_quantize,
     unrotate,
 )
+from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
@@ -74,8 +75,7 @@ class CPSGD(Strategy):
         trust: Trust = "local",
     ) -> None:
         super().__init__(weighting="uniform")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
+        check_clip_norm(clip_norm)
         if levels < 2:
             raise ValueError(f"strategy.levels: must be >= 2, got {levels}")
         if bound_factor <= 0:

@@ -44,6 +44,7 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
     split_selection_budget,
     threshold_quantile,
 )
+from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
@@ -128,8 +129,7 @@ class DPFedASGP(Strategy):
         lr: float | None = None,
     ) -> None:
         super().__init__(weighting="num_examples")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
+        check_clip_norm(clip_norm)
         if epsilon <= 0:
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
         if not 0.0 < perturb_share < 1.0:

@@ -31,8 +31,8 @@ class DPFedAvg(Strategy):
 
     @property
     def dp(self) -> CentralGaussian:
-        """``central_dp``, never None here."""
-        assert self.central_dp is not None
+        """``central_dp``, always a CentralGaussian here."""
+        assert isinstance(self.central_dp, CentralGaussian)
         return self.central_dp
 
     @property

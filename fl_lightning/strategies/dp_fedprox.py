@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fl_lightning.privacy.placement import CentralPrivacy
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.base import Strategy, Weighting
-from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
 
@@ -37,7 +37,7 @@ class DPFedProx(Strategy):
         mu: float = 0.01,
         weighting: Weighting = "num_examples",
         local_dp: UploadPrivacy | None = None,
-        central_dp: CentralGaussian | None = None,
+        central_dp: CentralPrivacy | None = None,
     ) -> None:
         super().__init__(weighting=weighting, local_dp=local_dp, central_dp=central_dp)
         if mu < 0:

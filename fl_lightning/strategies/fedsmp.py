@@ -25,6 +25,7 @@ from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
@@ -75,10 +76,8 @@ class FedSMP(Strategy):
             )
         if not 0 < ratio <= 1:
             raise ValueError(f"strategy.ratio: must be in (0, 1], got {ratio}")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
-        if noise_multiplier is not None and noise_multiplier < 0:
-            raise ValueError(f"strategy.noise_multiplier: must be >= 0, got {noise_multiplier}")
+        check_clip_norm(clip_norm)
+        check_noise_multiplier(noise_multiplier)
         self.sparsifier = sparsifier
         self.ratio = float(ratio)
         self.clip_norm = float(clip_norm)

@@ -27,6 +27,7 @@ from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon, quantile_threshold
+from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
@@ -60,8 +61,7 @@ class HighImpactNoise(UploadPrivacy):
     ) -> None:
         if epsilon <= 0:
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
+        check_clip_norm(clip_norm)
         if not 0 < significant_fraction <= 1:
             raise ValueError(
                 f"strategy.significant_fraction: must be in (0, 1], got {significant_fraction}"

@@ -36,8 +36,10 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
-from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism, sample_gaussian
+from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
@@ -87,17 +89,14 @@ def downlink_sigma(
     )
 
 
-def clip_parameters_(w: torch.Tensor, clip_norm: float) -> float:
-    """w ← w / max(1, ‖w‖/C) in place; returns ‖w‖ before clipping."""
-    norm = float(w.norm())
-    w.div_(max(1.0, norm / clip_norm))
-    return norm
+clip_parameters_ = clip_by_l2_norm_
+"""w ← w·min(1, C/‖w‖) in place (Eq. 8's w / max(1, ‖w‖/C)); returns ‖w‖ before clipping."""
 
 
 def _gaussian(
     shape: torch.Size, std: float, generator: torch.Generator, like: torch.Tensor
 ) -> torch.Tensor:
-    noise = torch.randn(shape, generator=generator, device=generator.device, dtype=like.dtype)
+    noise = sample_gaussian(shape, std=1.0, generator=generator, dtype=like.dtype)
     return noise.to(like.device).mul_(std)
 
 
@@ -123,8 +122,7 @@ class NbAFL(Strategy):
         variant: Literal["published", "corrected"] = "published",
     ) -> None:
         super().__init__(weighting="num_examples")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
+        check_clip_norm(clip_norm)
         if epsilon is not None and epsilon <= 0:
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
         if exposures is not None and exposures < 1:

@@ -87,6 +87,16 @@ LOCAL_DP = [
 FTRL = ["--strategy", json.dumps({"class_path": "fl_lightning.strategies.dp_ftrl.DPFTRL",
         "init_args": {"factorization": "bsr", "bands": 2}}), "--model.sampling", "cyclic",
         "--data.num_clients", "10"]  # fmt: skip
+# FedAvg holding adaptive clipping (Andrew et al. 2021): the clip moves every round from the
+# all-reduced noisy count, so both processes must end with the same clip and model.
+ADAPTIVE = [
+    "--strategy",
+    json.dumps({"class_path": "fl_lightning.strategies.fedavg.FedAvg",
+                "init_args": {"weighting": "uniform", "central_dp": {
+                    "class_path": "fl_lightning.privacy.adaptive_clipping.AdaptiveClipping",
+                    "init_args": {"clip_norm": 0.05, "noise_multiplier": 1.0,
+                                  "count_noise_std": 1.0}}}}),
+]  # fmt: skip
 
 RUNS: dict[str, tuple[int, list[str]]] = {
     "sum": (2, SUM_BASED),
@@ -96,6 +106,7 @@ RUNS: dict[str, tuple[int, list[str]]] = {
     "adp": (CLIENT_STATE_ROUNDS, ADP),
     "local_dp": (2, LOCAL_DP),
     "ftrl": (3, FTRL),
+    "adaptive": (2, ADAPTIVE),
 }
 # Launched by Lightning, with "sum_resumed" (the rest of RUNS: torchrun-style, after
 # "collectives" and "refused").

@@ -81,3 +81,18 @@ def test_two_processes_match_one_with_dp_ftrl(ddp_runs):
     generators keyed by the seed on every rank, so 2 processes end where 1 does."""
     one, two = ddp_runs.run("ftrl", 1), ddp_runs.run("ftrl", 2)
     assert_same_run(one, two)
+
+
+def test_two_processes_match_one_with_adaptive_clipping(ddp_runs):
+    """AdaptiveClipping on FedAvg (tests/server/conftest.py ADAPTIVE): the clip's update reads
+    the all-reduced noisy count with noise from the generator every rank shares, so the clip in
+    the checkpoint, the model and ε are those of one process."""
+    one, two = ddp_runs.run("adaptive", 1), ddp_runs.run("adaptive", 2)
+    assert_same_run(one, two)
+
+    def clip(root: Path) -> float:
+        ckpt = torch.load(root / "checkpoints" / "last.ckpt", weights_only=False)
+        (state,) = [v for k, v in ckpt["callbacks"].items() if "central_dp" in v]
+        return state["central_dp"]["clip_norm"]
+
+    assert clip(one) == clip(two) != 0.05

@@ -4,7 +4,7 @@ A mechanism is placed either on each client's update (local DP) or on the aggreg
 the classes are the same, only the placement differs (DESIGN.md, "Interfaces").
 """
 
-from fl_lightning.privacy.mechanisms.base import Mechanism, NoPrivacy, PrivacyGuarantee
+from fl_lightning.privacy.mechanisms.base import Mechanism
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.mechanisms.laplace import LaplaceMechanism
 
@@ -12,6 +12,4 @@ __all__ = [
     "GaussianMechanism",
     "LaplaceMechanism",
     "Mechanism",
-    "NoPrivacy",
-    "PrivacyGuarantee",
 ]

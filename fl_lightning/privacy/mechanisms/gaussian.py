@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-import dp_accounting
 import torch
 
 from fl_lightning.privacy.events import CohortSampling, SampledGaussian
-from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
+from fl_lightning.privacy.mechanisms.base import Mechanism
+from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
 
 
 def classic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
@@ -36,6 +36,20 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
     )
 
 
+def sample_gaussian(
+    shape: torch.Size | tuple[int, ...],
+    *,
+    std: float,
+    generator: torch.Generator,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Draws N(0, std²) per entry on ``device`` (by default the generator's: a generator draws
+    only on its own device type); the one Gaussian sampler of the package's mechanisms."""
+    device = generator.device if device is None else device
+    return torch.randn(shape, generator=generator, device=device, dtype=dtype).mul_(std)
+
+
 class GaussianMechanism(Mechanism):
     """Adds N(0, (z·Δ)²) to every coordinate.
 
@@ -45,10 +59,8 @@ class GaussianMechanism(Mechanism):
     """
 
     def __init__(self, *, noise_multiplier: float, sensitivity: float = 1.0) -> None:
-        if noise_multiplier < 0:
-            raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
-        if sensitivity <= 0:
-            raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
+        check_noise_multiplier(noise_multiplier, "noise_multiplier")
+        check_clip_norm(sensitivity, "sensitivity")
         self.noise_multiplier = float(noise_multiplier)
         self.sensitivity = float(sensitivity)
 
@@ -59,22 +71,13 @@ class GaussianMechanism(Mechanism):
     def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         if self.std == 0:
             return x.clone()
-        noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        return x + noise * self.std
-
-    def dp_event(self) -> dp_accounting.DpEvent:
-        if self.noise_multiplier == 0:
-            return dp_accounting.NonPrivateDpEvent()
-        return dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        noise = sample_gaussian(
+            x.shape, std=self.std, generator=generator, device=x.device, dtype=x.dtype
+        )
+        return x + noise
 
     def cohort_event(self, sampling: CohortSampling, steps: int = 1) -> SampledGaussian:
         """The client-level event of this mechanism on a sum over a cohort drawn by
         ``sampling`` (each client's contribution bounded by ``sensitivity``): the only way a
         strategy obtains one, so the sampling can never be misstated."""
         return SampledGaussian.for_cohort(self.noise_multiplier, sampling, steps)
-
-    def guarantee(self) -> PrivacyGuarantee:
-        return PrivacyGuarantee(
-            epsilon=None,
-            note=f"Gaussian noise multiplier {self.noise_multiplier:g}; ε from the accountant",
-        )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dp_accounting
 import torch
 
-from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
+from fl_lightning.privacy.mechanisms.base import Mechanism
 
 
 def sample_laplace(
@@ -47,12 +46,4 @@ class LaplaceMechanism(Mechanism):
     def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         return x + sample_laplace(
             x.shape, scale=self.scale, generator=generator, device=x.device, dtype=x.dtype
-        )
-
-    def dp_event(self) -> dp_accounting.DpEvent:
-        return dp_accounting.LaplaceDpEvent(self.scale / self.sensitivity)
-
-    def guarantee(self) -> PrivacyGuarantee:
-        return PrivacyGuarantee(
-            epsilon=self.epsilon, note=f"Laplace: {self.epsilon:g}-DP per release (L1 Δ)"
         )

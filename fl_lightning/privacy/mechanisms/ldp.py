@@ -20,11 +20,10 @@ import abc
 import math
 from typing import ClassVar
 
-import dp_accounting
 import torch
 
 from fl_lightning.privacy.events import LocalRelease
-from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
+from fl_lightning.privacy.mechanisms.base import Mechanism
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism, analytic_gaussian_sigma
 from fl_lightning.privacy.mechanisms.laplace import LaplaceMechanism
 
@@ -67,22 +66,10 @@ class LocalMechanism(Mechanism, abc.ABC):
     def delta(self) -> float:
         return 0.0
 
-    def dp_event(self) -> dp_accounting.DpEvent:
-        # Binary randomized response is the dominating pair of every pure ε-DP mechanism.
-        return dp_accounting.RandomizedResponseDpEvent(2.0 / (math.exp(self.epsilon) + 1.0), 2)
-
     def local_release(self, coordinates: int) -> LocalRelease:
         """The accounting record of one upload of ``coordinates`` coordinates, each privatised
         independently at this ε: ε-LDP per coordinate, composed per client by the accountant."""
         return LocalRelease(self.epsilon, self.delta, "coordinate", int(coordinates))
-
-    def guarantee(self) -> PrivacyGuarantee:
-        what = "the weight" if self.randomises_magnitude else "the sign of the weight only"
-        return PrivacyGuarantee(
-            epsilon=self.epsilon,
-            unit="coordinate",
-            note=f"{self.name}: {self.epsilon:g}-LDP per coordinate per report, for {what}",
-        )
 
 
 def as_tensor(w: torch.Tensor | float) -> torch.Tensor:
@@ -106,9 +93,6 @@ class LocalLaplace(LaplaceMechanism, LocalMechanism):
     def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         return torch.full_like(w, -math.inf), torch.full_like(w, math.inf)
-
-    def dp_event(self) -> dp_accounting.DpEvent:
-        return LaplaceMechanism.dp_event(self)
 
 
 class LocalGaussian(GaussianMechanism, LocalMechanism):
@@ -139,17 +123,6 @@ class LocalGaussian(GaussianMechanism, LocalMechanism):
     def support(self, w: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
         w = as_tensor(w)
         return torch.full_like(w, -math.inf), torch.full_like(w, math.inf)
-
-    def dp_event(self) -> dp_accounting.DpEvent:
-        return GaussianMechanism.dp_event(self)
-
-    def guarantee(self) -> PrivacyGuarantee:
-        return PrivacyGuarantee(
-            epsilon=self.epsilon,
-            delta=self._delta,
-            unit="coordinate",
-            note=f"gaussian: ({self.epsilon:g}, {self._delta:g})-LDP per coordinate per report",
-        )
 
 
 SPM_VARIANTS = ("published", "debiased", "unbiased_c")

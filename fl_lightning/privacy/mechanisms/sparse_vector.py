@@ -29,7 +29,7 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyGuarantee
+from fl_lightning.privacy.mechanisms.base import Mechanism
 from fl_lightning.privacy.mechanisms.laplace import sample_laplace
 
 ThresholdSchedule = Literal["published", "reversed"]
@@ -195,19 +195,6 @@ class SparseVectorPerturbation(Mechanism):
     def paper_epsilon(self) -> float:
         """The per-round figure the paper quotes: ε1 + ε2 + ε3 (Thm. 2)."""
         return self.split.total
-
-    def guarantee(self) -> PrivacyGuarantee:
-        if not self.noise_unselected:
-            return PrivacyGuarantee(
-                epsilon=None,
-                unit="update",
-                note="coordinates below the threshold are uploaded without noise",
-            )
-        return PrivacyGuarantee(
-            epsilon=None,
-            unit="update",
-            note="every coordinate gets Lap(q·ΔS/ε3); ε from defensible_epsilon(C, d)",
-        )
 
 
 def defensible_epsilon(*, laplace_scale: float, clip_norm: float, dimension: int) -> float:

@@ -1,0 +1,79 @@
+"""Privacy noise and DP events are made in ``fl_lightning/privacy/`` only (issue 34).
+
+A release whose noise is drawn by hand in a strategy, or whose accounting event is written by
+hand beside it, can drift apart from what was actually added (``privacy/events.py``: events are
+never built by hand in a strategy). This reads every module of ``strategies/``, ``server/`` and
+``client/`` and fails on a line that draws Gaussian noise (``torch.randn``, ``torch.normal``,
+``.normal_(``) or builds a DP event (``LocalRelease(``, ``SampledGaussian(``, a
+``dp_accounting`` event) itself, unless the (file, pattern) pair is in ``ALLOWED``: the debt of
+today, which may only shrink. An entry that no longer matches fails too, so whoever moves a
+site into ``privacy/`` deletes its entry in the same change.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fl_lightning"
+CHECKED = ("strategies", "server", "client")
+PATTERNS = {
+    "randn": re.compile(r"\btorch\.randn\("),
+    "normal": re.compile(r"\btorch\.normal\(|\.normal_\("),
+    "LocalRelease": re.compile(r"\bLocalRelease\("),
+    "SampledGaussian": re.compile(r"\bSampledGaussian\("),
+    "DpEvent": re.compile(r"\bdp_accounting\.\w*DpEvent\("),
+}
+
+# (file relative to fl_lightning, pattern): sites still outside privacy/. Only ever delete.
+ALLOWED: set[tuple[str, str]] = {
+    # upload-level ε written beside the strategy's own noise (a mechanism object should own it)
+    ("strategies/high_impact_noise.py", "LocalRelease"),
+    ("strategies/dp_fedasgp.py", "LocalRelease"),
+    ("strategies/clipped_upload_noise.py", "LocalRelease"),
+    ("strategies/clipped_upload_noise.py", "DpEvent"),
+    ("strategies/cpsgd.py", "LocalRelease"),
+    # a DP-SGD step's event read back from an asynchronous client's serialised upload
+    ("strategies/asynchronous/buffer.py", "SampledGaussian"),
+    # not privacy: perturbed copies of a model to probe that stacked clients equal one client
+    ("client/stacked.py", "randn"),
+}
+
+
+def offenders() -> set[tuple[str, str]]:
+    found = set()
+    for layer in CHECKED:
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
+            rel = path.relative_to(PACKAGE).as_posix()
+            for line in path.read_text().splitlines():
+                code = line.split("#", 1)[0]
+                for name, pattern in PATTERNS.items():
+                    if pattern.search(code):
+                        found.add((rel, name))
+    return found
+
+
+def test_no_privacy_noise_or_event_is_made_outside_privacy():
+    new = offenders() - ALLOWED
+    assert not new, (
+        f"privacy noise or DP events made outside fl_lightning/privacy/: {sorted(new)}; draw "
+        "the noise through a mechanism (privacy/mechanisms) and let it give the event"
+    )
+
+
+def test_the_allow_list_only_names_sites_that_still_exist():
+    gone = ALLOWED - offenders()
+    assert not gone, f"delete these entries of ALLOWED, the sites are gone: {sorted(gone)}"
+
+
+def test_the_check_can_fail():
+    """The patterns match the forms they are meant to catch."""
+    lines = {
+        "randn": "noise = torch.randn(x.shape, generator=g) * std",
+        "normal": "x.normal_(0, std, generator=g)",
+        "LocalRelease": "RoundPrivacy(local={c: [LocalRelease(eps)]})",
+        "SampledGaussian": "ev = SampledGaussian(1.0, 0.1)",
+        "DpEvent": "dp_accounting.GaussianDpEvent(z)",
+    }
+    for name, line in lines.items():
+        assert PATTERNS[name].search(line), name
