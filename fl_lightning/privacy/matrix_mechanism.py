@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.utils.rng import generator_for
 
 Factorization = Literal["bsr", "tree", "identity"]
@@ -275,3 +276,11 @@ __all__ = [
     "sqrt_coefficients",
     "tree_nodes",
 ]
+
+
+def whole_run_event(multiplier: float, scheme: str) -> SampledGaussian:
+    """The DP event of a whole matrix-mechanism run: one Gaussian mechanism of noise multiplier
+    σ/Δ (Δ: :func:`min_sep_sensitivity` of the participation schedule), with no sampling
+    (q = 1, one step) — Choquette-Choo et al. 2023, Thm. 2.1. ``scheme`` names the factorisation
+    and schedule in the guarantee sentence."""
+    return SampledGaussian(multiplier, 1.0, 1, 0, scheme=scheme)

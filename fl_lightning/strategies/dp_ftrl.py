@@ -29,12 +29,13 @@ import torch
 
 from fl_lightning.privacy.analysis import resolve_noise_multiplier
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.matrix_mechanism import (
     FACTORIZATIONS,
     StreamingNoise,
     factorization,
     min_sep_sensitivity,
+    whole_run_event,
 )
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
@@ -179,8 +180,7 @@ class DPFTRL(Strategy):
         """The run's one Gaussian event (multiplier σ/Δ), charged before round 0."""
         if ctx.round_idx != 0:
             return RoundPrivacy()
-        event = SampledGaussian(self.multiplier, 1.0, 1, 0, scheme=self.scheme())
-        return RoundPrivacy(client_level=[event])
+        return RoundPrivacy(client_level=[whole_run_event(self.multiplier, self.scheme())])
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
