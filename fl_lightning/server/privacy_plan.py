@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.privacy.analysis import refuse_without_replacement
+from fl_lightning.privacy.analysis import calibrate_noise_multiplier
 from fl_lightning.privacy.budget import (
     BudgetError,
     ClientCost,
-    calibrate_dp_sgd,
     dp_sgd_event,
+    dp_sgd_histories,
     dp_sgd_rate,
     max_participations,
     most_expensive_round,
@@ -81,13 +81,8 @@ def privacy_target(accountant: PrivacyAccountant | None, sampling: CohortSamplin
 
 def check_strategy_target(strategy: Strategy, target: PrivacyTarget) -> None:
     """Before the strategy calibrates its σ to ``target`` (``Strategy.setup_federation``):
-    refuses an accountant that cannot account the cohort sampling of a sampling-amplified
-    strategy, and says which wins when a σ and a target are both given."""
-    sampling = target.sampling
-    amplified = strategy.traits.amplified_by_sampling
-    if amplified and sampling is not None and sampling.without_replacement:
-        what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
-        refuse_without_replacement(target.accountant, what=what)
+    says which wins when a σ and a target are both given. (Every accountant accounts every
+    cohort sampling: fixed-size cohorts by their dominating pair, ``privacy/analysis.py``.)"""
     central = strategy.central_dp
     sigma = central.noise_multiplier if central else getattr(strategy, "noise_multiplier", None)
     say_sigma_caps("strategy.noise_multiplier", sigma, target.epsilon)
@@ -115,14 +110,18 @@ def calibrate_client_noise(
         if n > 0
     ]
     if dp.noise_multiplier is None:
-        if target is None:
-            raise ValueError(
-                "client.dp_sgd.noise_multiplier: unset, so privacy.target_epsilon is needed "
-                "to calibrate it"
-            )
         k = max_participations(rounds, sampling.rate, len(costs))
-        sigma, worst = calibrate_dp_sgd(
-            costs, participations=k, target_epsilon=target, delta=delta, accountant=backend
+        if not costs and target is not None:
+            raise BudgetError("data: no client holds any example to calibrate DP-SGD for")
+        sigma = calibrate_noise_multiplier(
+            dp_sgd_histories(costs, participations=k),
+            target_epsilon=target,
+            delta=delta,
+            accountant=backend,
+            field="client.dp_sgd.noise_multiplier",
+        )
+        _, worst = most_expensive_round(
+            costs, noise_multiplier=sigma, delta=delta, accountant=backend, participations=k
         )
         log.info(
             "client.dp_sgd.noise_multiplier calibrated to %.4g: client %d (%d examples, "

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
@@ -174,11 +174,11 @@ class NbAFL(Strategy):
             )
         else:
             z = calibrate_noise_multiplier(
+                [[SampledGaussian(1.0, 1.0, L)]],
                 target_epsilon=self.epsilon,
                 delta=self.delta,
-                sample_rate=1.0,
-                steps=L,
                 accountant=self.accountant,
+                field="strategy.epsilon",
             )
             self.sigma_u = z * 2.0 * self.clip_norm
         self.sigma_d = downlink_sigma(

@@ -143,6 +143,13 @@ class LocalGaussian(GaussianMechanism, LocalMechanism):
     def dp_event(self) -> dp_accounting.DpEvent:
         return GaussianMechanism.dp_event(self)
 
+    def local_release(self, coordinates: int) -> LocalRelease:
+        """As :meth:`LocalMechanism.local_release`, with the noise multiplier σ/Δ, so that the
+        accountant composes the coordinates and uploads as Gaussian events at the run's δ."""
+        return LocalRelease(
+            self.epsilon, self.delta, "coordinate", int(coordinates), self.noise_multiplier
+        )
+
     def guarantee(self) -> PrivacyGuarantee:
         return PrivacyGuarantee(
             epsilon=self.epsilon,
