@@ -110,6 +110,10 @@ class PrivacyAccountant(Callback):
         """False for a run whose strategy declares no privacy (set by the FederatedModule);
         then a round that releases nothing is "not private", not "no release yet"."""
         self.not_private_reason = "non-private run"
+        self.adaptive_noise: str | None = None
+        """Set by the server when the strategy chooses its noise from released outputs
+        (``StrategyTraits.adaptive_noise``): the sentence then names the theorem that covers
+        it."""
         self._reset_caches()
 
     # -- incremental state -------------------------------------------------------------------
@@ -248,13 +252,16 @@ class PrivacyAccountant(Callback):
         if self.client_level:
             client = self._client_level_epsilon() if eps_client is None else eps_client
             how = describe_sampling(self.client_level, "client")
-            return client, f"client-level ({client:.3g}, {self.delta:g})-DP, {how}, {name}"
+            return client, (
+                f"client-level ({client:.3g}, {self.delta:g})-DP, {how}, {name}"
+                f"{self._adaptive_words()}"
+            )
         if self.record_level:
             record = self._record_level_epsilon() if eps_record is None else eps_record
             return record, (
                 f"record-level ({record:.3g}, {self.delta:g})-DP, add/remove one record, "
                 f"Poisson batches, {name}, max over clients, no amplification by client "
-                "sampling claimed"
+                f"sampling claimed{self._adaptive_words()}"
             )
         released = local()
         if released is not None:
@@ -264,6 +271,14 @@ class PrivacyAccountant(Callback):
         if self.private_run:
             return 0.0, "no release yet, ε = 0"
         return math.inf, f"none: not private ({self.not_private_reason})"
+
+    def _adaptive_words(self) -> str:
+        if not self.adaptive_noise:
+            return ""
+        return (
+            f"; {self.adaptive_noise}: composed by RDP as a Rényi filter per order "
+            "(Feldman & Zrnic 2021)"
+        )
 
     @property
     def epsilon(self) -> float:

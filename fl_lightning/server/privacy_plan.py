@@ -81,11 +81,25 @@ def privacy_target(accountant: PrivacyAccountant | None, sampling: CohortSamplin
 
 def check_strategy_target(strategy: Strategy, target: PrivacyTarget) -> None:
     """Before the strategy calibrates its σ to ``target`` (``Strategy.setup_federation``):
-    says which wins when a σ and a target are both given. (Every accountant accounts every
-    cohort sampling: fixed-size cohorts by their dominating pair, ``privacy/analysis.py``.)"""
+    refuses an accountant without a fully adaptive composition theorem for a strategy that
+    chooses its noise from released outputs (:func:`refuse_adaptive_noise`), and says which wins
+    when a σ and a target are both given. (Every accountant accounts every cohort sampling:
+    fixed-size cohorts by their dominating pair, ``privacy/analysis.py``.)"""
+    refuse_adaptive_noise(strategy.traits.adaptive_noise, target.accountant)
     central = strategy.central_dp
     sigma = central.noise_multiplier if central else getattr(strategy, "noise_multiplier", None)
     say_sigma_caps("strategy.noise_multiplier", sigma, target.epsilon)
+
+
+def refuse_adaptive_noise(adaptive: str | None, accountant: str) -> None:
+    """Noise chosen from released outputs (``StrategyTraits.adaptive_noise``) composes by RDP
+    as a Rényi filter at each order (Feldman & Zrnic 2021, Thm. 3.1); PLD and PRV compose
+    mechanisms whose parameters are fixed in advance, so they are refused (docs/privacy.md)."""
+    if adaptive and accountant != "rdp":
+        raise ValueError(
+            f"privacy.accountant: {accountant!r} composes noise fixed in advance, but {adaptive}; "
+            "only RDP composes that (a Rényi filter per order, Feldman & Zrnic 2021): use rdp"
+        )
 
 
 def calibrate_client_noise(
@@ -163,6 +177,7 @@ def declare_private_run(
     if accountant is None:
         return
     accountant.private_run = uses_dp_sgd or strategy.traits.private
+    accountant.adaptive_noise = strategy.traits.adaptive_noise
     accountant.not_private_reason = (
         f"{type(strategy).__name__} uploads and aggregates updates without noise"
     )
