@@ -29,12 +29,12 @@ Nothing here is hand-rolled: each function only translates our events to the lib
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
-import dp_accounting
 import numpy as np
 
 from fl_lightning.privacy.events import SampledGaussian
@@ -124,12 +124,50 @@ def _epsilon_prv(history: History, delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
+@lru_cache(maxsize=256)
+def _step_pld(sigma: float, q: float, count: int) -> Any:
+    """dp-accounting's PLD of ``count`` Poisson-subsampled Gaussian steps (add/remove,
+    connect-the-dots, pessimistic): what ``PLDAccountant.compose`` builds for that event."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    if count > 1:
+        return _step_pld(sigma, q, 1).self_compose(count)
+    if q >= 1.0:
+        return pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=PLD_INTERVAL)
+    return pld_lib.from_gaussian_mechanism(
+        sigma, sampling_prob=q, value_discretization_interval=PLD_INTERVAL
+    )
+
+
+_PLD_TAILS: OrderedDict[tuple, tuple[int, Any]] = OrderedDict()
+"""(history without its last row's count) -> (count, composed PLD) of the latest history of that
+shape: a history that grows by a round is one composition away from its cached prefix."""
+_PLD_TAILS_MAX = 128
+
+
+def _history_pld(history: History) -> Any:
+    """The composed PLD of ``history``, extending the cached PLD of the same history with fewer
+    steps in its last row when there is one (incremental composition), else built row by row."""
+    *head, (sigma, q, k, _) = history
+    key = (tuple(head), sigma, q)
+    found = _PLD_TAILS.get(key)
+    if found is not None and found[0] <= k:
+        k0, base = found
+        pld = base if k0 == k else base.compose(_step_pld(sigma, q, k - k0))
+    else:
+        row = _step_pld(sigma, q, k) if k <= 64 else _step_pld(sigma, q, 1).self_compose(k)
+        pld = row if not head else _history_pld(tuple(head)).compose(row)
+    _PLD_TAILS[key] = (k, pld)
+    _PLD_TAILS.move_to_end(key)
+    while len(_PLD_TAILS) > _PLD_TAILS_MAX:
+        _PLD_TAILS.popitem(last=False)
+    return pld
+
+
 @lru_cache(maxsize=4096)
 def _epsilon_pld(history: History, delta: float) -> float:
-    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=PLD_INTERVAL)
-    for sigma, q, steps, _ in history:
-        acc.compose(SampledGaussian(sigma, q, steps).dp_event(), steps)
-    return float(acc.get_epsilon(delta))
+    """dp-accounting's PLD accountant's ε, composed incrementally (:func:`_history_pld`)."""
+    return float(_history_pld(history).get_epsilon_for_delta(delta))
 
 
 @lru_cache(maxsize=4096)
