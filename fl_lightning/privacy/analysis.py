@@ -320,7 +320,8 @@ def _approximate_epsilon(
             best = (tight, "optimal composition (dp-accounting PLD)")
     if math.isinf(best[0]):
         return math.inf, (
-            f"none at δ = {delta:g}: the releases' own δ sum to {basic_delta:.3g}, past the run's δ"
+            f"none at δ = {delta:g}: the releases' own δ sum to {basic_delta:.3g}, past the "
+            "run's δ (lower the mechanism's per-upload δ to at most δ / uploads)"
         )
     return best
 
