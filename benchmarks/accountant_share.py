@@ -11,6 +11,11 @@ calibration ``analysis.calibrate_noise_multiplier``; nested calls are counted on
   round, one DP-SGD step a round, 1,000 rounds, σ = 1.0, a ``privacy.target_epsilon`` high
   enough not to stop the run, so the budget check (``would_exceed``) runs before every round.
 
+A third row, ``accounting only``, drives the accountant alone as ``training_step`` does
+(``would_exceed``, ``record``, ``report`` a round) with the DP-SGD run's client sizes and event
+shapes for ``--ledger-rounds`` (default 1,000) rounds, to show a round's accounting cost over a
+long run without its training time.
+
 Reported: wall time of the run (CLI construction included), the accountant's seconds and share,
 and the accounting seconds per round over the first and the last tenth of the rounds (flat means
 the ledger is not replayed). The machine and its load average before and after are measured and
@@ -137,6 +142,47 @@ def timed_run(args: list[str]) -> dict[str, Any]:
         "round_accounting_ms_last_tenth": 1e3 * statistics.median(per_round[-tenth:]),
         "epsilon": report["privacy/epsilon"],
         "guarantee": report["privacy/guarantee"],
+        "client_sizes": [int(n) for n in cli.datamodule.client_sizes().tolist()],
+    }
+
+
+def accounting_only(rounds: int, accountant: str, sizes: list[int]) -> dict[str, Any]:
+    """The accountant alone over ``rounds`` rounds of the DP-SGD run's shape: 10 of the clients
+    a round (seeded), one DP-SGD step each at q = B/nᵢ (B = 4), σ = 1.0."""
+    import numpy as np
+
+    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.privacy.budget import dp_sgd_event
+    from fl_lightning.privacy.events import RoundPrivacy
+
+    acc = PrivacyAccountant(accountant, 1e-5, 1e6)
+    rng = np.random.default_rng(0)
+    per_round = []
+    start = time.perf_counter()
+    for _ in range(rounds):
+        cohort = [int(c) for c in rng.choice(len(sizes), size=10, replace=False)]
+        spent = RoundPrivacy(
+            record_level={
+                c: [dp_sgd_event(1.0, batch_size=4, size=sizes[c], steps=1)] for c in cohort
+            }
+        )
+        t = time.perf_counter()
+        if not acc.would_exceed(spent):
+            acc.record(spent)
+        acc.report()
+        per_round.append(time.perf_counter() - t)
+    wall = time.perf_counter() - start
+    tenth = max(1, rounds // 10)
+    report = acc.report()
+    return {
+        "rounds": rounds,
+        "wall_s": wall,
+        "accountant_s": sum(per_round),
+        "share": sum(per_round) / wall,
+        "round_accounting_ms_first_tenth": 1e3 * statistics.median(per_round[:tenth]),
+        "round_accounting_ms_last_tenth": 1e3 * statistics.median(per_round[-tenth:]),
+        "epsilon": report["privacy/epsilon"],
+        "guarantee": report["privacy/guarantee"],
     }
 
 
@@ -145,6 +191,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1000, help="rounds of the DP-SGD run")
     parser.add_argument("--accountant", default="pld", choices=["pld", "rdp", "prv"])
     parser.add_argument("--skip-quickstart", action="store_true")
+    parser.add_argument("--ledger-rounds", type=int, default=1000, help="accounting-only rounds")
     parser.add_argument("--out", default=None, help="directory to append the run to")
     parser.add_argument("--note", default=None)
     args = parser.parse_args()
@@ -155,12 +202,19 @@ def main() -> None:
         quick = ["--config", str(REPO / "configs/experiment/quickstart.yaml")]
         runs["quickstart"] = timed_run([*quick, "--privacy.accountant", args.accountant])
     runs["dpsgd"] = timed_run(dpsgd_args(args.rounds, args.accountant))
+    sizes = runs["dpsgd"].pop("client_sizes")
+    runs["accounting only"] = accounting_only(args.ledger_rounds, args.accountant, sizes)
     lines = [
         "",
         "| run | rounds | wall s | accountant s | share | accounting ms/round, first 10 % "
         "| last 10 % | ε |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    runs["quickstart"] = {
+        k: v for k, v in runs.get("quickstart", {}).items() if k != "client_sizes"
+    }
+    if not runs["quickstart"]:
+        del runs["quickstart"]
     for name, r in runs.items():
         lines.append(
             f"| {name} | {r['rounds']} | {r['wall_s']:.1f} | {r['accountant_s']:.2f} | "
@@ -172,7 +226,8 @@ def main() -> None:
     record_run(
         args.out,
         "accountant_share",
-        title=f"accountant {args.accountant}, DP-SGD run of {args.rounds} rounds",
+        title=f"accountant {args.accountant}, DP-SGD run of {args.rounds} rounds, accounting "
+        f"alone {args.ledger_rounds} rounds",
         intro="# The accountant's share of wall time (issue 33)\n\n"
         "`benchmarks/accountant_share.py`; each run appended as measured.\n",
         lines=lines,
