@@ -140,6 +140,7 @@ class NbAFL(Strategy):
         self.exposures = exposures
         self.variant = variant
         self.accountant = "rdp"
+        self.run_delta = delta
         self.sigma_u: float | None = None
         self.sigma_d: float = 0.0
         self.L: int | None = None
@@ -155,6 +156,7 @@ class NbAFL(Strategy):
                 raise ValueError("strategy.epsilon: unset, so privacy.target_epsilon is needed")
             self.epsilon = spec.privacy.epsilon
         self.accountant = spec.privacy.accountant
+        self.run_delta = spec.privacy.delta  # the sound ε is printed at the run's δ
         if self.sigma_u is None and self.num_clients:  # σ_U, σ_D need ε, N, m, T
             self.configure(
                 num_clients=self.num_clients, min_size=spec.min_client_size, rounds=spec.rounds
@@ -240,7 +242,7 @@ class NbAFL(Strategy):
         metrics = {"sigma_uplink": self.sigma_u, "sigma_downlink": self.sigma_d}
         if self.variant == "published":
             events = [self.uplink_mechanism.cohort_event(EVERY_CLIENT, steps=self.uploads)]
-            metrics["epsilon_sound"] = epsilon(events, self.delta, "rdp")
+            metrics["epsilon_sound"] = epsilon(events, self.run_delta, self.accountant)
             metrics["epsilon_paper"] = float(self.epsilon or math.nan)
         return metrics
 
