@@ -222,11 +222,8 @@ class PrivacyAccountant(Callback):
         if per_coordinate:
             out["privacy/epsilon_local_per_coordinate"] = max(per_coordinate)
         units = max(u for _, _, _, u, _ in keys)
-        per = (
-            "per coordinate"
-            if any(unit == "coordinate" for _, _, unit, _, _ in keys)
-            else ("per upload")
-        )
+        coordinates = any(unit == "coordinate" for _, _, unit, _, _ in keys)
+        per = "per coordinate" if coordinates else "per upload"
         if sigmas:
             unit_words = f"Gaussian noise σ/Δ ≥ {min(sigmas):.3g} {per}"
         elif per_coordinate:
@@ -236,7 +233,7 @@ class PrivacyAccountant(Callback):
         if per == "per coordinate":
             unit_words = f"{units} coordinates an upload, {unit_words}"
         if math.isinf(eps):
-            return eps, self.delta, f"none: local releases, {theorem}"
+            return eps, self.delta, f"none: {theorem}"
         sentence = (
             f"local ({eps:.3g}, {self.delta:g})-DP per client for its whole participation (any "
             f"two inputs of one client; up to {uploads} uploads, {unit_words}), {theorem}"

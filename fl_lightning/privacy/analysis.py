@@ -320,8 +320,9 @@ def _approximate_epsilon(
             best = (tight, "optimal composition (dp-accounting PLD)")
     if math.isinf(best[0]):
         return math.inf, (
-            f"none at δ = {delta:g}: the releases' own δ sum to {basic_delta:.3g}, past the "
-            "run's δ (lower the mechanism's per-upload δ to at most δ / uploads)"
+            f"local releases have no ε at δ = {delta:g}: the releases' own δ sum to "
+            f"{basic_delta:.3g}, past the run's δ (lower the mechanism's per-upload δ to at "
+            "most δ / uploads)"
         )
     return best
 
@@ -363,7 +364,7 @@ def local_epsilon(
     others_delta = sum(k * d for (_, d), k in merged.items())
     if others_delta >= delta:
         return math.inf, (
-            f"none at δ = {delta:g}: the non-Gaussian releases' own δ sum to "
+            f"local releases have no ε at δ = {delta:g}: the non-Gaussian releases' own δ sum to "
             f"{others_delta:.3g}, past the run's δ"
         )
     others = sum(k * e for (e, _), k in merged.items())
