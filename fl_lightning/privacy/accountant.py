@@ -325,8 +325,13 @@ class PrivacyAccountant(Callback):
             self._refresh_record_level()
             changed = {int(c) for c in prospective.record_level}
             worst = max((e for c, e in self._record_eps.items() if c not in changed), default=0.0)
-            for c, ev in prospective.record_level.items():
-                history = extend_history(self._record_histories.get(int(c), ()), ev)
+            histories = [
+                extend_history(self._record_histories.get(int(c), ()), ev)
+                for c, ev in prospective.record_level.items()
+            ]
+            if self.accountant not in ("rdp", "none"):  # the likely worst first (see screen)
+                histories.sort(key=lambda h: -epsilon(h, self.delta, "rdp"))
+            for history in histories:
                 worst = max(worst, self._screened_epsilon(history, worst))
             return worst
         if self.local or prospective.local:
