@@ -43,7 +43,13 @@ def describe_events(ledger: dict) -> str:
         return "—"
     if ledger["client_level"]:
         s, q, k, n = (list(ledger["client_level"][-1]) + [0])[:4]
-        where = f"WOR {round(q * n)}/{n}" if n else f"Poisson q={q:.3g}" if q < 1 else "q=1"
+        where = (
+            f"fixed {round(q * n)}/{n} (dominating pair)"
+            if n
+            else f"Poisson q={q:.3g}"
+            if q < 1
+            else "q=1"
+        )
         return f"client-level Gaussian σ={s:.3g}, {where}, ×{len(ledger['client_level'])}"
     if ledger["record_level"]:
         rows = [r for rs in ledger["record_level"].values() for r in rs]
@@ -53,7 +59,9 @@ def describe_events(ledger: dict) -> str:
         clients = len(ledger["record_level"])
         return f"DP-SGD σ={s:.3g}, Poisson q ∈ {{{shown}}}, {clients} clients"
     if ledger.get("local"):
-        e, d, unit, units, n = next(iter(ledger["local"].values()))[0]
+        e, d, unit, units, _n, *z = next(iter(ledger["local"].values()))[0]
+        if z and z[0] > 0:
+            return f"local Gaussian σ/Δ={z[0]:.3g} per {unit} × {units}"
         return f"local ε={e:.3g}{f', δ={d:g}' if d else ''} per {unit} × {units}"
     return "nothing released"
 
@@ -104,8 +112,9 @@ def markdown(rows: list[dict], rounds: int) -> str:
         "the per-round events are those a full-length run composes `trainer.max_steps` times. "
         "*Printed* is the run's `privacy/epsilon`; *dp-accounting* recomputes it from the "
         "run's `privacy_ledger.json` with dp-accounting alone (`fl_lightning/privacy/"
-        "recompute.py`). `tests/configs/test_experiments.py` asserts agreement within 1 % for "
-        "every config.",
+        "recompute.py`, not through `privacy/analysis.py`). Every ε is at the run's δ. "
+        "`tests/configs/test_experiments.py` asserts agreement within 1 % for every config, "
+        "and that the printed (ε, δ) is the sentence's pair at the ledger's δ.",
         "",
         "| config | rounds | guarantee printed | events composed | ε printed | ε dp-accounting "
         "| agree |",

@@ -5,19 +5,27 @@ one per level of protection:
 
 * client level: the subsampled-Gaussian events on the aggregate (DP-FedAvg), one history; the
   sampling (Poisson or fixed-size without replacement) comes from the cohort sampler and sets
-  the adjacency (add/remove or replace-one client);
+  the adjacency (add/remove, or replace-one client with the fixed-size dominating pair);
 * record level: each client's DP-SGD steps, one history per client. The reported ε is the
   maximum over clients of the ε of the steps that client actually ran; no amplification from
   client sampling is claimed;
 * local: each client's privatised uploads (:class:`LocalRelease`), composed over all its
-  coordinates and all its uploads by the best valid theorem (basic, or the optimal composition
-  of dp-accounting's PLD); the headline is the worst client's whole participation, with the
+  coordinates and all its uploads at the run's δ: Gaussian releases as Gaussian events on the
+  run's accountant, the others by the best of basic and optimal composition
+  (``analysis.local_epsilon``); the headline is the worst client's whole participation, with the
   per-coordinate and per-upload figures as secondary metrics named with their unit.
 
-``privacy/epsilon`` is the headline: client level when the run has client-level noise, else
-record level, else local. When the strategy says its algorithm gives no guarantee (e.g. values
-uploaded without noise), ``privacy/epsilon`` is ∞ and ``privacy/guarantee`` says why. The budget
-stop, the checkpoint and every report read this one ledger.
+Every ε it reports is at the run's δ (``privacy/delta``); a ledger that cannot be stated at that
+δ reports ε = ∞ and says why. ``privacy/epsilon`` is the headline: client level when the run has
+client-level noise, else record level, else local. When the strategy says its algorithm gives no
+guarantee (e.g. values uploaded without noise), ``privacy/epsilon`` is ∞ and
+``privacy/guarantee`` says why. The budget stop, the checkpoint and every report read this one
+ledger.
+
+Accounting is incremental: each history (the client level, each client's record level) is kept
+merged as it grows and its ε cached at the run's δ, so a round's report and the budget check
+before it (:meth:`PrivacyAccountant.would_exceed`) compose only the histories the round changes
+(``benchmarks/accountant_share.py`` measures the share of wall time).
 """
 
 from __future__ import annotations
@@ -28,14 +36,25 @@ from typing import Any, Literal
 
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.privacy.analysis import ACCOUNTANTS, as_history, epsilon, local_epsilon
+from fl_lightning.privacy.analysis import (
+    ACCOUNTANTS,
+    DEFAULT_ACCOUNTANT,
+    History,
+    as_history,
+    epsilon,
+    extend_history,
+    local_epsilon,
+)
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 
 ACCOUNTANT_NAMES = {
     "rdp": "RDP accountant (Opacus)",
     "prv": "PRV accountant (Opacus)",
-    "pld": "PLD accountant (dp-accounting)",
+    "pld": "PLD accountant (dp-accounting, connect-the-dots)",
 }
+
+LocalKey = tuple[float, float, str, int, float]
+"""(ε, δ, unit, units, noise multiplier) of one kind of local release."""
 
 
 def describe_sampling(events: list[SampledGaussian], what: str) -> str:
@@ -47,7 +66,7 @@ def describe_sampling(events: list[SampledGaussian], what: str) -> str:
         m = round(last.sample_rate * last.population)
         return (
             f"replace-one {what}, fixed-size cohorts ({m} of {last.population} without "
-            "replacement), RDP accountant (dp-accounting, Wang et al. 2019)"
+            "replacement) by their dominating pair (Zhu, Dong & Wang 2022)"
         )
     if last.sample_rate < 1.0:
         return f"add/remove one {what}, Poisson cohorts (q = {last.sample_rate:.3g})"
@@ -58,11 +77,11 @@ class PrivacyAccountant(Callback):
     """Composes every round's privacy events and reports ε at ``delta``.
 
     Args:
-        accountant: ``rdp`` or ``prv`` (Opacus) or ``pld`` (dp-accounting); ``none`` (CLI
-            only) runs without an accountant, which only a non-private run may do.
-        delta: δ of the reported (ε, δ).
-        target_epsilon: stop training before the round that would exceed it; also the target
-            of noise calibration when a noise multiplier is left unset.
+        accountant: ``pld`` (default; dp-accounting) or ``rdp`` or ``prv`` (Opacus); ``none``
+            (CLI only) runs without an accountant, which only a non-private run may do.
+        delta: δ of every reported (ε, δ).
+        target_epsilon: stop training before the round that would exceed it (at ``delta``);
+            also the target of noise calibration when a noise multiplier is left unset.
         allow_large_delta: release a guarantee whose δ is at least 1/N (N clients) or 1/n
             (the smallest client's n records), which is refused otherwise
             (``privacy/population.py``); the guarantee sentence then says so.
@@ -70,7 +89,7 @@ class PrivacyAccountant(Callback):
 
     def __init__(
         self,
-        accountant: Literal["rdp", "prv", "pld", "none"] = "rdp",
+        accountant: Literal["pld", "rdp", "prv", "none"] = "pld",
         delta: float = 1e-5,
         target_epsilon: float | None = None,
         allow_large_delta: bool = False,
@@ -92,81 +111,154 @@ class PrivacyAccountant(Callback):
         """Set by the run's set-up when ``allow_large_delta`` let a δ ≥ 1/N (1/n) through."""
         self.client_level: list[SampledGaussian] = []
         self.record_level: dict[int, list[SampledGaussian]] = {}
-        self.local: dict[int, dict[tuple[float, float, str, int], int]] = {}
-        """Per client: how many uploads of each (ε, δ, unit, coordinates) release."""
+        self.local: dict[int, dict[LocalKey, int]] = {}
+        """Per client: how many uploads of each (ε, δ, unit, coordinates, σ/Δ) release."""
         self.no_guarantee: str | None = None
         self.rounds = 0
         self.private_run = True
         """False for a run whose strategy declares no privacy (set by the FederatedModule);
         then a round that releases nothing is "not private", not "no release yet"."""
         self.not_private_reason = "non-private run"
+        self.adaptive_noise: str | None = None
+        """Set by the server when the strategy chooses its noise from released outputs
+        (``StrategyTraits.adaptive_noise``): the sentence then names the theorem that covers
+        it."""
+        self._reset_caches()
+
+    # -- incremental state -------------------------------------------------------------------
+    def _reset_caches(self) -> None:
+        """Merged histories and their ε at the run's δ, rebuilt from the ledger (after a load)
+        and then extended round by round, never replayed."""
+        self._client_history: History = as_history(self.client_level)
+        self._record_histories: dict[int, History] = {
+            cid: as_history(events) for cid, events in self.record_level.items()
+        }
+        self._record_eps: dict[int, float] = {}
+        self._local_eps: dict[int, tuple[float, str]] = {}
+
+    def _history_epsilon(self, history: History) -> float:
+        return epsilon(history, self.delta, self.accountant)
+
+    def _screened_epsilon(self, history: History, known: float) -> float:
+        """A valid ε of ``history`` for taking a max over clients whose max is at least
+        ``known``: its RDP ε when that is already ≤ ``known`` (an RDP bound is a guarantee too,
+        and cannot raise the max), else its ε on the run's accountant. RDP costs microseconds,
+        PLD/PRV tens of milliseconds, so only the clients that can be the worst pay for it."""
+        if self.accountant not in ("rdp", "none"):
+            bound = epsilon(history, self.delta, "rdp")
+            if bound <= known:
+                return bound
+        return self._history_epsilon(history)
+
+    def _refresh_record_level(self) -> float:
+        """Fills the per-client cache (clients whose history changed, in decreasing RDP ε, so
+        the worst are computed first) and returns the max over clients."""
+        known = max(self._record_eps.values(), default=0.0)
+        stale = [c for c in self._record_histories if c not in self._record_eps]
+        if self.accountant not in ("rdp", "none"):
+            stale.sort(key=lambda c: -epsilon(self._record_histories[c], self.delta, "rdp"))
+        for c in stale:
+            self._record_eps[c] = self._screened_epsilon(self._record_histories[c], known)
+            known = max(known, self._record_eps[c])
+        return known
+
+    def _client_eps(self, cid: int) -> float:
+        if cid not in self._record_eps:
+            self._refresh_record_level()
+        return self._record_eps[cid]
 
     # -- ledger ------------------------------------------------------------------------------
     def record(self, spent: RoundPrivacy) -> None:
         self.client_level.extend(spent.client_level)
+        self._client_history = extend_history(self._client_history, spent.client_level)
         for cid, events in spent.record_level.items():
-            self.record_level.setdefault(int(cid), []).extend(events)
+            c = int(cid)
+            self.record_level.setdefault(c, []).extend(events)
+            self._record_histories[c] = extend_history(self._record_histories.get(c, ()), events)
+            self._record_eps.pop(c, None)
         for cid, releases in spent.local.items():
             ledger = self.local.setdefault(int(cid), {})
             for r in releases:
-                key = (float(r.epsilon), float(r.delta), r.unit, int(r.units))
+                key = local_key(r)
                 ledger[key] = ledger.get(key, 0) + 1
+            self._local_eps.pop(int(cid), None)
         if spent.no_guarantee:
             self.no_guarantee = spent.no_guarantee
         self.rounds += 1
 
     # -- reporting ---------------------------------------------------------------------------
-    def _record_level_epsilon(self, ledger: dict[int, list[SampledGaussian]]) -> float:
-        if not ledger:
-            return 0.0
-        histories = {as_history(events) for events in ledger.values()}
-        # Every distinct history under the chosen accountant: the client worst by RDP need not
-        # be the worst by PLD/PRV (tests/privacy/test_budget_property.py has a pair).
-        return max(epsilon(h, self.delta, self.accountant) for h in histories)
+    def _record_level_epsilon(
+        self, ledger: dict[int, list[SampledGaussian]] | None = None
+    ) -> float:
+        """Max over clients of each client's ε (every distinct history under the chosen
+        accountant: the client worst by RDP need not be the worst by PLD/PRV,
+        tests/privacy/test_budget_property.py has a pair). ``ledger`` None: the run's own,
+        from the per-client cache."""
+        if ledger is not None:
+            histories = {as_history(events) for events in ledger.values()}
+            return max((self._history_epsilon(h) for h in histories), default=0.0)
+        return self._refresh_record_level()
 
-    def local_client_epsilon(self, cid: int) -> tuple[float, float, str]:
-        """(ε, δ, theorem) of client ``cid``'s whole participation (all units, all uploads)."""
-        rows = [(e, d, units * n) for (e, d, _, units), n in self.local.get(cid, {}).items()]
-        return local_epsilon(rows, self.delta)
+    def local_client_epsilon(self, cid: int) -> tuple[float, str]:
+        """(ε at the run's δ, theorem) of client ``cid``'s whole participation."""
+        if cid not in self._local_eps:
+            self._local_eps[cid] = self._local_epsilon(self.local.get(cid, {}))
+        return self._local_eps[cid]
+
+    def _local_epsilon(self, rows: dict[LocalKey, int]) -> tuple[float, str]:
+        releases = [(e, d, units * n, z) for (e, d, _, units, z), n in rows.items()]
+        return local_epsilon(releases, self.delta, self._backend)
+
+    @property
+    def _backend(self) -> str:
+        return DEFAULT_ACCOUNTANT if self.accountant == "none" else self.accountant
 
     def _local_report(self, out: dict[str, Any]) -> tuple[float, float, str] | None:
         if not self.local:
             return None
         per_client = {cid: self.local_client_epsilon(cid) for cid in self.local}
         worst = max(per_client, key=lambda c: per_client[c][0])
-        eps, dlt, theorem = per_client[worst]
+        eps, theorem = per_client[worst]
         uploads = max(sum(rows.values()) for rows in self.local.values())
         keys = [k for rows in self.local.values() for k in rows]
         out["privacy/epsilon_local_per_client"] = eps
-        out["privacy/delta_local_per_client"] = dlt
-        out["privacy/epsilon_local_per_upload"] = max(e * u for e, _, _, u in keys)
-        per_coordinate = [e for e, _, unit, _ in keys if unit == "coordinate"]
+        out["privacy/uploads_max"] = float(uploads)
+        sigmas = [z for *_, z in keys if z > 0]
+        approx = [k for k in keys if k[4] == 0]
+        if approx:
+            out["privacy/epsilon_local_per_upload"] = max(e * u for e, _, _, u, _ in approx)
+        per_coordinate = [e for e, _, unit, _, _ in approx if unit == "coordinate"]
         if per_coordinate:
             out["privacy/epsilon_local_per_coordinate"] = max(per_coordinate)
-        out["privacy/uploads_max"] = float(uploads)
-        units = max(u for _, _, _, u in keys)
-        unit_words = (
-            f"{units} coordinates an upload, ε = {max(per_coordinate):.3g} per coordinate"
-            if per_coordinate
-            else f"ε = {out['privacy/epsilon_local_per_upload']:.3g} per upload"
-        )
+        units = max(u for _, _, _, u, _ in keys)
+        coordinates = any(unit == "coordinate" for _, _, unit, _, _ in keys)
+        per = "per coordinate" if coordinates else "per upload"
+        if sigmas:
+            unit_words = f"Gaussian noise σ/Δ ≥ {min(sigmas):.3g} {per}"
+        elif per_coordinate:
+            unit_words = f"ε = {max(per_coordinate):.3g} per coordinate"
+        else:
+            unit_words = f"ε = {out['privacy/epsilon_local_per_upload']:.3g} per upload"
+        if per == "per coordinate":
+            unit_words = f"{units} coordinates an upload, {unit_words}"
+        if math.isinf(eps):
+            return eps, self.delta, f"none: {theorem}"
         sentence = (
-            f"local ({eps:.3g}, {dlt:g})-DP per client for its whole participation (any two "
-            f"inputs of one client; up to {uploads} uploads, {unit_words}), {theorem}"
+            f"local ({eps:.3g}, {self.delta:g})-DP per client for its whole participation (any "
+            f"two inputs of one client; up to {uploads} uploads, {unit_words}), {theorem}"
         )
-        return eps, dlt, sentence
+        return eps, self.delta, sentence
 
     def report(self) -> dict[str, Any]:
-        """The metrics to log: ε per level, the headline ε and the guarantee in words."""
+        """The metrics to log: ε per level (all at ``privacy/delta``), the headline ε and the
+        guarantee in words."""
         out: dict[str, Any] = {"privacy/delta": self.delta}
         local = self._local_report(out)
         eps_client = eps_record = None
         if self.client_level:
             eps_client = out["privacy/epsilon_client"] = self._client_level_epsilon()
         if self.record_level:
-            eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon(
-                self.record_level
-            )
+            eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon()
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
         if self.large_delta_note and not guarantee.startswith("none"):
             guarantee = f"{guarantee}; {self.large_delta_note}"
@@ -174,7 +266,7 @@ class PrivacyAccountant(Callback):
         return out
 
     def _client_level_epsilon(self) -> float:
-        return epsilon(self.client_level, self.delta, self.accountant)
+        return self._history_epsilon(self._client_history)
 
     def _headline(
         self,
@@ -184,25 +276,23 @@ class PrivacyAccountant(Callback):
     ) -> tuple[float, str]:
         """The headline ε and its sentence: the first level that released something, in the
         order no guarantee, client, record, local. A level's ε not given is computed only if
-        it is the headline (the budget stop before every round needs the headline alone, and
-        the record level is one PRV/PLD computation per client)."""
-        name = ACCOUNTANT_NAMES[self.accountant]
+        it is the headline."""
+        name = ACCOUNTANT_NAMES[self._backend]
         if self.no_guarantee:
             return math.inf, f"none: {self.no_guarantee}"
         if self.client_level:
             client = self._client_level_epsilon() if eps_client is None else eps_client
             how = describe_sampling(self.client_level, "client")
-            if not self.client_level[-1].population:
-                how = f"{how}, {name}"
-            return client, f"client-level ({client:.3g}, {self.delta:g})-DP, {how}"
+            return client, (
+                f"client-level ({client:.3g}, {self.delta:g})-DP, {how}, {name}"
+                f"{self._adaptive_words()}"
+            )
         if self.record_level:
-            record = eps_record
-            if record is None:
-                record = self._record_level_epsilon(self.record_level)
+            record = self._record_level_epsilon() if eps_record is None else eps_record
             return record, (
                 f"record-level ({record:.3g}, {self.delta:g})-DP, add/remove one record, "
                 f"Poisson batches, {name}, max over clients, no amplification by client "
-                "sampling claimed"
+                f"sampling claimed{self._adaptive_words()}"
             )
         released = local()
         if released is not None:
@@ -213,20 +303,61 @@ class PrivacyAccountant(Callback):
             return 0.0, "no release yet, ε = 0"
         return math.inf, f"none: not private ({self.not_private_reason})"
 
+    def _adaptive_words(self) -> str:
+        if not self.adaptive_noise:
+            return ""
+        return (
+            f"; {self.adaptive_noise}: composed by RDP as a Rényi filter per order "
+            "(Feldman & Zrnic 2021)"
+        )
+
     @property
     def epsilon(self) -> float:
         return float(self.report()["privacy/epsilon"])
 
     def would_exceed(self, prospective: RoundPrivacy) -> bool:
-        """True when recording ``prospective`` would push the headline ε past the target."""
+        """True when recording ``prospective`` would push the headline ε (at the run's δ) past
+        the target. Only the histories ``prospective`` extends are composed; every other
+        client's ε comes from the cache (the ledger is never replayed)."""
         if self.target_epsilon is None:
             return False
-        trial = PrivacyAccountant(self.accountant, self.delta, None)
-        trial.load_state_dict(self.state_dict())
-        trial.record(prospective)
-        trial.private_run = self.private_run
-        eps, guarantee = trial._headline(lambda: trial._local_report({}))
-        return not guarantee.startswith("none") and eps > self.target_epsilon
+        eps = self._prospective_headline(prospective)
+        return eps is not None and eps > self.target_epsilon
+
+    def _prospective_headline(self, prospective: RoundPrivacy) -> float | None:
+        """The headline ε after ``prospective``; None when the headline would be no guarantee."""
+        if self.no_guarantee or prospective.no_guarantee:
+            return None
+        if self.client_level or prospective.client_level:
+            return self._history_epsilon(
+                extend_history(self._client_history, prospective.client_level)
+            )
+        if self.record_level or prospective.record_level:
+            self._refresh_record_level()
+            changed = {int(c) for c in prospective.record_level}
+            worst = max((e for c, e in self._record_eps.items() if c not in changed), default=0.0)
+            histories = [
+                extend_history(self._record_histories.get(int(c), ()), ev)
+                for c, ev in prospective.record_level.items()
+            ]
+            if self.accountant not in ("rdp", "none"):  # the likely worst first (see screen)
+                histories.sort(key=lambda h: -epsilon(h, self.delta, "rdp"))
+            for history in histories:
+                worst = max(worst, self._screened_epsilon(history, worst))
+            return worst
+        if self.local or prospective.local:
+            changed = {int(c) for c in prospective.local}
+            worst = max(
+                (self.local_client_epsilon(c)[0] for c in self.local if c not in changed),
+                default=0.0,
+            )
+            for cid, releases in prospective.local.items():
+                rows = dict(self.local.get(int(cid), {}))
+                for r in releases:
+                    rows[local_key(r)] = rows.get(local_key(r), 0) + 1
+                worst = max(worst, self._local_epsilon(rows)[0])
+            return None if math.isinf(worst) else worst
+        return None if not self.private_run else 0.0
 
     def report_alone(self, prospective: RoundPrivacy) -> dict[str, Any]:
         """The report ``prospective`` alone would give (what one such round costs)."""
@@ -247,7 +378,7 @@ class PrivacyAccountant(Callback):
             "client_level": dump(self.client_level),
             "record_level": {cid: dump(ev) for cid, ev in self.record_level.items()},
             "local": {
-                cid: [[e, d, unit, units, n] for (e, d, unit, units), n in rows.items()]
+                cid: [[e, d, unit, units, n, z] for (e, d, unit, units, z), n in rows.items()]
                 for cid, rows in self.local.items()
             },
             "no_guarantee": self.no_guarantee,
@@ -271,14 +402,36 @@ class PrivacyAccountant(Callback):
 
         self.client_level = load(state_dict["client_level"])
         self.record_level = {int(c): load(r) for c, r in state_dict["record_level"].items()}
+        # Local rows of checkpoints written before Gaussian releases carried σ/Δ have 5 fields.
         self.local = {
-            int(c): {(float(e), float(d), str(u), int(k)): int(n) for e, d, u, k, n in rows}
+            int(c): {
+                (
+                    float(r[0]),
+                    float(r[1]),
+                    str(r[2]),
+                    int(r[3]),
+                    float(r[5]) if len(r) > 5 else 0.0,
+                ): int(r[4])
+                for r in rows
+            }
             for c, rows in state_dict.get("local", {}).items()
         }
         if "local_epsilon" in state_dict:  # checkpoints written before per-unit local ledgers
             for c, eps in state_dict["local_epsilon"].items():
                 d = float(state_dict.get("local_delta", {}).get(c, 0.0))
-                self.local.setdefault(int(c), {})[(float(eps), d, "upload", 1)] = 1
+                self.local.setdefault(int(c), {})[(float(eps), d, "upload", 1, 0.0)] = 1
         self.no_guarantee = state_dict["no_guarantee"]
         self.private_run = bool(state_dict.get("private_run", True))
         self.rounds = int(state_dict["rounds"])
+        self._reset_caches()
+
+
+def local_key(release: Any) -> LocalKey:
+    """The ledger key of a :class:`LocalRelease`."""
+    return (
+        float(release.epsilon),
+        float(release.delta),
+        release.unit,
+        int(release.units),
+        float(getattr(release, "noise_multiplier", 0.0)),
+    )

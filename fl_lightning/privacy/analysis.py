@@ -1,15 +1,27 @@
 """ε of a history of sampled-Gaussian events, by three maintained accountants.
 
+* ``pld`` (default): dp-accounting's privacy-loss-distribution accountant (Meiser & Mohammadi
+  2018; Koskela et al. 2020), connect-the-dots discretisation (Doroshenko et al. 2022),
+  interval 1e-3: pessimistic, so an upper bound, and the tightest of the three.
 * ``rdp``: Opacus' RDP accountant (Mironov 2017; Mironov, Talwar, Zhang 2019).
 * ``prv``: Opacus' PRV accountant (Gopi, Lee, Wutschitz 2021).
-* ``pld``: dp-accounting's privacy-loss-distribution accountant (Meiser & Mohammadi 2018;
-  Koskela et al. 2020), Poisson-subsampled Gaussian events.
 
-Fixed-size cohorts drawn without replacement (replace-one adjacency) are accounted by
-dp-accounting's RDP accountant (Wang, Balle, Kasiviswanathan 2019); neither Opacus' PRV nor
-dp-accounting's PLD supports that event, so those accountants refuse it instead of guessing.
+Fixed-size cohorts (m of N drawn without replacement, replace-one adjacency) are accounted by
+their dominating pair (Zhu, Dong & Wang 2022, "Optimal accounting of differential privacy via
+characteristic function", Prop. for sampling without replacement): one round of a Gaussian of
+multiplier σ on the sum is dominated by ((1−q)·N(0, σ²) + q·N(2, σ²), N(0, σ²)), q = m/N, and
+the pair is attained (clients {C, …, C, −C} against {C, …, C}). Scaled by 1/2 it is the pair of
+a Poisson-subsampled Gaussian of multiplier σ/2 at rate q under add/remove, so every accountant
+here composes it as that event (``dominating_history``). dp-accounting's PLD ``REPLACE_ONE``
+Poisson event is a different pair and is *not* valid for fixed-size sampling.
+A history without sampling (q = 1) is a composition of Gaussians, which is exactly one Gaussian
+of multiplier (Σ kᵢ/σᵢ²)^(−1/2) (Dong, Roth & Su 2019, Cor. 3.3); ``pld`` and ``prv`` give its
+exact ε (Balle & Wang 2018, Thm. 8, dp-accounting's Gaussian privacy loss), ``rdp`` its RDP.
 Local releases compose by the best of basic composition and dp-accounting's PLD of a generic
 (ε, δ)-DP mechanism (the optimal homogeneous composition, Kairouz, Oh, Viswanath 2015).
+
+Noise calibration is one function, :func:`calibrate_noise_multiplier`: the smallest σ under
+which every given history stays within the target on the accountant that will report it.
 
 Nothing here is hand-rolled: each function only translates our events to the library's.
 """
@@ -17,17 +29,21 @@ Nothing here is hand-rolled: each function only translates our events to the lib
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
-import dp_accounting
 import numpy as np
 
-from fl_lightning.privacy.events import CohortSampling, SampledGaussian
+from fl_lightning.privacy.events import SampledGaussian
 
 AccountantName = Literal["rdp", "prv", "pld"]
-ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv", "pld")
+ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp", "prv")
+DEFAULT_ACCOUNTANT = "pld"
+PLD_INTERVAL = 1e-3
+"""dp-accounting PLD value-discretisation interval (connect-the-dots, pessimistic)."""
 History = tuple[tuple[float, float, int, int], ...]
 """(σ, q, steps, population) rows; population 0 is Poisson sampling."""
 
@@ -44,6 +60,36 @@ def as_history(events: Sequence[SampledGaussian]) -> History:
         else:
             merged.append([e.noise_multiplier, e.sample_rate, e.steps, e.population])
     return tuple((float(s), float(q), int(k), int(n)) for s, q, k, n in merged)
+
+
+def extend_history(history: History, events: Sequence[SampledGaussian]) -> History:
+    """``as_history`` of the history's events followed by ``events``, without replaying the
+    history (the accountant extends each client's history by a round's events)."""
+    rows = [list(r) for r in history]
+    for e in events:
+        if e.steps <= 0:
+            continue
+        key = (float(e.noise_multiplier), float(e.sample_rate), int(e.population))
+        if rows and (rows[-1][0], rows[-1][1], rows[-1][3]) == key:
+            rows[-1][2] += int(e.steps)
+        else:
+            rows.append([key[0], key[1], int(e.steps), key[2]])
+    return tuple((float(s), float(q), int(k), int(n)) for s, q, k, n in rows)
+
+
+def dominating_history(history: History) -> History:
+    """The history with every fixed-size row (σ, q = m/N, k, N) replaced by the Poisson row of
+    its dominating pair, (σ/2, q, k, 0) (module docstring); Poisson rows unchanged. A history
+    mixing the two is refused: their adjacencies (add/remove, replace-one) do not compose."""
+    fixed = [n > 0 for _, _, _, n in history]
+    if any(fixed) and not all(fixed):
+        raise ValueError(
+            "model.sampling: one history mixes Poisson and fixed-size sampling, whose "
+            "adjacencies (add/remove vs replace-one) cannot be composed"
+        )
+    if not any(fixed):
+        return history
+    return tuple((s / 2.0, q, k, 0) for s, q, k, _ in history)
 
 
 @lru_cache(maxsize=1024)
@@ -64,61 +110,93 @@ def _epsilon_rdp(history: History, delta: float) -> float:
     from opacus.accountants import RDPAccountant
     from opacus.accountants.analysis.rdp import get_privacy_spent
 
-    if any(n for _, _, _, n in history):
-        return _epsilon_rdp_without_replacement(history, delta)
-    rdp = sum(steps * _rdp_per_step(sigma, q) for sigma, q, steps, _ in history)
+    rdp = sum(steps * _rdp_per_step(sigma, min(q, 1.0)) for sigma, q, steps, _ in history)
     eps, _ = get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rdp, delta=delta)
     return float(eps)
 
 
-def _epsilon_rdp_without_replacement(history: History, delta: float) -> float:
-    """dp-accounting's RDP accountant, replace-one adjacency (fixed-size cohorts)."""
-    if not all(n for _, _, _, n in history):
-        raise ValueError(
-            "model.sampling: one history mixes Poisson and fixed-size sampling, whose "
-            "adjacencies (add/remove vs replace-one) cannot be composed"
-        )
-    acc = dp_accounting.rdp.RdpAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
-    )
-    for sigma, q, steps, n in history:
-        acc.compose(SampledGaussian(sigma, q, steps, n).dp_event(), steps)
-    return float(acc.get_epsilon(delta))
-
-
-def refuse_without_replacement(accountant: str, *, what: str = "fixed-size cohorts") -> None:
-    """Raises unless ``accountant`` can compose sampling-without-replacement events (only
-    dp-accounting's RDP accountant can; neither Opacus PRV nor dp-accounting PLD)."""
-    if accountant != "rdp":
-        raise ValueError(
-            f"privacy.accountant: {accountant!r} cannot account {what} drawn without "
-            "replacement (neither Opacus PRV nor dp-accounting PLD supports that event); "
-            "use model.sampling: poisson, or privacy.accountant: rdp"
-        )
-
-
-def _refuse_without_replacement(history: History, accountant: str) -> None:
-    if any(n for _, _, _, n in history):
-        refuse_without_replacement(accountant)
-
-
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def _epsilon_prv(history: History, delta: float) -> float:
     from opacus.accountants import PRVAccountant
 
-    _refuse_without_replacement(history, "prv")
     acc = PRVAccountant()
     acc.history = [(sigma, q, steps) for sigma, q, steps, _ in history]
     return float(acc.get_epsilon(delta))
 
 
 @lru_cache(maxsize=256)
+def _step_pld(sigma: float, q: float, count: int) -> Any:
+    """dp-accounting's PLD of ``count`` Poisson-subsampled Gaussian steps (add/remove,
+    connect-the-dots, pessimistic): what ``PLDAccountant.compose`` builds for that event."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    if count > 1:
+        return _step_pld(sigma, q, 1).self_compose(count)
+    if q >= 1.0:
+        return pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=PLD_INTERVAL)
+    return pld_lib.from_gaussian_mechanism(
+        sigma, sampling_prob=q, value_discretization_interval=PLD_INTERVAL
+    )
+
+
+_PLD_TAILS: OrderedDict[tuple, tuple[int, Any]] = OrderedDict()
+"""(history without its last row's count) -> (count, composed PLD) of the latest history of that
+shape: a history that grows by a round is one composition away from its cached prefix."""
+_PLD_TAILS_MAX = 128
+
+
+def _history_pld(history: History) -> Any:
+    """The composed PLD of ``history``, extending the cached PLD of the same history with fewer
+    steps in its last row when there is one (incremental composition), else built row by row."""
+    *head, (sigma, q, k, _) = history
+    key = (tuple(head), sigma, q)
+    found = _PLD_TAILS.get(key)
+    if found is not None and found[0] <= k:
+        k0, base = found
+        pld = base if k0 == k else base.compose(_step_pld(sigma, q, k - k0))
+    else:
+        row = _step_pld(sigma, q, k) if k <= 64 else _step_pld(sigma, q, 1).self_compose(k)
+        pld = row if not head else _history_pld(tuple(head)).compose(row)
+    _PLD_TAILS[key] = (k, pld)
+    _PLD_TAILS.move_to_end(key)
+    while len(_PLD_TAILS) > _PLD_TAILS_MAX:
+        _PLD_TAILS.popitem(last=False)
+    return pld
+
+
+@lru_cache(maxsize=4096)
 def _epsilon_pld(history: History, delta: float) -> float:
-    _refuse_without_replacement(history, "pld")
-    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
-    for sigma, q, steps, n in history:
-        acc.compose(SampledGaussian(sigma, q, steps, n).dp_event(), steps)
-    return float(acc.get_epsilon(delta))
+    """dp-accounting's PLD accountant's ε, composed incrementally (:func:`_history_pld`)."""
+    return float(_history_pld(history).get_epsilon_for_delta(delta))
+
+
+@lru_cache(maxsize=4096)
+def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
+    """The exact ε at ``delta`` of one Gaussian release of L2 sensitivity 1 and std
+    ``noise_multiplier``: the root in ε of dp-accounting's closed-form hockey-stick divergence
+    (``GaussianPrivacyLoss.get_delta_for_epsilon``, Balle & Wang 2018, Thm. 8)."""
+    from dp_accounting.pld import privacy_loss_mechanism
+    from scipy.optimize import brentq
+
+    loss = privacy_loss_mechanism.GaussianPrivacyLoss(
+        standard_deviation=noise_multiplier, sensitivity=1.0
+    )
+
+    def gap(eps: float) -> float:
+        return float(loss.get_delta_for_epsilon(eps)) - delta
+
+    if gap(0.0) <= 0.0:
+        return 0.0
+    hi = 1.0
+    while gap(hi) > 0.0:
+        hi *= 2.0
+    return float(brentq(gap, hi / 2.0 if hi > 1.0 else 0.0, hi, xtol=1e-12, rtol=1e-10))
+
+
+def effective_gaussian(history: History) -> float:
+    """The multiplier of the one Gaussian that a composition of unsampled Gaussians equals:
+    (Σ kᵢ/σᵢ²)^(−1/2) (Gaussian DP, Dong, Roth & Su 2019, Cor. 3.3)."""
+    return float(sum(k / s**2 for s, _, k, _ in history) ** -0.5)
 
 
 _BACKENDS: dict[str, Callable[[History, float], float]] = {
@@ -128,47 +206,69 @@ _BACKENDS: dict[str, Callable[[History, float], float]] = {
 }
 
 
-def epsilon(events: Sequence[SampledGaussian] | History, delta: float, accountant: str) -> float:
-    """ε at ``delta`` after the events; 0 for an empty history, ∞ when any σ is 0."""
+def check_accountant(accountant: str) -> None:
     if accountant not in _BACKENDS:
         raise ValueError(f"privacy.accountant: unknown {accountant!r}; choose from {ACCOUNTANTS}")
+
+
+def epsilon(events: Sequence[SampledGaussian] | History, delta: float, accountant: str) -> float:
+    """ε at ``delta`` after the events; 0 for an empty history, ∞ when any σ is 0."""
+    check_accountant(accountant)
     history = events if isinstance(events, tuple) else as_history(events)
     if not history:
         return 0.0
     if any(sigma == 0 for sigma, _, _, _ in history):
         return math.inf
+    history = dominating_history(history)
+    if accountant != "rdp" and all(q >= 1.0 for _, q, _, _ in history):
+        return gaussian_epsilon(effective_gaussian(history), float(delta))
     return _BACKENDS[accountant](history, float(delta))
 
 
-def calibrate_noise_multiplier(
-    *,
-    target_epsilon: float,
-    delta: float,
-    sample_rate: float,
-    steps: int,
-    accountant: str = "rdp",
-    tolerance: float = 0.01,
-    population: int = 0,
-) -> float:
-    """Smallest σ (to ``tolerance``) whose ``steps`` sampled-Gaussian steps stay within ε.
+def scaled(history: Sequence[SampledGaussian], sigma: float) -> list[SampledGaussian]:
+    """``history`` (given at noise multiplier 1) with every multiplier multiplied by σ."""
+    return [replace(e, noise_multiplier=sigma * e.noise_multiplier) for e in history]
 
-    Bisection on the same accountant that will report the run's ε, so the calibrated run
-    reports at most ``target_epsilon``. ``population`` > 0: fixed-size sampling of
-    round(q·N) of N without replacement (see :class:`SampledGaussian`).
+
+def calibrate_noise_multiplier(
+    histories: Sequence[Sequence[SampledGaussian]],
+    *,
+    target_epsilon: float | None,
+    delta: float,
+    accountant: str,
+    field: str = "strategy.noise_multiplier",
+    tolerance: float = 0.01,
+) -> float:
+    """The one noise calibration of the package: the smallest σ (to ``tolerance``) under
+    which *every* history in ``histories`` (each a list of events written at noise multiplier
+    1, e.g. one per client, or the run's client-level rounds) stays within ``target_epsilon`` at
+    ``delta`` on ``accountant`` — the accountant that will report the run, so the calibrated
+    run reports at most the target. Any sampling (Poisson, fixed-size) on any accountant.
+
+    Raises ``ValueError`` naming ``field`` when there is no target or it is unreachable.
     """
+    if target_epsilon is None:
+        raise ValueError(f"{field}: unset, so privacy.target_epsilon is needed to calibrate it")
     if target_epsilon <= 0:
         raise ValueError(f"privacy.target_epsilon: must be > 0, got {target_epsilon}")
+    check_accountant(accountant)
+    if not histories:
+        raise ValueError(f"{field}: nothing to calibrate (no event would be released)")
+    keys = {as_history(h) for h in histories}
 
     def eps(sigma: float) -> float:
-        event = SampledGaussian(sigma, sample_rate, steps, population)
-        return epsilon([event], delta, accountant)
+        return max(
+            epsilon(tuple((sigma * s, q, k, n) for s, q, k, n in h), delta, accountant)
+            for h in keys
+        )
 
     low, high = 0.05, 1.0
     while eps(high) > target_epsilon:
         low, high = high, high * 2
         if high > 1e4:
             raise ValueError(
-                f"privacy.target_epsilon: {target_epsilon} is unreachable for {steps} steps"
+                f"privacy.target_epsilon: {target_epsilon} is unreachable for this run "
+                f"({field} would exceed 1e4)"
             )
     while high - low > tolerance:
         mid = (low + high) / 2
@@ -179,36 +279,26 @@ def calibrate_noise_multiplier(
     return high
 
 
-def resolve_noise_multiplier(
-    noise_multiplier: float | None,
+@lru_cache(maxsize=4096)
+
+def calibrate_repeated_gaussian(
+    steps: int,
     *,
     target_epsilon: float | None,
     delta: float,
-    sample_rate: float,
-    steps: int,
     accountant: str,
     field: str = "strategy.noise_multiplier",
-    population: int = 0,
 ) -> float:
-    """``noise_multiplier`` when set, else σ calibrated to ``target_epsilon`` over ``steps``.
-
-    Raises ``ValueError`` naming ``field`` when neither is given.
-    """
-    if noise_multiplier is not None:
-        return noise_multiplier
-    if target_epsilon is None:
-        raise ValueError(f"{field}: unset, so privacy.target_epsilon is needed to calibrate it")
+    """:func:`calibrate_noise_multiplier` for one history of ``steps`` Gaussian releases
+    without sampling (each client's data exposed ``steps`` times, e.g. NbAFL's L uploads)."""
     return calibrate_noise_multiplier(
+        [[SampledGaussian(1.0, 1.0, steps)]],
         target_epsilon=target_epsilon,
         delta=delta,
-        sample_rate=sample_rate,
-        steps=steps,
         accountant=accountant,
-        population=population,
+        field=field,
     )
 
-
-@lru_cache(maxsize=4096)
 def _optimal_composition(releases: tuple[tuple[float, float, int], ...], delta: float) -> float:
     """ε at ``delta`` of composing (ε_i, δ_i)-DP mechanisms k_i times each: dp-accounting's PLD
     of a generic (ε, δ)-DP mechanism (its dominating pair), self-composed and composed; ∞ when
@@ -231,31 +321,81 @@ def _optimal_composition(releases: tuple[tuple[float, float, int], ...], delta: 
     return float(total.get_epsilon_for_delta(delta))
 
 
-def local_epsilon(
-    releases: Sequence[tuple[float, float, int]], delta: float, *, max_distinct: int = 16
-) -> tuple[float, float, str]:
-    """(ε, δ, theorem) of one client's local releases, given as (ε, δ, count) per unit.
-
-    The smaller of basic composition ((Σ kε, Σ kδ)-DP) and the optimal composition at
-    ``delta`` (only for at most ``max_distinct`` distinct (ε, δ), which keeps it fast)."""
-    merged: dict[tuple[float, float], int] = {}
-    for eps, dlt, k in releases:
-        if k > 0:
-            merged[(float(eps), float(dlt))] = merged.get((float(eps), float(dlt)), 0) + int(k)
-    if not merged:
-        return 0.0, 0.0, "nothing released"
+def _approximate_epsilon(
+    merged: dict[tuple[float, float], int], delta: float, max_distinct: int
+) -> tuple[float, str]:
+    """ε at ``delta`` of (ε, δ)-DP releases given as {(ε, δ): count}: the smaller of basic
+    composition (valid at ``delta`` when Σkδ ≤ ``delta``) and the optimal composition."""
     basic_eps = sum(k * e for (e, _), k in merged.items())
     basic_delta = sum(k * d for (_, d), k in merged.items())
-    best = (basic_eps, basic_delta, "basic composition")
+    best = (basic_eps, "basic composition") if basic_delta <= delta else (math.inf, "")
     # dp-accounting's PLD of an (ε, δ) mechanism evaluates e^ε: past ~700 it overflows, and for
     # per-release ε that large the optimal composition cannot improve on basic composition in
     # any way that matters, so basic composition is the answer there.
     if len(merged) <= max_distinct and max(e for e, _ in merged) <= 50.0:
         key = tuple(sorted((e, d, k) for (e, d), k in merged.items()))
         tight = _optimal_composition(key, float(delta))
-        if tight < 0.99 * basic_eps:  # else pure ε-DP (δ = Σδ_i) is the stronger statement
-            best = (tight, float(delta), "optimal composition (dp-accounting PLD)")
+        if tight < 0.99 * best[0]:
+            best = (tight, "optimal composition (dp-accounting PLD)")
+    if math.isinf(best[0]):
+        return math.inf, (
+            f"local releases have no ε at δ = {delta:g}: the releases' own δ sum to "
+            f"{basic_delta:.3g}, past the run's δ (lower the mechanism's per-upload δ to at "
+            "most δ / uploads)"
+        )
     return best
+
+
+def local_epsilon(
+    releases: Sequence[tuple[float, float, int, float]],
+    delta: float,
+    accountant: str = DEFAULT_ACCOUNTANT,
+    *,
+    max_distinct: int = 16,
+) -> tuple[float, str]:
+    """(ε at ``delta``, theorem) of one client's local releases, given as (ε, δ, count,
+    noise multiplier) per unit; the noise multiplier is σ/Δ for a Gaussian release, 0 else.
+
+    * Gaussian releases compose as Gaussian events on ``accountant`` (exactly one Gaussian of
+      multiplier (Σ k/z²)^(−1/2)), at ``delta`` itself;
+    * pure and approximate releases compose by the smaller of basic and optimal composition,
+      at ``delta`` (∞ when their own δ sum past it);
+    * both: basic composition of the two parts, the Gaussian part at ``delta`` − the others' Σδ.
+    """
+    gaussian: dict[float, int] = {}
+    merged: dict[tuple[float, float], int] = {}
+    for eps, dlt, k, z in releases:
+        if k <= 0:
+            continue
+        if z > 0:
+            gaussian[float(z)] = gaussian.get(float(z), 0) + int(k)
+        else:
+            key = (float(eps), float(dlt))
+            merged[key] = merged.get(key, 0) + int(k)
+    if not gaussian and not merged:
+        return 0.0, "nothing released"
+    if not gaussian:
+        return _approximate_epsilon(merged, delta, max_distinct)
+    history = tuple((z, 1.0, k, 0) for z, k in sorted(gaussian.items()))
+    how = f"Gaussian composition ({ACCOUNTANT_WORDS[accountant]})"
+    if not merged:
+        return epsilon(history, delta, accountant), how
+    others_delta = sum(k * d for (_, d), k in merged.items())
+    if others_delta >= delta:
+        return math.inf, (
+            f"local releases have no ε at δ = {delta:g}: the non-Gaussian releases' own δ sum to "
+            f"{others_delta:.3g}, past the run's δ"
+        )
+    others = sum(k * e for (e, _), k in merged.items())
+    gauss = epsilon(history, delta - others_delta, accountant)
+    return gauss + others, f"{how} and basic composition with the other releases"
+
+
+ACCOUNTANT_WORDS = {
+    "pld": "dp-accounting PLD",
+    "rdp": "Opacus RDP",
+    "prv": "Opacus PRV",
+}
 
 
 def refuse_sigma_and_epsilon(
@@ -276,26 +416,3 @@ def refuse_sigma_and_epsilon(
             f"{sigma_field}: null to calibrate σ to ε, or {epsilon_field}: null to use σ "
             "(a value may have been carried over from an earlier --strategy/--config)"
         )
-
-
-def resolve_cohort_noise_multiplier(
-    noise_multiplier: float | None,
-    *,
-    target_epsilon: float | None,
-    delta: float,
-    accountant: str,
-    rounds: int,
-    sampling: CohortSampling,
-) -> float:
-    """:func:`resolve_noise_multiplier` for one client-level Gaussian a round on a cohort drawn
-    by ``sampling`` (Poisson, or without replacement: the event the mechanism will report)."""
-    event = SampledGaussian.for_cohort(1.0, sampling)
-    return resolve_noise_multiplier(
-        noise_multiplier,
-        target_epsilon=target_epsilon,
-        delta=delta,
-        sample_rate=event.sample_rate,
-        steps=rounds,
-        accountant=accountant,
-        population=event.population,
-    )

@@ -1,6 +1,7 @@
-"""Privacy planning for DP-SGD clients: the event one client's local training produces, σ
-calibration so that *every* client stays within the target, and the refusal of a budget that
-cannot pay for one round.
+"""Privacy planning for DP-SGD clients: the event one client's local training produces, the
+histories σ is calibrated on so that *every* client stays within the target (the calibration
+itself is ``analysis.calibrate_noise_multiplier``), and the refusal of a budget that cannot pay
+for one round.
 
 The rule "what one DP-SGD client spends in a round" is written once, here
 (:func:`dp_sgd_event`), and used by the local loop, the server's budget planning and the
@@ -14,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
+from fl_lightning.privacy.analysis import epsilon
 from fl_lightning.privacy.events import SampledGaussian
 
 PARTICIPATION_CONFIDENCE = 1e-3
@@ -77,39 +78,28 @@ def pareto_front(costs: Sequence[ClientCost]) -> list[ClientCost]:
     return front
 
 
-def calibrate_dp_sgd(
-    costs: Sequence[ClientCost],
-    *,
-    participations: int,
-    target_epsilon: float,
-    delta: float,
-    accountant: str,
-) -> tuple[float, ClientCost]:
-    """The smallest σ under which every client, taking part ``participations`` times, stays
-    within ``target_epsilon`` on the run's accountant; and the client that sets it."""
-    best: tuple[float, ClientCost] | None = None
-    for c in pareto_front(costs):
-        sigma = calibrate_noise_multiplier(
-            target_epsilon=target_epsilon,
-            delta=delta,
-            sample_rate=c.rate,
-            steps=c.steps * participations,
-            accountant=accountant,
-        )
-        if best is None or sigma > best[0]:
-            best = (sigma, c)
-    if best is None:
-        raise BudgetError("data: no client holds any example to calibrate DP-SGD for")
-    return best
+def dp_sgd_histories(
+    costs: Sequence[ClientCost], *, participations: int
+) -> list[list[SampledGaussian]]:
+    """One history per client that can be the most expensive (:func:`pareto_front`), at noise
+    multiplier 1: its steps over ``participations`` rounds, what
+    :func:`~fl_lightning.privacy.analysis.calibrate_noise_multiplier` calibrates σ for."""
+    return [[SampledGaussian(1.0, c.rate, c.steps * participations)] for c in pareto_front(costs)]
 
 
 def most_expensive_round(
-    costs: Sequence[ClientCost], *, noise_multiplier: float, delta: float, accountant: str
+    costs: Sequence[ClientCost],
+    *,
+    noise_multiplier: float,
+    delta: float,
+    accountant: str,
+    participations: int = 1,
 ) -> tuple[float, ClientCost]:
-    """(ε, client) of the client whose single round costs the most record-level ε."""
+    """(ε, client) of the client whose ``participations`` rounds (default one) cost the most
+    record-level ε."""
     worst: tuple[float, ClientCost] | None = None
     for c in pareto_front(costs):
-        event = SampledGaussian(noise_multiplier, c.rate, c.steps)
+        event = SampledGaussian(noise_multiplier, c.rate, c.steps * participations)
         eps = epsilon([event], delta, accountant)
         if worst is None or eps > worst[0]:
             worst = (eps, c)

@@ -84,9 +84,10 @@ class SampledGaussian:
         sample_rate: the sampling rate (1.0 for no subsampling).
         steps: how many times it was applied.
         population: 0 for Poisson sampling (add/remove adjacency); N > 0 for a fixed-size
-            sample of round(q·N) drawn without replacement from N (replace-one adjacency, under
-            which the L2 sensitivity of a sum is 2C, so the event's multiplier is σ/2; Wang,
-            Balle, Kasiviswanathan 2019 via dp_accounting's RDP accountant).
+            sample of m = round(q·N) drawn without replacement from N (replace-one adjacency).
+            Its dominating pair ((1−q)·N(0, σ²) + q·N(2, σ²), N(0, σ²)) (Zhu, Dong & Wang 2022)
+            is, scaled by 1/2, that of a Poisson-subsampled Gaussian of multiplier σ/2 at rate
+            q under add/remove, which is the event :meth:`dp_event` returns.
         scheme: see below.
     """
 
@@ -114,14 +115,14 @@ class SampledGaussian:
         return "replace-one" if self.population else "add/remove-one"
 
     def dp_event(self) -> dp_accounting.DpEvent:
-        """The dp_accounting event of one step (compose it ``steps`` times)."""
+        """The dp_accounting event of one step (compose it ``steps`` times), for an accountant
+        under add/remove adjacency: a fixed-size step is its dominating pair's Poisson event
+        (σ/2, q) (class docstring). Not dp-accounting's ``REPLACE_ONE`` Poisson event, which is
+        a different pair and not valid for sampling without replacement."""
         if self.noise_multiplier == 0:
             return dp_accounting.NonPrivateDpEvent()
-        if self.population:
-            size = round(self.sample_rate * self.population)
-            base = dp_accounting.GaussianDpEvent(self.noise_multiplier / 2.0)
-            return dp_accounting.SampledWithoutReplacementDpEvent(self.population, size, base)
-        base = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        sigma = self.noise_multiplier / 2.0 if self.population else self.noise_multiplier
+        base = dp_accounting.GaussianDpEvent(sigma)
         if self.sample_rate >= 1.0:
             return base
         return dp_accounting.PoissonSampledDpEvent(self.sample_rate, base)
@@ -138,12 +139,17 @@ class LocalRelease:
             ``coordinates`` independently privatised coordinates; ``upload`` when ``epsilon``
             already covers the whole upload (any two inputs the client could upload).
         coordinates: number of independently privatised units in the upload.
+        noise_multiplier: for a Gaussian release, σ/Δ per unit (std over the unit's L2
+            sensitivity): the accountant then composes it as a Gaussian event at the run's δ
+            (``epsilon``/``delta`` stay the mechanism's own figures, for the log); 0 for any
+            other mechanism, composed from (ε, δ).
     """
 
     epsilon: float
     delta: float = 0.0
     unit: LocalUnit = "upload"
     coordinates: int = 1
+    noise_multiplier: float = 0.0
 
     @property
     def units(self) -> int:

@@ -209,8 +209,12 @@ class UploadMechanism:
 
     def release(self, *, epsilon: float) -> LocalRelease:
         """The accounting record of one upload at ``epsilon`` (the whole clipped delta is one
-        unit: Δ = 2C covers any two inputs of the client)."""
-        return LocalRelease(self.charged_epsilon(epsilon=epsilon), self.upload_delta(), "upload", 1)
+        unit: Δ = 2C covers any two inputs of the client); a Gaussian upload carries its σ/Δ,
+        so the accountant composes it as a Gaussian event at the run's δ."""
+        z = self.noise_multiplier(epsilon=epsilon) if self.mechanism == "gaussian" else 0.0
+        return LocalRelease(
+            self.charged_epsilon(epsilon=epsilon), self.upload_delta(), "upload", 1, z
+        )
 
 
 class BudgetLedger:

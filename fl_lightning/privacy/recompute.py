@@ -1,12 +1,16 @@
 """An independent recomputation of a run's headline ε from its accountant's ledger.
 
 It reads the checkpointed ledger (``PrivacyAccountant.state_dict()``: the events the
-mechanisms produced) and composes them with dp-accounting alone: ``DpEvent`` objects built here,
-dp-accounting's RDP accountant for ``rdp`` (the run itself uses Opacus' RDP for Poisson events)
-and its PLD accountant for ``pld`` and ``prv`` (PRV and PLD are both numerically tight; they
-agree to well
-under 1 %). Local ledgers are recomputed by basic composition and dp-accounting's PLD of a
-generic (ε, δ) mechanism. ``docs/privacy.md`` and the tests compare the run's printed ε with it.
+mechanisms produced) and composes them without ``privacy/analysis.py``: ``DpEvent`` objects
+built here, dp-accounting's RDP accountant for ``rdp`` (the run itself uses Opacus' RDP) and its
+PLD accountant for ``pld`` and ``prv`` (PRV and PLD are both numerically tight; they agree to
+well under 1 %). A fixed-size row (population N > 0) is built here as its dominating pair's
+event, a Poisson-subsampled Gaussian of multiplier σ/2 at q = m/N (Zhu, Dong & Wang 2022).
+Local ledgers: Gaussian releases by the closed-form hockey-stick divergence of the composed
+Gaussian (μ² = Σ k/z², Dong, Roth & Su 2019) solved here with scipy for ``pld``/``prv``, and
+dp-accounting's RDP for ``rdp``; the other releases by basic composition and dp-accounting's
+PLD of a generic (ε, δ) mechanism. Every figure is at the ledger's δ. ``docs/privacy.md`` and
+the tests compare the run's printed ε with it.
 """
 
 from __future__ import annotations
@@ -22,13 +26,16 @@ NR = dp_accounting.NeighboringRelation
 
 
 def _event(sigma: float, q: float, population: int) -> dp_accounting.DpEvent:
-    if population:
-        m = round(q * population)
-        return dp_accounting.SampledWithoutReplacementDpEvent(
-            population, m, dp_accounting.GaussianDpEvent(sigma / 2.0)
-        )
-    gaussian = dp_accounting.GaussianDpEvent(sigma)
+    gaussian = dp_accounting.GaussianDpEvent(sigma / 2.0 if population else sigma)
     return gaussian if q >= 1.0 else dp_accounting.PoissonSampledDpEvent(q, gaussian)
+
+
+def _accountant(accountant: str) -> dp_accounting.PrivacyAccountant:
+    if accountant == "rdp":
+        # Opacus' grid of orders (the run's RDP accountant), composed by dp-accounting's code
+        orders = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+        return dp_accounting.rdp.RdpAccountant(orders=orders)
+    return dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
 
 
 def gaussian_history_epsilon(rows: list, delta: float, accountant: str) -> float:
@@ -39,33 +46,71 @@ def gaussian_history_epsilon(rows: list, delta: float, accountant: str) -> float
         return 0.0
     if any(sigma == 0 for sigma, *_ in rows):
         return math.inf
-    fixed = any(n for *_, n in rows)
-    if accountant == "rdp" or fixed:
-        relation = NR.REPLACE_ONE if fixed else NR.ADD_OR_REMOVE_ONE
-        acc: dp_accounting.PrivacyAccountant = dp_accounting.rdp.RdpAccountant(
-            neighboring_relation=relation
-        )
-    else:
-        acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    acc = _accountant(accountant)
     for sigma, q, steps, n in rows:
         acc.compose(_event(sigma, q, n), steps)
     return float(acc.get_epsilon(delta))
 
 
-def local_rows_epsilon(rows: list, delta: float) -> float:
-    """min(basic, PLD composition) of rows (ε, δ, unit, units, uploads)."""
-    counts = [(float(e), float(d), int(u) * int(n)) for e, d, _unit, u, n in rows]
-    basic = sum(e * k for e, _, k in counts)
-    if sum(d * k for _, d, k in counts) >= delta:
-        return basic
-    total = None
-    for e, d, k in counts:
-        one = pld_lib.from_privacy_parameters(
-            common.DifferentialPrivacyParameters(e, d), value_discretization_interval=1e-3
-        ).self_compose(k)
-        total = one if total is None else total.compose(one)
-    assert total is not None
-    return min(basic, float(total.get_epsilon_for_delta(delta)))
+def _composed_gaussian_epsilon(mu: float, delta: float) -> float:
+    """ε at δ of μ-GDP: the root of δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong, Roth & Su
+    2019, Cor. 2.13), in log space so that ε in the thousands does not overflow."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def gap(eps: float) -> float:
+        first = norm.logcdf(-eps / mu + mu / 2)
+        second = eps + norm.logcdf(-eps / mu - mu / 2)
+        return math.exp(first) * -math.expm1(second - first) - delta
+
+    if gap(0.0) <= 0:
+        return 0.0
+    hi = 1.0
+    while gap(hi) > 0:
+        hi *= 2.0
+    return float(brentq(gap, 0.0, hi, xtol=1e-10, rtol=1e-10))
+
+
+def local_rows_epsilon(rows: list, delta: float, accountant: str = "pld") -> float:
+    """ε at ``delta`` of one client's local rows (ε, δ, unit, units, uploads[, σ/Δ])."""
+    gaussian = [(float(r[5]), int(r[3]) * int(r[4])) for r in rows if len(r) > 5 and r[5] > 0]
+    counts = [
+        (float(e), float(d), int(u) * int(n))
+        for e, d, _unit, u, n, *z in rows
+        if not (z and z[0] > 0)
+    ]
+    others_delta = sum(d * k for _, d, k in counts)
+    others = 0.0
+    if counts:
+        basic = sum(e * k for e, _, k in counts) if others_delta <= delta else math.inf
+        tight = math.inf
+        if others_delta < delta and max(e for e, _, _ in counts) <= 50.0:
+            total = None
+            for e, d, k in counts:
+                one = pld_lib.from_privacy_parameters(
+                    common.DifferentialPrivacyParameters(e, d), value_discretization_interval=1e-3
+                ).self_compose(k)
+                total = one if total is None else total.compose(one)
+            assert total is not None
+            tight = float(total.get_epsilon_for_delta(delta))
+        others = min(basic, tight)
+        if not gaussian:
+            return others
+    if not gaussian:
+        return 0.0
+    if others_delta >= delta:
+        return math.inf
+    left = delta - others_delta
+    if accountant == "rdp":
+        acc = _accountant("rdp")
+        for z, k in gaussian:
+            acc.compose(dp_accounting.GaussianDpEvent(z), k)
+        gauss = float(acc.get_epsilon(left))
+    else:
+        gauss = _composed_gaussian_epsilon(math.sqrt(sum(k / z**2 for z, k in gaussian)), left)
+    if counts:  # basic composition of the two parts
+        return gauss + sum(e * k for e, _, k in counts)
+    return gauss
 
 
 def headline_epsilon(state: dict[str, Any], *, delta: float, accountant: str) -> float:
@@ -82,6 +127,6 @@ def headline_epsilon(state: dict[str, Any], *, delta: float, accountant: str) ->
             for rows in state["record_level"].values()
         )
     if state.get("local"):
-        return max(local_rows_epsilon(rows, delta) for rows in state["local"].values())
+        return max(local_rows_epsilon(rows, delta, accountant) for rows in state["local"].values())
     # Nothing released: ε = 0 for a private run, no guarantee (∞) for a non-private one.
     return 0.0 if state.get("private_run", True) or not state.get("rounds") else math.inf

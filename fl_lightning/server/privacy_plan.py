@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.privacy.analysis import refuse_without_replacement
+from fl_lightning.privacy.analysis import calibrate_noise_multiplier
 from fl_lightning.privacy.budget import (
     BudgetError,
     ClientCost,
-    calibrate_dp_sgd,
     dp_sgd_event,
+    dp_sgd_histories,
     dp_sgd_rate,
     max_participations,
     most_expensive_round,
@@ -81,16 +81,25 @@ def privacy_target(accountant: PrivacyAccountant | None, sampling: CohortSamplin
 
 def check_strategy_target(strategy: Strategy, target: PrivacyTarget) -> None:
     """Before the strategy calibrates its σ to ``target`` (``Strategy.setup_federation``):
-    refuses an accountant that cannot account the cohort sampling of a sampling-amplified
-    strategy, and says which wins when a σ and a target are both given."""
-    sampling = target.sampling
-    amplified = strategy.traits.amplified_by_sampling
-    if amplified and sampling is not None and sampling.without_replacement:
-        what = f"fixed-size cohorts ({sampling.size} of {sampling.population})"
-        refuse_without_replacement(target.accountant, what=what)
+    refuses an accountant without a fully adaptive composition theorem for a strategy that
+    chooses its noise from released outputs (:func:`refuse_adaptive_noise`), and says which wins
+    when a σ and a target are both given. (Every accountant accounts every cohort sampling:
+    fixed-size cohorts by their dominating pair, ``privacy/analysis.py``.)"""
+    refuse_adaptive_noise(strategy.traits.adaptive_noise, target.accountant)
     central = strategy.central_dp
     sigma = central.noise_multiplier if central else getattr(strategy, "noise_multiplier", None)
     say_sigma_caps("strategy.noise_multiplier", sigma, target.epsilon)
+
+
+def refuse_adaptive_noise(adaptive: str | None, accountant: str) -> None:
+    """Noise chosen from released outputs (``StrategyTraits.adaptive_noise``) composes by RDP
+    as a Rényi filter at each order (Feldman & Zrnic 2021, Thm. 3.1); PLD and PRV compose
+    mechanisms whose parameters are fixed in advance, so they are refused (docs/privacy.md)."""
+    if adaptive and accountant != "rdp":
+        raise ValueError(
+            f"privacy.accountant: {accountant!r} composes noise fixed in advance, but {adaptive}; "
+            "only RDP composes that (a Rényi filter per order, Feldman & Zrnic 2021): use rdp"
+        )
 
 
 def calibrate_client_noise(
@@ -115,14 +124,18 @@ def calibrate_client_noise(
         if n > 0
     ]
     if dp.noise_multiplier is None:
-        if target is None:
-            raise ValueError(
-                "client.dp_sgd.noise_multiplier: unset, so privacy.target_epsilon is needed "
-                "to calibrate it"
-            )
         k = max_participations(rounds, sampling.rate, len(costs))
-        sigma, worst = calibrate_dp_sgd(
-            costs, participations=k, target_epsilon=target, delta=delta, accountant=backend
+        if not costs and target is not None:
+            raise BudgetError("data: no client holds any example to calibrate DP-SGD for")
+        sigma = calibrate_noise_multiplier(
+            dp_sgd_histories(costs, participations=k),
+            target_epsilon=target,
+            delta=delta,
+            accountant=backend,
+            field="client.dp_sgd.noise_multiplier",
+        )
+        _, worst = most_expensive_round(
+            costs, noise_multiplier=sigma, delta=delta, accountant=backend, participations=k
         )
         log.info(
             "client.dp_sgd.noise_multiplier calibrated to %.4g: client %d (%d examples, "
@@ -164,6 +177,7 @@ def declare_private_run(
     if accountant is None:
         return
     accountant.private_run = uses_dp_sgd or strategy.traits.private
+    accountant.adaptive_noise = strategy.traits.adaptive_noise
     accountant.not_private_reason = (
         f"{type(strategy).__name__} uploads and aggregates updates without noise"
     )

@@ -96,11 +96,16 @@ class StrategyTraits:
             it can). A strategy that keeps per-client state syncs it by keeping it in
             ``Strategy.client_states``; the server refuses a sharded run with a problem here on
             every rank before any collective.
+        adaptive_noise: what chooses its noise from released outputs (None: its σ is fixed
+            before training). Composing such steps needs a fully adaptive composition theorem:
+            the server then refuses accountants without one (only RDP has it, as a Rényi filter
+            per order, Feldman & Zrnic 2021) and the guarantee says so (docs/privacy.md).
     """
 
     private: bool = False
     amplified_by_sampling: bool = False
     distributed_problem: str | None = None
+    adaptive_noise: str | None = None
 
 
 def client_weight(update: ClientUpdate, weighting: Weighting) -> float:

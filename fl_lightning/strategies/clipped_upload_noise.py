@@ -11,7 +11,9 @@ Privacy reported to the accountant (local ledger, basic composition over rounds)
 * Laplace: pure ε = 2C√d / b, the L1 diameter of the L2 ball of radius C over the scale b
   (what the release defends for any two clipped updates; the paper's per-coordinate ε is
   logged as ``strategy/paper_epsilon_round``);
-* Gaussian: the (ε, δ) of one Gaussian release with L2 sensitivity 2C (dp-accounting RDP).
+* Gaussian: a Gaussian release of noise multiplier σ/(2C) (L2 sensitivity 2C), composed over
+  rounds as Gaussian events on the run's accountant at the run's δ; its one-upload (ε, δ) at
+  ``strategy.delta`` (dp-accounting RDP) is what ``round_epsilon`` logs.
 
 ``DPFedAvgLocal`` is FedAvg (weights n_i/n) holding one; ``FedAvg`` given one as
 ``strategy.init_args.local_dp`` is the same run.
@@ -135,10 +137,15 @@ class ClippedUploadNoise(UploadPrivacy):
         )
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        """One local release per dispatched client at ``round_epsilon``."""
+        """One local release per dispatched client: Laplace at ``round_epsilon``; Gaussian with
+        its σ/Δ, composed by the accountant as a Gaussian event at the run's δ."""
         eps = self.round_epsilon()
-        delta = 0.0 if self.noise == "laplace" else self.delta
-        return RoundPrivacy(local={cid: [LocalRelease(eps, delta, "upload")] for cid in ctx.cohort})
+        if self.noise == "laplace":
+            release = LocalRelease(eps, 0.0, "upload")
+        else:
+            z = self.scale / (2.0 * self.clip_norm)
+            release = LocalRelease(eps, self.delta, "upload", 1, z)
+        return RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
 
     def metrics(self, ctx: RoundContext) -> Metrics:
         """The paper's per-round ε, beside the defensible one the accountant composes."""

@@ -27,8 +27,11 @@ in a few rounds; the window makes ANR fire on a plateau, as §3.2 describes.
 Privacy: record-level (ε, δ)-DP per client. Each client's steps are recorded by the core with
 the σ_t actually used (``ClientUpdate.dp_steps``) and composed by the accountant as the sum of the
 per-step sampled-Gaussian RDP at each σ_t (the paper's Theorem 1 assumes a constant σ and its
-Eq. 13 drops a log and flips a sign; neither is copied). Training stops before a round that
-would exceed ``privacy.target_epsilon`` (2 in the paper).
+Eq. 13 drops a log and flips a sign; neither is copied). With ANR, σ_t is chosen from released
+models, so the steps compose by RDP's fully adaptive composition (a Rényi filter per order,
+Feldman & Zrnic 2021, Thm. 3.1): the run needs ``privacy.accountant: rdp`` and refuses PLD/PRV,
+whose compositions assume parameters fixed in advance (docs/privacy.md, "Adaptive noise").
+Training stops before a round that would exceed ``privacy.target_epsilon`` (2 in the paper).
 """
 
 from __future__ import annotations
@@ -213,10 +216,14 @@ class DPFLAGN(Strategy):
 
     @property
     def traits(self) -> StrategyTraits:
-        """Not shardable when it persists per-client Adam state outside ``client_states``."""
+        """Not shardable when it persists per-client Adam state outside ``client_states``;
+        with ANR its σ_t is chosen from the released models (adaptive noise)."""
         unsynced = self.adam_state == "persist" and self.client_states is not self.optimizer_states
         problem = unsynced_state_problem(self) if unsynced else None
-        return dataclasses.replace(super().traits, distributed_problem=problem)
+        adaptive = "DPFL-AGN's ANR chooses σ_t from the released models" if self.anr else None
+        return dataclasses.replace(
+            super().traits, distributed_problem=problem, adaptive_noise=adaptive
+        )
 
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

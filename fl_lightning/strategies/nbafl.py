@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
+from fl_lightning.privacy.analysis import calibrate_repeated_gaussian, epsilon
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism, sample_gaussian
@@ -138,6 +138,7 @@ class NbAFL(Strategy):
         self.exposures = exposures
         self.variant = variant
         self.accountant = "rdp"
+        self.run_delta = delta
         self.sigma_u: float | None = None
         self.sigma_d: float = 0.0
         self.L: int | None = None
@@ -153,6 +154,7 @@ class NbAFL(Strategy):
                 raise ValueError("strategy.epsilon: unset, so privacy.target_epsilon is needed")
             self.epsilon = spec.privacy.epsilon
         self.accountant = spec.privacy.accountant
+        self.run_delta = spec.privacy.delta  # the sound ε is printed at the run's δ
         if self.sigma_u is None and self.num_clients:  # σ_U, σ_D need ε, N, m, T
             self.configure(
                 num_clients=self.num_clients, min_size=spec.min_client_size, rounds=spec.rounds
@@ -171,12 +173,12 @@ class NbAFL(Strategy):
                 eps=self.epsilon,
             )
         else:
-            z = calibrate_noise_multiplier(
+            z = calibrate_repeated_gaussian(
+                L,
                 target_epsilon=self.epsilon,
                 delta=self.delta,
-                sample_rate=1.0,
-                steps=L,
                 accountant=self.accountant,
+                field="strategy.epsilon",
             )
             self.sigma_u = z * 2.0 * self.clip_norm
         self.sigma_d = downlink_sigma(
@@ -238,7 +240,7 @@ class NbAFL(Strategy):
         metrics = {"sigma_uplink": self.sigma_u, "sigma_downlink": self.sigma_d}
         if self.variant == "published":
             events = [self.uplink_mechanism.cohort_event(EVERY_CLIENT, steps=self.uploads)]
-            metrics["epsilon_sound"] = epsilon(events, self.delta, "rdp")
+            metrics["epsilon_sound"] = epsilon(events, self.run_delta, self.accountant)
             metrics["epsilon_paper"] = float(self.epsilon or math.nan)
         return metrics
 

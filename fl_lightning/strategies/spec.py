@@ -21,8 +21,8 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.privacy.analysis import resolve_cohort_noise_multiplier
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.analysis import DEFAULT_ACCOUNTANT, calibrate_noise_multiplier
+from fl_lightning.privacy.events import CohortSampling, SampledGaussian
 
 ClientData = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
 
@@ -69,7 +69,7 @@ class PrivacyTarget:
 
     epsilon: float | None = None
     delta: float = 1e-5
-    accountant: str = "rdp"
+    accountant: str = DEFAULT_ACCOUNTANT
     sampling: CohortSampling | None = None
 
     def cohort_sampling(self, num_clients: int) -> CohortSampling:
@@ -132,14 +132,15 @@ class FederationSpec:
         """σ of one client-level Gaussian a round on this federation's cohorts: ``sigma`` when
         given, else calibrated so that ``rounds`` rounds spend ``target_epsilon`` (default: the
         run's target) on the accountant that reports (``privacy/analysis.py``)."""
+        if sigma is not None:
+            return sigma
         target = self.privacy.epsilon if target_epsilon is None else target_epsilon
-        return resolve_cohort_noise_multiplier(
-            sigma,
+        rounds = [SampledGaussian.for_cohort(1.0, self.sampling, self.rounds)]
+        return calibrate_noise_multiplier(
+            [rounds],
             target_epsilon=target,
             delta=self.privacy.delta,
             accountant=self.privacy.accountant,
-            rounds=self.rounds,
-            sampling=self.sampling,
         )
 
     @property

@@ -4,12 +4,15 @@ One shrink rule for all of them, ``offline_overrides`` in conftest.py: a dataset
 datasets that need the internet, a model shrink keyed by the model class, two rounds of one
 local step and a cohort of about two clients. The ``slow`` variant (``[paper_size]``) keeps the
 paper's model for the configs whose model the shrink changes; ``pytest -m slow`` runs them.
+Every run's finished line is checked against its guarantee sentence and its ledger: one (ε, δ),
+at the run's δ, recomputed within 1 % from the ledger by ``privacy/recompute.py``.
 Paper-specific assertions (ε bounds, guarantees) live in ``test_<paper>_configs.py``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -37,9 +40,35 @@ def test_there_are_experiment_configs():
     }  # fmt: skip
 
 
+FINISHED = re.compile(r"^Finished .*, ε = (\S+) \(δ = (\S+)\); guarantee: (.*)$", re.M)
+PAIR = re.compile(r"\(([^,()]+), ([^()]+)\)-DP")
+
+
+def check_finished_line(out: str, summary: dict, ledger: dict) -> None:
+    """The printed line's (ε, δ) is the sentence's pair and the ledger's δ: one δ, the run's
+    (issue 33 §2). A sentence without a pair states no guarantee (ε = ∞) or no release (0)."""
+    lines = FINISHED.findall(out)
+    assert len(lines) == 1, f"expected one finished line, got {lines}"
+    eps, delta, sentence = lines[0]
+    assert float(delta) == ledger["delta"] == summary["privacy/delta"]
+    assert float(eps) == pytest.approx(summary["privacy/epsilon"], rel=1e-3, abs=1e-3)
+    pairs = PAIR.findall(sentence)
+    if sentence.startswith("none"):
+        assert math.isinf(float(eps)) and not pairs
+        return
+    if not pairs:
+        assert float(eps) == 0.0, sentence
+        return
+    assert len(pairs) == 1, sentence
+    stated_eps, stated_delta = pairs[0]
+    assert float(stated_delta) == ledger["delta"], sentence
+    assert float(stated_eps) == pytest.approx(float(eps), rel=6e-3), sentence  # 3 digits
+
+
 @pytest.mark.parametrize(("config", "shrink"), CASES)
-def test_experiment_runs(config, shrink, run_experiment):
+def test_experiment_runs(config, shrink, run_experiment, capsys):
     run = run_experiment(config, shrink=shrink)
+    check_finished_line(capsys.readouterr().out, run.summary, run.ledger)
     summary = run.summary
     if calibrates_noise(config):
         # σ is calibrated so every client stays within the target over its likely number of

@@ -71,7 +71,7 @@ def test_zero_noise_is_infinite_and_empty_is_zero():
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 def test_calibration_meets_target_tightly(accountant):
     sigma = calibrate_noise_multiplier(
-        target_epsilon=2.0, delta=DELTA, sample_rate=0.1, steps=100, accountant=accountant
+        [[SampledGaussian(1.0, 0.1, 100)]], target_epsilon=2.0, delta=DELTA, accountant=accountant
     )
     eps = epsilon([SampledGaussian(sigma, 0.1, 100)], DELTA, accountant)
     assert eps <= 2.0

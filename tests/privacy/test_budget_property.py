@@ -21,8 +21,8 @@ Assumptions (the lead's accountant rewrite may change them; adapt ``round_events
   ``load_state_dict()``; events are ``SampledGaussian(noise_multiplier, sample_rate, steps)``.
 * A round's client-level event is ``SampledGaussian(σ, m/N, 1, population)``: Poisson
   (population 0, add/remove adjacency) for Poisson cohorts; for fixed-size cohorts of m < N,
-  population N, recomputed as ``SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(σ/2))``
-  under replace-one (sensitivity 2C), rdp only (prv and pld refuse it).
+  population N, recomputed as its dominating pair's event (Zhu, Dong & Wang 2022):
+  ``PoissonSampledDpEvent(m/N, GaussianDpEvent(σ/2))`` under add/remove, on every accountant.
 * A cohort client's record-level events are ``steps_i = E·ceil(n_i/B)`` Poisson-subsampled
   Gaussian steps at q_i = min(1, B/n_i) (``planned_privacy`` today); the headline is the
   client level when present, else the max over clients of the record-level ε.
@@ -57,10 +57,8 @@ def configs(draw: st.DrawFn) -> dict:
     rounds = draw(st.integers(1, 25))
     level = draw(st.sampled_from(["client", "record", "both"]))
     sampling = draw(st.sampled_from(["poisson", "fixed"]))
-    # prv / pld refuse fixed-size cohorts drawn without replacement (no such event there)
-    fixed_client = sampling == "fixed" and level != "record"
     return {
-        "accountant": draw(st.sampled_from(["rdp"] if fixed_client else ["rdp", "prv", "pld"])),
+        "accountant": draw(st.sampled_from(["rdp", "prv", "pld"])),
         "level": level,
         "sampling": sampling,
         "n_clients": n_clients,
@@ -130,17 +128,12 @@ def _history_epsilon_of(
     if not events:
         return 0.0
     if any(e.population for e in events):
-        # Fixed-size cohorts: replace-one adjacency, so the L2 sensitivity of the sum is 2C
-        # and the Gaussian's multiplier relative to it is σ/2 (dp-accounting's default orders).
-        acc = dp_accounting.rdp.RdpAccountant(
-            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE
+        # Fixed-size cohorts (replace-one): the dominating pair ((1-q)N(0,σ²) + qN(2,σ²),
+        # N(0,σ²)) is, scaled by 1/2, the add/remove pair of a Poisson-sampled Gaussian of σ/2.
+        events = tuple(
+            dataclasses.replace(e, noise_multiplier=e.noise_multiplier / 2, population=0)
+            for e in events
         )
-        for e, steps in _rdp_runs(list(events)):
-            size = round(e.sample_rate * e.population)
-            gaussian = dp_accounting.GaussianDpEvent(e.noise_multiplier / 2)
-            event = dp_accounting.SampledWithoutReplacementDpEvent(e.population, size, gaussian)
-            acc.compose(event, steps)
-        return float(acc.get_epsilon(delta))
     if accountant == "rdp":
         acc = dp_accounting.rdp.RdpAccountant(orders=OPACUS_ORDERS)
         runs = _rdp_runs(list(events))

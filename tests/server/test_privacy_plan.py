@@ -62,3 +62,28 @@ def test_planned_round_has_one_dp_sgd_event_per_cohort_client():
     assert sorted(plan.record_level) == [1, 3]
     assert plan.record_level[3] == [dp_sgd_event(1.3, batch_size=8, size=160, steps=2)]
     assert plan.client_level == [] and plan.local == {}
+
+
+@pytest.mark.parametrize("accountant", ["pld", "prv"])
+def test_adaptive_noise_is_refused_on_accountants_without_adaptive_composition(accountant):
+    """DPFL-AGN's ANR chooses σ_t from released models: only RDP composes that (a Rényi filter
+    per order, Feldman & Zrnic 2021); PLD/PRV assume the noise fixed in advance."""
+    from fl_lightning.server.privacy_plan import check_strategy_target
+    from fl_lightning.strategies.dpfl_agn import DPFLAGN
+    from fl_lightning.strategies.spec import PrivacyTarget
+
+    strategy = DPFLAGN(anr=True)
+    assert strategy.traits.adaptive_noise
+    with pytest.raises(ValueError, match=r"^privacy.accountant: .*Rényi filter.*use rdp"):
+        check_strategy_target(strategy, PrivacyTarget(accountant=accountant, sampling=SAMPLING))
+    check_strategy_target(strategy, PrivacyTarget(accountant="rdp", sampling=SAMPLING))
+    check_strategy_target(DPFLAGN(anr=False), PrivacyTarget(accountant=accountant))
+
+
+def test_adaptive_noise_is_named_in_the_guarantee():
+    from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+
+    acc = PrivacyAccountant("rdp", delta=1e-5)
+    acc.adaptive_noise = "DPFL-AGN's ANR chooses σ_t from the released models"
+    acc.record(RoundPrivacy(record_level={0: [SampledGaussian(1.0, 0.1, 3)]}))
+    assert "Rényi filter per order (Feldman & Zrnic 2021)" in acc.report()["privacy/guarantee"]

@@ -60,7 +60,10 @@ def test_every_hook_is_documented():
         (DPFedASGP(), StrategyTraits(private=True)),
         (NbAFL(clip_norm=1.0), StrategyTraits(private=True)),
         (CPSGD(), StrategyTraits(private=True)),
-        (DPFLAGN(adam_state="persist"), StrategyTraits()),
+        (
+            DPFLAGN(adam_state="persist"),
+            StrategyTraits(adaptive_noise="DPFL-AGN's ANR chooses σ_t from the released models"),
+        ),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, Strategy) else "",
 )

@@ -124,5 +124,12 @@ class LocalGaussian(GaussianMechanism, LocalMechanism):
         w = as_tensor(w)
         return torch.full_like(w, -math.inf), torch.full_like(w, math.inf)
 
+    def local_release(self, coordinates: int) -> LocalRelease:
+        """As :meth:`LocalMechanism.local_release`, with the noise multiplier σ/Δ, so that the
+        accountant composes the coordinates and uploads as Gaussian events at the run's δ."""
+        return LocalRelease(
+            self.epsilon, self.delta, "coordinate", int(coordinates), self.noise_multiplier
+        )
+
 
 SPM_VARIANTS = ("published", "debiased", "unbiased_c")
