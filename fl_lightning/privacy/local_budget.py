@@ -36,7 +36,7 @@ from dp_accounting.pld import privacy_loss_mechanism
 
 from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma
-from fl_lightning.privacy.mechanisms.laplace import sample_laplace
+from fl_lightning.privacy.mechanisms.laplace import add_laplace
 
 MechanismName = Literal["none", "gaussian", "laplace"]
 TightAccountant = Literal["rdp", "pld"]
@@ -194,14 +194,8 @@ class UploadMechanism:
                 dtype=delta_vec.dtype,
             )
             return delta_vec.add_(noise, alpha=scale), norm
-        noise = sample_laplace(
-            delta_vec.shape,
-            scale=scale,
-            generator=generator,
-            device=delta_vec.device,
-            dtype=delta_vec.dtype,
-        )
-        return delta_vec.add_(noise), norm
+        released = add_laplace(delta_vec, scale=scale, generator=generator)  # hole-free sampler
+        return delta_vec.copy_(released), norm
 
     def charged_epsilon(self, *, epsilon: float) -> float:
         """What basic composition can defend for one upload at ``epsilon`` (module docstring)."""
