@@ -26,6 +26,7 @@ from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
 from fl_lightning.server.executor_choice import build_executor
 from fl_lightning.server.federation import set_up_federation
+from fl_lightning.server.noise_signal import run_estimate, warning_line
 from fl_lightning.server.privacy_plan import declare_private_run
 from fl_lightning.server.round import FederatedRound
 from fl_lightning.server.run_files import (
@@ -182,6 +183,17 @@ class FederatedModule(pl.LightningModule):
         self._log_partition()
         local_dp = self.strategy.local_dp
         log_upload_guarantee(local_dp.guarantee_note() if local_dp else None, self.loggers)
+        self._warn_noise_to_signal()
+
+    def _warn_noise_to_signal(self) -> None:
+        """One WARNING line before round 0 when the noise drowns any signal the run could
+        accumulate (``server/noise_signal.py``)."""
+        est = run_estimate(
+            self.strategy, self.global_net, self.sampler, self.data, int(self.trainer.max_steps)
+        )
+        line = warning_line(est)
+        if line and self.trainer.is_global_zero:
+            log.warning(line)
 
     def resolved_config(self) -> dict[str, Any]:
         """What every rank must agree on (``server/run_identity.py``)."""
