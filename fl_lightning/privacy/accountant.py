@@ -30,6 +30,7 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.analysis import ACCOUNTANTS, as_history, epsilon, local_epsilon
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.statement import with_seed_clause
 
 ACCOUNTANT_NAMES = {
     "rdp": "RDP accountant (Opacus)",
@@ -61,6 +62,9 @@ class PrivacyAccountant(Callback):
         delta: δ of the reported (ε, δ).
         target_epsilon: stop training before the round that would exceed it; also the target
             of noise calibration when a noise multiplier is left unset.
+        secure_mode: draw the seed of every noise, cohort and batch generator from the OS's
+            entropy and write it nowhere but the checkpoint (then a secret); the guarantee
+            drops its simulation caveat (``privacy/statement.py``, docs/privacy.md).
     """
 
     def __init__(
@@ -68,6 +72,7 @@ class PrivacyAccountant(Callback):
         accountant: Literal["rdp", "prv", "pld", "none"] = "rdp",
         delta: float = 1e-5,
         target_epsilon: float | None = None,
+        secure_mode: bool = False,
     ) -> None:
         super().__init__()
         if accountant not in (*ACCOUNTANTS, "none"):
@@ -81,6 +86,7 @@ class PrivacyAccountant(Callback):
         self.accountant = accountant
         self.delta = delta
         self.target_epsilon = target_epsilon
+        self.secure_mode = bool(secure_mode)
         self.client_level: list[SampledGaussian] = []
         self.record_level: dict[int, list[SampledGaussian]] = {}
         self.local: dict[int, dict[tuple[float, float, str, int], int]] = {}
@@ -159,7 +165,8 @@ class PrivacyAccountant(Callback):
                 self.record_level
             )
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
-        out["privacy/epsilon"], out["privacy/guarantee"] = eps, guarantee
+        out["privacy/epsilon"] = eps
+        out["privacy/guarantee"] = with_seed_clause(guarantee, secure_mode=self.secure_mode)
         return out
 
     def _client_level_epsilon(self) -> float:
