@@ -45,6 +45,7 @@ def test_secure_run_writes_its_seed_nowhere_but_the_checkpoint(tmp_path, monkeyp
     written = [p for p in (tmp_path / "secure").rglob("*") if p.is_file() and p.suffix != ".ckpt"]
     assert {"config.yaml", "metrics.csv", "summary.json", "privacy_ledger.json",
             "privacy_statement.md"} <= {p.name for p in written}  # fmt: skip
+    assert any("wandb" in p.parts for p in written)  # W&B's offline run (config, logs) too
     for needle in (str(SECRET), hex(SECRET)[2:]):
         leaks = [p for p in written if needle.encode() in p.read_bytes()]
         assert not leaks, f"the secret seed is written in {leaks}"
