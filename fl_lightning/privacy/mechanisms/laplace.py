@@ -11,8 +11,9 @@ float64 does not cure it (53 bits: largest draw 36.7b, the same sparse tail).
 
 How (the discrete Laplace at a stated resolution, with the input snapped to its grid):
 
-* the grid: Λ = 2^⌊log₂ b⌋ · 2⁻ᵏ with k = ⌈log₂ d⌉ + 20 clamped to [20, 46] (d coordinates), and
-  t = ⌈b/Λ⌉ grid steps per scale (t ≥ 2ᵏ; the scale actually used, tΛ, is ≥ b: never less noise);
+* the grid: Λ = 2^⌊log₂ b⌋ · 2⁻ᵏ with k = ⌈log₂ d⌉ + 20 clamped to [28, 46] (d coordinates), and
+  t = b/Λ rounded up to a multiple of 2⁸ grid steps per scale (t ≥ 2ᵏ; the scale actually used,
+  tΛ ≤ b·(1 + 2⁻²⁰), is ≥ b: never less noise);
 * the input is rounded to the grid, n = round(x/Λ) (a deterministic map; each coordinate moves
   by at most Λ/2, so the L1 distance of two rounded neighbours is at most Δ + dΛ);
 * the noise is K = G₁ − G₂ with G ~ Geometric(1 − e^{−1/t}): K has P(K = k) ∝ e^{−|k|/t}, the
@@ -22,11 +23,13 @@ How (the discrete Laplace at a stated resolution, with the input snapped to its 
 
 So the release is (Δ + dΛ)/(tΛ) ≤ ε + d·2⁻ᵏ ≤ ε + 2⁻²⁰-DP for ε = Δ/b and d ≤ 2²⁶ coordinates
 (above that, ≤ ε + d·2⁻⁴⁶), and no output is impossible under a neighbour. The geometric draws
-follow Canonne, Kamath & Steinke 2020 (Alg. 2): G = t·V + J with V ~ Geometric(1 − e⁻¹) counted
-by Bernoulli(e⁻¹) trials (unbounded) and J uniform on {0, …, t − 1} accepted with probability
-e^{−J/t} (≥ e⁻¹, so every J is reachable). Every draw comes from the caller's generator
-(``torch.randint`` for J, float64 ``torch.rand`` for the Bernoulli trials, whose probabilities
-are therefore exact up to 2⁻⁵³: a relative error of the pmf ratios below 10⁻¹⁵).
+follow Canonne, Kamath & Steinke 2020 (Alg. 2), on blocks of s = t/2⁸: G = s·Q + L with Q of
+ratio e^{−1/2⁸} (⌊−2⁸·ln U⌋ below 4·2⁸, past it 4·2⁸ plus a fresh Q: memoryless, unbounded)
+and L uniform on {0, …, s − 1} kept with probability e^{−L/t} (≥ e^{−1/2⁸}, so every L is
+reachable). Every draw comes from the caller's generator (``torch.randint`` for L, float64
+``torch.rand`` for the rest), so the probabilities are exact up to the 2⁻⁵³ grid of the
+uniforms: a relative error of the pmf ratios below 10⁻¹¹ (the smallest probability read off
+that grid is 7·10⁻⁵), which adds at most d·10⁻¹¹ to ε.
 """
 
 from __future__ import annotations
