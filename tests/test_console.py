@@ -15,6 +15,8 @@ EXPECTED = [
     re.compile(r"^Round\b"),  # the bar (tqdm redraws it with \r)
     re.compile(r"^Finished \d+ rounds: test accuracy [0-9.]+, ε = [0-9.]+ "),
     re.compile(r"^Run directory: "),
+    # A warning the user needs: TINY's 3 clients a round drown its σ = 1.5 (server/noise_signal.py)
+    re.compile(r"^WARNING: noise-to-signal [0-9.,]+ over \d+ rounds \("),
 ]
 
 
@@ -55,6 +57,7 @@ def test_fit_prints_only_the_round_bar_and_the_summary(tmp_path):
     bar = [ln for ln in lines if ln.startswith("Round")]
     assert any("2/2" in ln and "loss=" in ln and "ε=" in ln for ln in bar), bar
     assert any(ln.startswith("Finished 2 rounds") for ln in lines)
+    assert sum(ln.startswith("WARNING: noise-to-signal") for ln in lines) == 1  # one line
     # W&B ran (offline: no credentials in this HOME) and wrote under default_root_dir.
     assert list((root / "wandb").glob("offline-run-*"))
 

@@ -46,6 +46,7 @@ from fl_lightning.privacy.analysis import (
     local_epsilon,
 )
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.statement import with_seed_clause
 
 ACCOUNTANT_NAMES = {
     "rdp": "RDP accountant (Opacus)",
@@ -85,6 +86,9 @@ class PrivacyAccountant(Callback):
         allow_large_delta: release a guarantee whose δ is at least 1/N (N clients) or 1/n
             (the smallest client's n records), which is refused otherwise
             (``privacy/population.py``); the guarantee sentence then says so.
+        secure_mode: draw the seed of every noise, cohort and batch generator from the OS's
+            entropy and write it nowhere but the checkpoint (then a secret); the guarantee
+            drops its simulation caveat (``privacy/statement.py``, docs/privacy.md).
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class PrivacyAccountant(Callback):
         delta: float = 1e-5,
         target_epsilon: float | None = None,
         allow_large_delta: bool = False,
+        secure_mode: bool = False,
     ) -> None:
         super().__init__()
         if accountant not in (*ACCOUNTANTS, "none"):
@@ -109,6 +114,7 @@ class PrivacyAccountant(Callback):
         self.allow_large_delta = allow_large_delta
         self.large_delta_note: str | None = None
         """Set by the run's set-up when ``allow_large_delta`` let a δ ≥ 1/N (1/n) through."""
+        self.secure_mode = bool(secure_mode)
         self.client_level: list[SampledGaussian] = []
         self.record_level: dict[int, list[SampledGaussian]] = {}
         self.local: dict[int, dict[LocalKey, int]] = {}
@@ -262,7 +268,8 @@ class PrivacyAccountant(Callback):
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
         if self.large_delta_note and not guarantee.startswith("none"):
             guarantee = f"{guarantee}; {self.large_delta_note}"
-        out["privacy/epsilon"], out["privacy/guarantee"] = eps, guarantee
+        out["privacy/epsilon"] = eps
+        out["privacy/guarantee"] = with_seed_clause(guarantee, secure_mode=self.secure_mode)
         return out
 
     def _client_level_epsilon(self) -> float:

@@ -37,7 +37,7 @@ from dp_accounting.pld import privacy_loss_mechanism
 from fl_lightning.privacy.clipping import clip_by_norm_
 from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma, sample_gaussian
-from fl_lightning.privacy.mechanisms.laplace import sample_laplace
+from fl_lightning.privacy.mechanisms.laplace import add_laplace
 from fl_lightning.privacy.params import check_clip_norm
 
 MechanismName = Literal["none", "gaussian", "laplace"]
@@ -188,14 +188,8 @@ class UploadMechanism:
                 dtype=delta_vec.dtype,
             )
             return delta_vec.add_(noise, alpha=scale), norm
-        noise = sample_laplace(
-            delta_vec.shape,
-            scale=scale,
-            generator=generator,
-            device=delta_vec.device,
-            dtype=delta_vec.dtype,
-        )
-        return delta_vec.add_(noise), norm
+        released = add_laplace(delta_vec, scale=scale, generator=generator)  # hole-free sampler
+        return delta_vec.copy_(released), norm
 
     def charged_epsilon(self, *, epsilon: float) -> float:
         """What basic composition can defend for one upload at ``epsilon`` (module docstring)."""

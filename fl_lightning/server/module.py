@@ -21,11 +21,13 @@ import torch
 
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.accountant import ACCOUNTANT_NAMES, PrivacyAccountant
+from fl_lightning.privacy.statement import RunFacts
 from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
 from fl_lightning.server.executor_choice import build_executor
 from fl_lightning.server.federation import set_up_federation
+from fl_lightning.server.noise_signal import run_estimate, warning_line
 from fl_lightning.server.privacy_plan import declare_private_run
 from fl_lightning.server.round import FederatedRound
 from fl_lightning.server.run_files import (
@@ -33,6 +35,7 @@ from fl_lightning.server.run_files import (
     run_summary,
     summary_line,
     write_label_histogram,
+    write_privacy_statement,
     write_run_files,
 )
 from fl_lightning.server.run_identity import resolved_config
@@ -40,6 +43,7 @@ from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.settings import ServerSettings, refuse_trainer_precision
 from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.utils.flat import trainable_parameters
+from fl_lightning.utils.rng import draw_secret_seed
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +122,40 @@ class FederatedModule(pl.LightningModule):
         self.strategy_metrics: Metrics = {}
         self.rounds_completed = 0
         self.stopped_by_budget = False
+        self._secret_seed: int | None = None  # privacy.secure_mode: only in the checkpoint
         self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
 
     @property
     def client(self) -> ClientModule:
         return self._client[0]
+
+    @property
+    def secure_mode(self) -> bool:
+        """``privacy.secure_mode``: generators keyed by a secret seed, not the configured one."""
+        return self.accountant is not None and self.accountant.secure_mode
+
+    @property
+    def noise_seed(self) -> int:
+        """The first key of every noise, cohort and batch generator: the configured seed, or
+        in secure mode the secret drawn from the OS's entropy (``_draw_secret``)."""
+        if not self.secure_mode:
+            return self.seed
+        assert self._secret_seed is not None, "secure mode: no secret before on_fit_start"
+        return self._secret_seed
+
+    def _draw_secret(self) -> None:
+        """Secure mode, a fresh run: rank 0's draw from the OS's entropy, for every rank. A
+        resumed run keeps the secret its checkpoint holds (``on_load_checkpoint``)."""
+        if self.secure_mode and self._secret_seed is None:
+            self._secret_seed = int(self.trainer.strategy.broadcast(draw_secret_seed()))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self._secret_seed is not None:  # the checkpoint of a secure run is a secret
+            checkpoint["secure_seed"] = self._secret_seed
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "secure_seed" in checkpoint:
+            self._secret_seed = int(checkpoint["secure_seed"])
 
     @property
     def uses_dp_sgd(self) -> bool:
@@ -170,6 +203,7 @@ class FederatedModule(pl.LightningModule):
         from fl_lightning.callbacks import ClientHooks
 
         executor.hooks = ClientHooks(self.trainer, self)
+        self._draw_secret()
         self._round = FederatedRound(
             strategy=self.strategy,
             accountant=self.accountant,
@@ -178,12 +212,23 @@ class FederatedModule(pl.LightningModule):
             data=data,
             client=self.client,
             global_net=self.global_net,
-            seed=self.seed,
+            seed=self.noise_seed,
             device=self.device,
         )
         self._log_partition()
         local_dp = self.strategy.local_dp
         log_upload_guarantee(local_dp.guarantee_note() if local_dp else None, self.loggers)
+        self._warn_noise_to_signal()
+
+    def _warn_noise_to_signal(self) -> None:
+        """One WARNING line before round 0 when the noise drowns any signal the run could
+        accumulate (``server/noise_signal.py``)."""
+        est = run_estimate(
+            self.strategy, self.global_net, self.sampler, self.data, int(self.trainer.max_steps)
+        )
+        line = warning_line(est)
+        if line and self.trainer.is_global_zero:
+            log.warning(line)
 
     def resolved_config(self) -> dict[str, Any]:
         """What every rank must agree on (``server/run_identity.py``)."""
@@ -288,4 +333,19 @@ class FederatedModule(pl.LightningModule):
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero:
             write_run_files(summary, self.accountant, log_dir, self.loggers)
-            print(summary_line(summary, final), flush=True)
+            statement = write_privacy_statement(self.accountant, self._run_facts(summary), log_dir)
+            line = summary_line(summary, final)
+            print(f"{line}; details: {statement}" if statement else line, flush=True)
+
+    def _run_facts(self, summary: dict[str, Any]) -> RunFacts:
+        """What ``privacy_statement.md`` needs beyond the ledger."""
+        acc = self.accountant
+        return RunFacts(
+            num_clients=int(self.data.num_clients),
+            num_records=int(self.data.client_sizes().sum()),
+            secure_mode=self.secure_mode,
+            accountant_name=ACCOUNTANT_NAMES.get(acc.accountant, acc.accountant) if acc else "",
+            epsilon=float(summary.get("privacy/epsilon", float("inf"))),
+            guarantee=str(summary.get("privacy/guarantee", "none: no accountant")),
+            strategy=type(self.strategy).__name__,
+        )

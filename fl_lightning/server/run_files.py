@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.statement import RunFacts, privacy_statement
 from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.redact import redact
 
@@ -98,6 +99,19 @@ def write_run_files(
         atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
 
 
+def write_privacy_statement(
+    accountant: PrivacyAccountant | None, facts: RunFacts, log_dir: str | None
+) -> Path | None:
+    """``privacy_statement.md`` beside ``privacy_ledger.json`` (``privacy/statement.py``), from
+    the same ledger; returns its path (None without an accountant or a run directory)."""
+    if accountant is None or not log_dir:
+        return None
+    ledger = {"accountant": accountant.accountant, "delta": accountant.delta}
+    path = Path(log_dir) / "privacy_statement.md"
+    atomic_write(path, privacy_statement({**ledger, **accountant.state_dict()}, facts))
+    return path
+
+
 def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
     """The line a finished run prints: rounds, accuracy, ε with δ and the guarantee sentence."""
     eps = summary.get("privacy/epsilon", math.inf)
@@ -112,4 +126,10 @@ def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
     return line
 
 
-__all__ = ["run_summary", "summary_line", "write_label_histogram", "write_run_files"]
+__all__ = [
+    "run_summary",
+    "summary_line",
+    "write_label_histogram",
+    "write_privacy_statement",
+    "write_run_files",
+]

@@ -30,7 +30,7 @@ import torch
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import sample_gaussian
-from fl_lightning.privacy.mechanisms.laplace import sample_laplace
+from fl_lightning.privacy.mechanisms.laplace import add_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
 from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
@@ -111,15 +111,13 @@ class ClippedUploadNoise(UploadPrivacy):
         """Δ ← Δ·min(1, C/‖Δ‖₂) + noise, every coordinate Lap(b) or N(0, σ²) (Eq. 6 / Eq. 2)."""
         delta = update.delta
         norm = clip_by_l2_norm_(delta, self.clip_norm)
-        if self.noise == "laplace":
-            noise = sample_laplace(
-                delta.shape, scale=self.scale, generator=generator, device=delta.device
-            )
+        if self.noise == "laplace":  # snapped to a grid, every output reachable (laplace.py)
+            update.delta = delta.copy_(add_laplace(delta, scale=self.scale, generator=generator))
         else:
             noise = sample_gaussian(
                 delta.shape, std=self.scale, generator=generator, device=delta.device
             )
-        update.delta = delta.add_(noise)
+            update.delta = delta.add_(noise)
         update.metrics["delta_norm"] = norm
         update.metrics["clipped"] = float(norm > self.clip_norm)
         return update

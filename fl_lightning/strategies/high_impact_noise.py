@@ -25,7 +25,7 @@ import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
-from fl_lightning.privacy.mechanisms.laplace import sample_laplace
+from fl_lightning.privacy.mechanisms.laplace import add_laplace
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon, quantile_threshold
 from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
@@ -102,12 +102,10 @@ class HighImpactNoise(UploadPrivacy):
             if self.significant_fraction < 1
             else torch.ones_like(impact, dtype=torch.bool)
         )
-        noise = sample_laplace(
-            delta.shape, scale=self.scale, generator=generator, device=delta.device
-        )
+        released = add_laplace(delta, scale=self.scale, generator=generator)  # laplace.py
         if not self.noise_unselected:
-            noise.mul_(mask)
-        update.delta = delta.add_(noise)
+            released = torch.where(mask, released, delta)
+        update.delta = delta.copy_(released)
         update.metrics["delta_norm"] = norm
         update.metrics["selected_fraction"] = float(mask.float().mean())
         return update

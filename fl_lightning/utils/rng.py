@@ -8,6 +8,7 @@ what makes a 1-process and an N-process run, or an interrupted and a resumed run
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 import torch
 
@@ -29,3 +30,10 @@ def generator_for(*keys: int | str, device: torch.device | str = "cpu") -> torch
     generator = torch.Generator(device=device)
     generator.manual_seed(derive_seed(*keys))
     return generator
+
+
+def draw_secret_seed() -> int:
+    """A 63-bit seed from the operating system's entropy (``secrets``), for
+    ``privacy.secure_mode``: it replaces the configured seed as the first key of every noise,
+    cohort and batch generator and is kept only in the checkpoint."""
+    return secrets.randbits(63)

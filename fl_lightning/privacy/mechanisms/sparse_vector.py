@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 
 from fl_lightning.privacy.mechanisms.base import Mechanism
-from fl_lightning.privacy.mechanisms.laplace import sample_laplace
+from fl_lightning.privacy.mechanisms.laplace import add_laplace, sample_laplace
 
 ThresholdSchedule = Literal["published", "reversed"]
 Significance = Literal["signed", "magnitude"]
@@ -180,12 +180,10 @@ class SparseVectorPerturbation(Mechanism):
         """Returns (released vector, selection mask)."""
         mask = self.select(g, threshold, generator=generator)
         self.last_selected_fraction = float(mask.float().mean())
-        noise = sample_laplace(
-            g.shape, scale=self.perturb_scale, generator=generator, device=g.device, dtype=g.dtype
-        )
+        released = add_laplace(g, scale=self.perturb_scale, generator=generator)  # laplace.py
         if not self.noise_unselected:
-            noise.mul_(mask)
-        return g + noise, mask
+            released = torch.where(mask, released, g)
+        return released, mask
 
     def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
         """Applies the test with the 90th-percentile threshold (the late-round value of Eq. 14)."""

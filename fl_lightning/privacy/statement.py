@@ -1,0 +1,322 @@
+"""What a run's ε covers and what it assumes: the seed clause of the one-line guarantee and the
+run's ``privacy_statement.md`` (in the spirit of TF-Privacy's ``compute_dp_sgd_privacy_statement``).
+
+The statement is generated from ``privacy_ledger.json`` (the events behind the printed ε) and a
+few facts of the run (:class:`RunFacts`): the unit and adjacency, the sampling and whether the ε
+uses amplification by it, the accountant, δ against 1/N, what the run releases outside the
+guarantee, the seed caveat and each event's parameters. docs/privacy.md explains each section.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+SIMULATION_CLAUSE = "simulation: noise and cohorts reproducible from the seed"
+"""Appended to the guarantee of a run not in ``privacy.secure_mode``."""
+
+NOT_COVERED: tuple[tuple[str, str], ...] = (
+    ("`train/loss`", "the cohort's mean training loss, every round, without noise"),
+    (
+        "`clients/*`",
+        "statistics of the cohort's uploads and training (update norms before clipping, "
+        "clipped fraction, selected fraction, seconds), averaged without noise",
+    ),
+    (
+        "`round/cohort_size`",
+        "how many clients trained in each round (under Poisson sampling, a fact of the draw)",
+    ),
+    (
+        "`client_times.csv`, `clients/seconds_*`",
+        "which clients trained in which round, for how long, on how many examples: the cohorts, "
+        "whose secrecy the amplification by sampling assumes",
+    ),
+    (
+        "`label_histogram.csv`, `partition/*`",
+        "every client's label counts (the partition), logged before training",
+    ),
+    ("`strategy/*`", "what the strategy reports about its own state, unless it says it is noised"),
+)
+"""Logged by every run without noise: outside the guarantee (docs/privacy.md)."""
+
+_NO_CLAIM = ("none", "nothing released", "no release yet")
+
+
+def makes_claim(guarantee: str) -> bool:
+    """False for sentences that claim nothing (no guarantee, nothing released yet)."""
+    return not guarantee.startswith(_NO_CLAIM)
+
+
+def with_seed_clause(guarantee: str, *, secure_mode: bool) -> str:
+    """The guarantee with the simulation caveat appended, unless the run is in secure mode
+    (seeds from the OS's entropy, kept only in the checkpoint) or the sentence claims
+    nothing."""
+    if secure_mode or not makes_claim(guarantee):
+        return guarantee
+    return f"{guarantee}; {SIMULATION_CLAUSE}"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the statement needs beyond the ledger.
+
+    Attributes:
+        num_clients: N, the clients of the federation.
+        num_records: the records of all clients (N of a record-level guarantee).
+        secure_mode: ``privacy.secure_mode``.
+        accountant_name: the accountant in words.
+        epsilon: the headline ε printed.
+        guarantee: the one-line guarantee printed.
+        strategy: the strategy's class name.
+    """
+
+    num_clients: int
+    num_records: int
+    secure_mode: bool
+    accountant_name: str
+    epsilon: float
+    guarantee: str
+    strategy: str
+
+
+def _unit(ledger: dict[str, Any]) -> str:
+    if ledger.get("no_guarantee"):
+        return "none"
+    if ledger.get("client_level"):
+        return "client"
+    if ledger.get("record_level"):
+        return "record"
+    if ledger.get("local"):
+        return "local"
+    return "none"
+
+
+def _runs(rows: list[tuple]) -> list[tuple[int, int, tuple]]:
+    """Consecutive equal rows as (first round, last round, row), rounds counted from 1."""
+    out, start = [], 1
+    for row, group in groupby(rows):
+        n = len(list(group))
+        out.append((start, start + n - 1, row))
+        start += n
+    return out
+
+
+def _gaussian_rows(events: list[list[Any]]) -> list[str]:
+    rows = [(float(e[0]), float(e[1]), int(e[2]), int(e[3]) if len(e) > 3 else 0) for e in events]
+    lines = []
+    for first, last, (sigma, q, steps, population) in _runs(rows):
+        how = (
+            f"fixed-size, {round(q * population)} of {population}"
+            if population
+            else f"Poisson, q = {q:.6g}"
+        )
+        lines.append(
+            f"| {first}–{last} | Gaussian, noise multiplier σ = {sigma:.6g} | {how} | "
+            f"{steps} step(s) each |"
+        )
+    return lines
+
+
+def _sampling(unit: str, ledger: dict[str, Any]) -> tuple[str, str]:
+    """(sampling, whether amplification by it is used)."""
+    if unit == "client":
+        last = ledger["client_level"][-1]
+        q, population = float(last[1]), int(last[3]) if len(last) > 3 else 0
+        if population:
+            m = round(q * population)
+            return (
+                f"fixed-size cohorts, {m} of {population} clients without replacement",
+                "yes: the ε uses amplification by sampling, which holds only while the cohorts "
+                "stay secret",
+            )
+        if q < 1.0:
+            return (
+                f"Poisson cohorts, each client with probability q = {q:.6g}",
+                "yes: the ε uses amplification by sampling, which holds only while the cohorts "
+                "stay secret",
+            )
+        return "every client in every round", "no (q = 1)"
+    if unit == "record":
+        return (
+            "Poisson batches on each client (DP-SGD); clients sampled by the server",
+            "by batch sampling, yes (the batches stay secret); by client sampling, no claim",
+        )
+    if unit == "local":
+        return (
+            "each upload privatised on its client",
+            "no: every upload is private on its own, whoever sees it",
+        )
+    return "n/a", "n/a"
+
+
+def _adjacency(unit: str, ledger: dict[str, Any]) -> str:
+    if unit == "client":
+        last = ledger["client_level"][-1]
+        fixed = len(last) > 3 and int(last[3])
+        return (
+            "replace-one client (fixed-size cohorts): all of one client's data may change"
+            if fixed
+            else "add/remove one client: all of one client's data present or absent"
+        )
+    if unit == "record":
+        return "add/remove one record (example) of one client's data"
+    if unit == "local":
+        return "any two inputs of one client (local DP): the upload alone protects the client"
+    return "none: no guarantee"
+
+
+def _events(unit: str, ledger: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if ledger.get("client_level"):
+        lines += [
+            "Client level (one event per round, on the aggregate):",
+            "",
+            "| rounds | mechanism | sampling | steps |",
+            "|---|---|---|---|",
+            *_gaussian_rows(ledger["client_level"]),
+            "",
+        ]
+    if ledger.get("record_level"):
+        histories: dict[tuple, list[str]] = {}
+        for cid, events in sorted(ledger["record_level"].items(), key=lambda kv: int(kv[0])):
+            histories.setdefault(tuple(tuple(e) for e in events), []).append(str(cid))
+        head = (
+            f"Record level: {len(histories)} distinct DP-SGD histories over "
+            f"{len(ledger['record_level'])} clients (the ε is their maximum):"
+        )
+        lines += [head, ""]
+        for k, (history, cids) in enumerate(histories.items()):
+            if k == 5:
+                lines.append(f"(and {len(histories) - 5} more histories)")
+                break
+            shown = ", ".join(cids[:8]) + (" …" if len(cids) > 8 else "")
+            table = ["| participations | mechanism | sampling | steps |", "|---|---|---|---|"]
+            lines += [f"Clients {shown}:", "", *table, *_gaussian_rows([list(h) for h in history])]
+            lines.append("")
+    if ledger.get("local"):
+        kinds: dict[tuple, list[str]] = {}
+        for cid, rows in sorted(ledger["local"].items(), key=lambda kv: int(kv[0])):
+            kinds.setdefault(tuple(tuple(r) for r in rows), []).append(str(cid))
+        lines += [
+            f"Local (per client, every upload): {len(kinds)} distinct upload ledgers over "
+            f"{len(ledger['local'])} clients:",
+            "",
+            "| clients | per-unit ε | per-unit δ | unit | units an upload | uploads |",
+            "|---|---|---|---|---|---|",
+        ]
+        for k, (rows, cids) in enumerate(kinds.items()):
+            if k == 10:
+                lines.append(f"| (and {len(kinds) - 10} more) | | | | | |")
+                break
+            shown = ", ".join(cids[:6]) + (" …" if len(cids) > 6 else "")
+            for eps, dlt, what, units, n in rows:
+                lines.append(f"| {shown} | {eps:.6g} | {dlt:g} | {what} | {units} | {n} |")
+        lines.append("")
+    if not lines:
+        lines = ["No privacy event was recorded.", ""]
+    return lines
+
+
+def _delta_line(delta: float, unit: str, facts: RunFacts) -> str:
+    n = facts.num_records if unit == "record" else facts.num_clients
+    what = "records" if unit == "record" else "clients"
+    if n <= 0:
+        return f"δ = {delta:g}"
+    verdict = (
+        "δ < 1/N, as it must be: a mechanism may fail with probability δ for each unit, "
+        f"so δ·N = {delta * n:.3g} is the expected number of units it may expose"
+        if delta < 1.0 / n
+        else "δ ≥ 1/N: the guarantee permits exposing one unit outright; lower δ"
+    )
+    return f"δ = {delta:g} against 1/N = 1/{n:,} {what} = {1.0 / n:.3g}: {verdict}"
+
+
+def _seed_lines(secure_mode: bool) -> list[str]:
+    if secure_mode:
+        return [
+            "Secure mode (`privacy.secure_mode: true`): the seed of every noise, cohort and "
+            "batch generator was drawn from the operating system's entropy (63 bits) and is "
+            "written nowhere but the checkpoint, **which is therefore a secret**: whoever holds "
+            "it can regenerate the noise. The generators keyed by it (PyTorch's, numpy's SFC64 "
+            "for the per-coordinate mechanisms) are fast, not cryptographically secure.",
+        ]
+    return [
+        f"**{SIMULATION_CLAUSE}.** Every noise draw, cohort and batch comes from "
+        "`generator_for(seed, round, purpose)` with the seed in `config.yaml` "
+        "(`seed_everything`): anyone holding the config can regenerate the noise (against "
+        "them ε = ∞) and the cohorts (no amplification by sampling). This is right for "
+        "research simulation; a deployment sets `privacy.secure_mode: true`.",
+    ]
+
+
+def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
+    """The markdown statement of one run (module docstring)."""
+    unit = _unit(ledger)
+    delta = float(ledger.get("delta", 0.0))
+    sampling, amplified = _sampling(unit, ledger)
+    accountant = (
+        "per client, the better of basic composition and the optimal composition "
+        "(dp-accounting PLD) of its uploads"
+        if unit == "local"
+        else facts.accountant_name
+    )
+    eps = "∞" if math.isinf(facts.epsilon) else f"{facts.epsilon:.6g}"
+    lines = [
+        "# Privacy statement",
+        "",
+        f"Strategy `{facts.strategy}`, {int(ledger.get('rounds', 0))} rounds. "
+        f"ε = {eps} at δ = {delta:g}.",
+        "",
+        f"Guarantee: {facts.guarantee}",
+        "",
+        "## What the ε is about",
+        "",
+        f"- Unit: {unit}",
+        f"- Adjacency: {_adjacency(unit, ledger)}",
+        f"- Sampling: {sampling}",
+        f"- Amplification by sampling: {amplified}",
+        f"- Accountant: {accountant}",
+        f"- {_delta_line(delta, unit, facts)}",
+    ]
+    if ledger.get("no_guarantee"):
+        lines.append(f"- No guarantee: {ledger['no_guarantee']}")
+    lines += [
+        "",
+        "## What is released, and what the guarantee does not cover",
+        "",
+        "Covered: the model the run releases (every round's global model and the final one) "
+        "and what is computed from it alone (test metrics on the server's own split).",
+        "",
+        "Not covered (logged without noise):",
+        "",
+        *[f"- {name}: {why}" for name, why in NOT_COVERED],
+        "",
+        "## Randomness",
+        "",
+        *_seed_lines(facts.secure_mode),
+        "",
+        "Samplers: Laplace noise is a discrete Laplace on a grid with the input snapped to it "
+        "(every output reachable under every input; the grid adds at most 2⁻²⁰ to one "
+        "release's ε); Gaussian noise is PyTorch's floating-point sampler, analysed as an "
+        "ideal Gaussian, as in Opacus and TF-Privacy (docs/privacy.md, Samplers).",
+        "",
+        "## Events (from privacy_ledger.json)",
+        "",
+        *_events(unit, ledger),
+        "Recompute the ε from the ledger with dp-accounting alone: "
+        "`fl_lightning.privacy.recompute.headline_epsilon` (docs/privacy.md, The check).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "NOT_COVERED",
+    "SIMULATION_CLAUSE",
+    "RunFacts",
+    "makes_claim",
+    "privacy_statement",
+    "with_seed_clause",
+]
