@@ -13,11 +13,8 @@ import math
 
 import numpy as np
 
-from fl_lightning.privacy.analysis import (
-    resolve_cohort_noise_multiplier,
-    resolve_noise_multiplier,
-)
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.analysis import calibrate_noise_multiplier, calibrate_repeated_gaussian
+from fl_lightning.privacy.events import CohortSampling, SampledGaussian
 from fl_lightning.privacy.matrix_mechanism import factorization, min_sep_sensitivity
 
 T, N, M = 40, 100, 20
@@ -35,9 +32,7 @@ def main() -> None:
     print("| ε | arm | Δ / event | σ | noise std of the last prefix sum | rms over rounds |")
     print("|---|---|---|---|---|---|")
     for eps in (2.0, 8.0):
-        mult = resolve_noise_multiplier(
-            None, target_epsilon=eps, delta=1e-5, sample_rate=1.0, steps=1, accountant="rdp"
-        )
+        mult = calibrate_repeated_gaussian(1, target_epsilon=eps, delta=1e-5, accountant="rdp")
         for kind, bands in (("identity", 1), ("tree", 1), ("bsr", b)):
             prefix, c = factorization(kind, T, bands=bands)
             delta_c, exact = min_sep_sensitivity(c, k, b)
@@ -46,13 +41,9 @@ def main() -> None:
             detail = f"Δ = {delta_c:.3g}{'' if exact else ' (upper bound)'}"
             print(row(eps, f"DP-FTRL {kind}", detail, sigma, stds))
         for mode in ("fixed", "poisson"):
-            sigma = resolve_cohort_noise_multiplier(
-                None,
-                target_epsilon=eps,
-                delta=1e-5,
-                accountant="rdp",
-                rounds=T,
-                sampling=CohortSampling(mode, M / N, N),
+            rounds = SampledGaussian.for_cohort(1.0, CohortSampling(mode, M / N, N), T)
+            sigma = calibrate_noise_multiplier(
+                [[rounds]], target_epsilon=eps, delta=1e-5, accountant="rdp"
             )
             stds = sigma * np.sqrt(np.arange(1, T + 1))
             print(row(eps, f"DP-FedAvg {mode}", f"{T} sampled Gaussians", sigma, stds))

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.analysis import resolve_noise_multiplier
+from fl_lightning.privacy.analysis import calibrate_repeated_gaussian
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.matrix_mechanism import (
@@ -115,12 +115,10 @@ class DPFTRL(Strategy):
         delta_c, exact = min_sep_sensitivity(c, self.participations, self.separation)
         self.sensitivity, self.sensitivity_exact = delta_c, exact
         if self.noise_multiplier is None:
-            mult = resolve_noise_multiplier(
-                None,
+            mult = calibrate_repeated_gaussian(
+                1,
                 target_epsilon=spec.privacy.epsilon,
                 delta=spec.privacy.delta,
-                sample_rate=1.0,
-                steps=1,
                 accountant=spec.privacy.accountant,
             )
             self.noise_multiplier = mult * delta_c
