@@ -203,16 +203,18 @@ def _events(unit: str, ledger: dict[str, Any]) -> list[str]:
             f"Local (per client, every upload): {len(kinds)} distinct upload ledgers over "
             f"{len(ledger['local'])} clients:",
             "",
-            "| clients | per-unit ε | per-unit δ | unit | units an upload | uploads |",
-            "|---|---|---|---|---|---|",
+            "| clients | per-unit ε | per-unit δ | unit | units an upload | uploads "
+            "| Gaussian σ/Δ |",
+            "|---|---|---|---|---|---|---|",
         ]
         for k, (rows, cids) in enumerate(kinds.items()):
             if k == 10:
-                lines.append(f"| (and {len(kinds) - 10} more) | | | | | |")
+                lines.append(f"| (and {len(kinds) - 10} more) | | | | | | |")
                 break
             shown = ", ".join(cids[:6]) + (" …" if len(cids) > 6 else "")
-            for eps, dlt, what, units, n in rows:
-                lines.append(f"| {shown} | {eps:.6g} | {dlt:g} | {what} | {units} | {n} |")
+            for eps, dlt, what, units, n, *multiplier in rows:  # σ/Δ: Gaussian uploads only
+                z = f"{multiplier[0]:.4g}" if multiplier and multiplier[0] else "—"
+                lines.append(f"| {shown} | {eps:.6g} | {dlt:g} | {what} | {units} | {n} | {z} |")
         lines.append("")
     if not lines:
         lines = ["No privacy event was recorded.", ""]
