@@ -104,7 +104,7 @@ class CanaryAudit(Callback):
                 take = ctx.round_idx % sampling.separation == i % sampling.separation
             else:
                 g = generator_for(self.run_seed, self.seed, ctx.round_idx, int(i), "canary_in")
-                take = float(torch.rand(1, generator=g)) < sampling.rate
+                take = float(torch.rand(1, generator=g, device="cpu")) < sampling.rate
             if take:
                 chosen.append(int(i))
         return chosen
@@ -147,7 +147,7 @@ class CanaryAudit(Callback):
         self.run_seed = int(pl_module.seed)
         self.insert_here = bool(trainer.is_global_zero)
         g = generator_for(self.run_seed, self.seed, "canary_coins")
-        self.inserted = (torch.rand(self.num_canaries, generator=g) < 0.5).numpy()
+        self.inserted = (torch.rand(self.num_canaries, generator=g, device="cpu") < 0.5).numpy()
         self.start = _flat(pl_module.global_net)
         self._wrap(pl_module.strategy)
 

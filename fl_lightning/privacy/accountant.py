@@ -266,10 +266,10 @@ class PrivacyAccountant(Callback):
         if self.record_level:
             eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon()
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
+        guarantee = with_seed_clause(guarantee, secure_mode=self.secure_mode)
         if self.large_delta_note and not guarantee.startswith("none"):
             guarantee = f"{guarantee}; {self.large_delta_note}"
-        out["privacy/epsilon"] = eps
-        out["privacy/guarantee"] = with_seed_clause(guarantee, secure_mode=self.secure_mode)
+        out["privacy/epsilon"], out["privacy/guarantee"] = eps, guarantee
         return out
 
     def _client_level_epsilon(self) -> float:
