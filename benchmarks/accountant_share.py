@@ -159,7 +159,7 @@ def clear_caches() -> None:
         analysis.gaussian_epsilon,
     ):
         fn.cache_clear()
-    analysis._PLD_TAILS.clear()  # fmt: skip
+    analysis._history_pld.cache_clear()  # fmt: skip
 
 
 def accounting_only(rounds: int, accountant: str, sizes: list[int]) -> dict[str, Any]:

@@ -29,7 +29,6 @@ Nothing here is hand-rolled: each function only translates our events to the lib
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -139,34 +138,20 @@ def _step_pld(sigma: float, q: float, count: int) -> Any:
     )
 
 
-_PLD_TAILS: OrderedDict[tuple, tuple[int, Any]] = OrderedDict()
-"""(history without its last row's count) -> (count, composed PLD) of the latest history of that
-shape: a history that grows by a round is one composition away from its cached prefix."""
-_PLD_TAILS_MAX = 128
-
-
+@lru_cache(maxsize=256)
 def _history_pld(history: History) -> Any:
-    """The composed PLD of ``history``, extending the cached PLD of the same history with fewer
-    steps in its last row when there is one (incremental composition), else built row by row."""
+    """The composed PLD of ``history``: its rows' PLDs (each one event self-composed k times,
+    :func:`_step_pld`) composed in order. One canonical composition per history, so the printed ε
+    does not depend on which shorter histories were composed before (a resumed run prints the
+    uninterrupted run's ε to the last digit); the cache keeps each prefix's PLD."""
     *head, (sigma, q, k, _) = history
-    key = (tuple(head), sigma, q)
-    found = _PLD_TAILS.get(key)
-    if found is not None and found[0] <= k:
-        k0, base = found
-        pld = base if k0 == k else base.compose(_step_pld(sigma, q, k - k0))
-    else:
-        row = _step_pld(sigma, q, k) if k <= 64 else _step_pld(sigma, q, 1).self_compose(k)
-        pld = row if not head else _history_pld(tuple(head)).compose(row)
-    _PLD_TAILS[key] = (k, pld)
-    _PLD_TAILS.move_to_end(key)
-    while len(_PLD_TAILS) > _PLD_TAILS_MAX:
-        _PLD_TAILS.popitem(last=False)
-    return pld
+    row = _step_pld(sigma, q, k)
+    return row if not head else _history_pld(tuple(head)).compose(row)
 
 
 @lru_cache(maxsize=4096)
 def _epsilon_pld(history: History, delta: float) -> float:
-    """dp-accounting's PLD accountant's ε, composed incrementally (:func:`_history_pld`)."""
+    """dp-accounting's PLD accountant's ε of the history (:func:`_history_pld`)."""
     return float(_history_pld(history).get_epsilon_for_delta(delta))
 
 

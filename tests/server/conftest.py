@@ -61,6 +61,7 @@ AGN = [
     '{"class_path": "fl_lightning.strategies.dpfl_agn.DPFLAGN", "init_args": '
     '{"adam_state": "persist", "anr": true, "mu": 10.0, "rho": 0.5}}',
     "--client.optimizer", "adam", "--client.lr", "0.01", "--data.val_fraction", "0.1",
+    "--privacy.accountant", "rdp",  # ANR picks σ_t adaptively: only RDP composes it
     *LOCAL,
 ]  # fmt: skip
 # A budget horizon of 30 rounds keeps every upload affordable in this 3-round run (with E = 3,
