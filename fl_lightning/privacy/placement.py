@@ -51,9 +51,12 @@ class CentralPrivacy(abc.ABC):
     Attributes:
         noise_multiplier: σ of the round's one client-level Gaussian (``None`` until ``setup``
             calibrates it to the run's target).
+        clip_norm: the L2 bound C the round's updates are clipped to (adaptive clipping: the
+            current one); the noise's standard deviation is σ·C.
     """
 
     noise_multiplier: float | None
+    clip_norm: float
 
     @abc.abstractmethod
     def setup(self, spec: CohortSpec) -> None:
