@@ -305,7 +305,11 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
     defn = repro.load_definition("004", "scaled")
     assert [t.table for t in defn.tables] == ["2", "3", "4"]
     points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
-    assert len(points) == 3 * len({rp.arm.name for rp in points})
+    arms = {rp.arm.name: rp.arm for rp in points}  # headline arms run their own seeds: 5
+    assert len(points) == sum(max(3, a.seeds or 0) for a in arms.values())
+    assert len(repro.plan(defn, seeds=3, extra={}, tables=defn.tables, arm_seeds=False)) == 3 * len(
+        arms
+    )
     assert defn.tables[0].paper_where["adp_rising_e1"] == {"epsilon": 1}
     bad = yaml.safe_load(repro.definition_path("004").read_text())
     bad["tables"][0]["paper_where"]["nope"] = {"epsilon": 1}

@@ -69,7 +69,7 @@ def _fill(store: ResultStore, points, skip: set[str]) -> None:
 
 def _documents(tmp_path: Path):
     defn = repro.load_definition("000", "scaled")
-    points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
+    points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables, arm_seeds=False)
     store = ResultStore(tmp_path / "store")
     _fill(store, points, skip={"asgp_e2"})
     return defn, points, store
@@ -126,10 +126,13 @@ def test_repro_000_documents_from_a_store(tmp_path: Path, monkeypatch):
     merged = {m["claim"]: m for m in doc["merged_claims"]}
     published = next(m for c, m in merged.items() if c.startswith("Eq. 1/13/14 as published"))
     assert any("epsilon = 0.5" in c for c in published["merged_into"])
-    iv05 = next(v for c, v in verdicts.items() if "epsilon = 0.5: DP-FedASGP is the most" in c)
-    # 0.8 vs 0.75 (SNLC, the closest): +5 pt on every seed; a direction claim, n = 3 < 5
-    assert iv05["verdict"] == "confirmed" and iv05["test"]["n"] == 3
-    assert "headline" not in iv05 and "n >= 5" in iv05["headline_wanted"]
+    # the headline is Table VI's pair (its arms run 5 seeds in the shipped store); with the 3
+    # seeds of this store it is decided but not a headline, and Table IV's five-way claim on
+    # the same runs is merged into it
+    vi05 = next(v for c, v in verdicts.items() if c.startswith("Table VI, MNIST, epsilon = 0.5"))
+    assert vi05["test"]["n"] == 3
+    assert "headline" not in vi05 and "n >= 5" in vi05["headline_wanted"]
+    assert any(c.startswith("Table IV, MNIST CNN, epsilon = 0.5") for c in merged)
     used = [r for v in doc["verdicts"] for r in v["runs"]]
     assert len(used) == len(set(used))  # no run serves two verdicts
     md = (out / "000.md").read_text()

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ReproError(f"--table: {args.table} not all defined for {defn.paper} ({have})")
         defn.tables = tables
         seeds = args.seeds or defn.seeds
-        points = plan(defn, seeds=seeds, extra=extra, tables=tables)
+        points = plan(defn, seeds=seeds, extra=extra, tables=tables, arm_seeds=not args.seeds)
         in_tables = {rp.arm.name for rp in points}
         if args.arm:
             unknown = sorted(set(args.arm) - in_tables)
@@ -178,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         elif ttodo and not args.report_only:
             rc = _run(trunner, tpoints)
     tuning = choose(defn, tpoints, store)
-    points = plan(defn, seeds=seeds, extra=extra, tables=defn.tables)  # at the chosen values
+    points = plan(  # at the chosen values
+        defn, seeds=seeds, extra=extra, tables=defn.tables, arm_seeds=not args.seeds
+    )
     if args.arm:
         points = [rp for rp in points if rp.arm.name in args.arm]
     runner = ReproRunner(points, store, name=name, data_root=root, parallel=args.jobs)

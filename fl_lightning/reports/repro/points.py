@@ -60,11 +60,17 @@ def _repro_point(
 
 
 def plan(
-    defn: Definition, *, seeds: int, extra: dict[str, Any], tables: list[TableDef]
+    defn: Definition,
+    *,
+    seeds: int,
+    extra: dict[str, Any],
+    tables: list[TableDef],
+    arm_seeds: bool = True,
 ) -> list[ReproPoint]:
     """The (arm, seed) points of ``tables`` (with their references, controls and positive
     controls), seed-major (every arm's seed 0 first, so a sweep stopped early has every arm).
-    An arm runs ``seeds`` seeds, or its own ``seeds`` where that is more (headline arms)."""
+    An arm runs ``seeds`` seeds, or its own ``seeds`` where that is more (headline arms) unless
+    ``arm_seeds`` is false (an explicit ``--seeds N``: exactly N for every arm)."""
     names: list[tuple[str, TableDef]] = []
     seen: set[tuple[str, str]] = set()
     for t in tables:
@@ -72,11 +78,15 @@ def plan(
             if (a, t.variant) not in seen:
                 seen.add((a, t.variant))
                 names.append((a, t))
-    most = max([seeds] + [defn.arms[n].seeds or 0 for n, _ in names])
+
+    def wanted(name: str) -> int:
+        return max(seeds, defn.arms[name].seeds or 0) if arm_seeds else seeds
+
+    most = max([seeds] + [wanted(n) for n, _ in names])
     out: list[ReproPoint] = []
     for seed in range(most):
         for name, view in names:
-            if seed < max(seeds, defn.arms[name].seeds or 0):
+            if seed < wanted(name):
                 out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out), view))
     return out
 
