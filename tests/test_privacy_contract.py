@@ -28,10 +28,7 @@ PATTERNS = {
 # (file relative to fl_lightning, pattern): sites still outside privacy/. Only ever delete.
 ALLOWED: set[tuple[str, str]] = {
     # upload-level ε written beside the strategy's own noise (a mechanism object should own it)
-    ("strategies/high_impact_noise.py", "LocalRelease"),
     ("strategies/dp_fedasgp.py", "LocalRelease"),
-    ("strategies/clipped_upload_noise.py", "LocalRelease"),
-    ("strategies/clipped_upload_noise.py", "DpEvent"),
     ("strategies/cpsgd.py", "LocalRelease"),
     # a DP-SGD step's event read back from an asynchronous client's serialised upload
     ("strategies/asynchronous/buffer.py", "SampledGaussian"),
