@@ -46,7 +46,9 @@ def gaussian_release_epsilon(*, noise_multiplier: float, delta: float) -> float:
 class ClippedUpload(Mechanism):
     """Clip the upload to Lp norm C in place (``p`` = 2, or 1 for an L1 Laplace budget)."""
 
-    def __init__(self, *, clip_norm: float, p: int = 2, charged: LocalRelease | None = None):
+    def __init__(
+        self, *, clip_norm: float, p: int = 2, charged: LocalRelease | None = None
+    ) -> None:
         self.clip_norm = check_clip_norm(float(clip_norm))
         self.p = p
         self.charged = charged
