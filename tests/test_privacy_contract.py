@@ -28,7 +28,6 @@ PATTERNS = {
 # (file relative to fl_lightning, pattern): sites still outside privacy/. Only ever delete.
 ALLOWED: set[tuple[str, str]] = {
     # upload-level ε written beside the strategy's own noise (a mechanism object should own it)
-    ("strategies/cpsgd.py", "LocalRelease"),
     # a DP-SGD step's event read back from an asynchronous client's serialised upload
     ("strategies/asynchronous/buffer.py", "SampledGaussian"),
     # not privacy: perturbed copies of a model to probe that stacked clients equal one client
