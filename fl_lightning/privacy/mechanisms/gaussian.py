@@ -72,9 +72,25 @@ class GaussianMechanism(Mechanism):
         self.noise_multiplier = float(noise_multiplier)
         self.sensitivity = float(sensitivity)
         self.clip_norm = clip_norm
+        self._std: float | None = None
+
+    @classmethod
+    def with_std(
+        cls, std: float, *, sensitivity: float = 1.0, clip_norm: float | None = None
+    ) -> GaussianMechanism:
+        """The mechanism that draws N(0, std²) exactly (a std fixed by a paper's formula, e.g.
+        NbAFL's σ_U), with multiplier z = std/Δ for its event."""
+        mechanism = cls(
+            noise_multiplier=std / sensitivity, sensitivity=sensitivity, clip_norm=clip_norm
+        )
+        mechanism._std = float(std)
+        return mechanism
 
     @property
     def std(self) -> float:
+        """z·Δ (or the std given to :meth:`with_std`)."""
+        if self._std is not None:
+            return self._std
         return self.noise_multiplier * self.sensitivity
 
     def constrain(self, x: torch.Tensor) -> float:
