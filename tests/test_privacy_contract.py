@@ -25,14 +25,9 @@ PATTERNS = {
     "DpEvent": re.compile(r"\bdp_accounting\.\w*DpEvent\("),
 }
 
-# (file relative to fl_lightning, pattern): sites still outside privacy/. Only ever delete.
-ALLOWED: set[tuple[str, str]] = {
-    # upload-level ε written beside the strategy's own noise (a mechanism object should own it)
-    # a DP-SGD step's event read back from an asynchronous client's serialised upload
-    ("strategies/asynchronous/buffer.py", "SampledGaussian"),
-    # not privacy: perturbed copies of a model to probe that stacked clients equal one client
-    ("client/stacked.py", "randn"),
-}
+# (file relative to fl_lightning, pattern): sites still outside privacy/. Only ever delete: every
+# strategy's noise and event now come from a mechanism (privacy/mechanisms/base.py: release).
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def offenders() -> set[tuple[str, str]]:
