@@ -71,8 +71,8 @@ class ClippedUploadNoise(UploadPrivacy):
         check_clip_norm(clip_norm)
         if noise not in ("laplace", "gaussian"):
             raise ValueError(f"strategy.noise: expected 'laplace' or 'gaussian', got {noise!r}")
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
+        if sensitivity is not None:
+            check_clip_norm(sensitivity, "strategy.sensitivity")
         if not 0 < delta < 1:
             raise ValueError(f"strategy.delta: must be in (0, 1), got {delta}")
         self.epsilon = float(epsilon)

@@ -133,8 +133,8 @@ class DPFedASGP(Strategy):
             raise ValueError(f"strategy.perturb_share: must be in (0, 1), got {perturb_share}")
         if q <= 0:
             raise ValueError(f"strategy.q: must be > 0, got {q}")
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
+        if sensitivity is not None:
+            check_clip_norm(sensitivity, "strategy.sensitivity")
         if threshold_schedule not in ("published", "reversed"):
             raise ValueError(
                 "strategy.threshold_schedule: expected 'published' or 'reversed', got "

@@ -64,8 +64,8 @@ class HighImpactNoise(UploadPrivacy):
             raise ValueError(
                 f"strategy.significant_fraction: must be in (0, 1], got {significant_fraction}"
             )
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
+        if sensitivity is not None:
+            check_clip_norm(sensitivity, "strategy.sensitivity")
         self.epsilon = float(epsilon)
         self.clip_norm = float(clip_norm)
         self.significant_fraction = float(significant_fraction)
