@@ -30,7 +30,6 @@ from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.upload import (
     ClippedGaussian,
     ClippedLaplace,
-    ClippedUpload,
     gaussian_release_epsilon,
 )
 from fl_lightning.privacy.params import check_clip_norm
@@ -100,7 +99,7 @@ class ClippedUploadNoise(UploadPrivacy):
         spec.refuse_dp_sgd("dp_fedavg_local adds local noise")
 
     @property
-    def mechanism(self) -> ClippedUpload:
+    def mechanism(self) -> ClippedLaplace | ClippedGaussian:
         """The clip and the noise of one upload, with its event (``privacy/mechanisms/upload.py``):
         Lap(b) at the defensible 2C√d / b, or N(0, σ²) of multiplier σ/(2C)."""
         if self.noise == "laplace":

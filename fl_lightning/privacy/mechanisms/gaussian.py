@@ -8,7 +8,7 @@ import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import CohortSampling, SampledGaussian
-from fl_lightning.privacy.mechanisms.base import Mechanism
+from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyEvent
 from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
 
 
@@ -107,7 +107,7 @@ class GaussianMechanism(Mechanism):
         noise = sample_gaussian(x.shape, std=self.std, generator=generator, dtype=x.dtype)
         return x + noise.to(x.device)
 
-    def event(self, dimension: int) -> SampledGaussian:
+    def event(self, dimension: int) -> PrivacyEvent | None:
         """One Gaussian of multiplier z, before any sampling (the placement adds it:
         :meth:`cohort_event`)."""
         return SampledGaussian(self.noise_multiplier, 1.0)

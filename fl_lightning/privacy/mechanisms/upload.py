@@ -86,7 +86,7 @@ class ClippedLaplace(ClippedUpload):
             laplace_scale=self.scale, clip_norm=self.clip_norm, dimension=max(dimension, 1)
         )
 
-    def event(self, dimension: int) -> LocalRelease:
+    def event(self, dimension: int) -> LocalRelease | None:
         if self.charged is not None:
             return self.charged
         return LocalRelease(self.epsilon(dimension), 0.0, "upload")
