@@ -160,7 +160,6 @@ class SparseVectorPerturbation(Mechanism):
         self.noise_unselected = noise_unselected
         self.clip_norm = clip_norm
         self.no_guarantee = None if noise_unselected else no_guarantee
-        self.last_selected_fraction = float("nan")
 
     @property
     def query_scale(self) -> float:
@@ -190,7 +189,6 @@ class SparseVectorPerturbation(Mechanism):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (released vector, selection mask)."""
         mask = self.select(g, threshold, generator=generator)
-        self.last_selected_fraction = float(mask.float().mean())
         released = add_laplace(g, scale=self.perturb_scale, generator=generator)  # laplace.py
         if not self.noise_unselected:
             released = torch.where(mask, released, g)
