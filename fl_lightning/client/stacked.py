@@ -64,6 +64,7 @@ from fl_lightning.client.stacked_layers import (
 )
 from fl_lightning.client.stacked_recurrent import StackedRecurrent, rnn_mode
 from fl_lightning.privacy.clipping import clip_factors
+from fl_lightning.utils.rng import probe_normal
 
 NORM_STATS = (nn.modules.batchnorm._NormBase,)  # BatchNorm / InstanceNorm (batch statistics)
 
@@ -199,12 +200,12 @@ class StackedNet:
         one = {n: p[:1] for n, p in params.items()}
         g = torch.Generator(device=x.device).manual_seed(0)
         two = {
-            n: torch.cat([p, p + 0.1 * torch.randn(p.shape, generator=g, device=p.device)])
+            n: torch.cat([p, p + 0.1 * probe_normal(p.shape, generator=g, device=p.device)])
             for n, p in one.items()
         }
         folded = x[torch.arange(4, device=x.device) % len(x)]  # row n·2 + k
         if torch.is_floating_point(folded):  # four different examples
-            noise = torch.randn(folded.shape, generator=g, device=x.device, dtype=x.dtype)
+            noise = probe_normal(folded.shape, generator=g, device=x.device, dtype=x.dtype)
             folded = folded + 0.5 * noise
         self.net.eval()
         self.template.eval()

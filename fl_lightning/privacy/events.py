@@ -114,6 +114,18 @@ class SampledGaussian:
     def adjacency(self) -> str:
         return "replace-one" if self.population else "add/remove-one"
 
+    def to_state(self) -> tuple[float, float, int]:
+        """(σ, q, steps): a DP-SGD client's step event in a checkpoint (record-level steps are
+        Poisson, so population is 0 and no scheme is written)."""
+        assert not self.population, "only Poisson (record-level) events are serialised"
+        return (self.noise_multiplier, self.sample_rate, self.steps)
+
+    @classmethod
+    def from_state(cls, state: tuple[float, float, int] | list) -> SampledGaussian:
+        """The event :meth:`to_state` wrote (a serialised upload's DP-SGD steps)."""
+        sigma, rate, steps = state
+        return cls(float(sigma), float(rate), int(steps))
+
     def dp_event(self) -> dp_accounting.DpEvent:
         """The dp_accounting event of one step (compose it ``steps`` times), for an accountant
         under add/remove adjacency: a fixed-size step is its dominating pair's Poisson event

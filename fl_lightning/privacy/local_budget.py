@@ -36,8 +36,8 @@ from dp_accounting.pld import privacy_loss_mechanism
 
 from fl_lightning.privacy.clipping import clip_by_norm_
 from fl_lightning.privacy.events import LocalRelease
-from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma, sample_gaussian
-from fl_lightning.privacy.mechanisms.laplace import add_laplace
+from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma
+from fl_lightning.privacy.mechanisms.upload import ClippedGaussian, ClippedLaplace, ClippedUpload
 from fl_lightning.privacy.params import check_clip_norm
 
 MechanismName = Literal["none", "gaussian", "laplace"]
@@ -163,6 +163,19 @@ class UploadMechanism:
             return classic_gaussian_sigma(epsilon=epsilon, delta=self.delta, sensitivity=1.0)
         return 1.0 / epsilon
 
+    def at(self, *, epsilon: float, num_examples: int | None = None) -> ClippedUpload:
+        """The mechanism of one upload at ``epsilon``: clip to C (L2 for Gaussian, L1 for
+        Laplace), noise of scale (σ/Δ or 1/ε)·Δ, and this ledger's record of it
+        (:meth:`release`) as its event. ``num_examples`` (|D_i|) is needed with
+        ``sensitivity="record"``."""
+        scale = self.noise_multiplier(epsilon=epsilon) * self.noise_sensitivity(num_examples)
+        charged = self.release(epsilon=epsilon)
+        if self.mechanism == "gaussian":
+            return ClippedGaussian(
+                clip_norm=self.clip_norm, std=scale, delta=self.delta, charged=charged, fused=True
+            )
+        return ClippedLaplace(clip_norm=self.clip_norm, scale=scale, p=1, charged=charged)
+
     def privatize(
         self,
         delta_vec: torch.Tensor,
@@ -171,25 +184,15 @@ class UploadMechanism:
         generator: torch.Generator,
         num_examples: int | None = None,
     ) -> tuple[torch.Tensor, float]:
-        """Clips ``delta_vec`` in place and adds the noise; returns (upload, original norm).
-        ``num_examples`` (|D_i|) is needed with ``sensitivity="record"``."""
-        p = 1 if self.mechanism == "laplace" else 2
-        norm = clip_by_norm_(delta_vec, self.clip_norm, p=p)
+        """Clips ``delta_vec`` in place and adds the noise (:meth:`at`); returns (upload,
+        original norm). ``none`` only clips (L2)."""
         if not self.private:
-            return delta_vec, norm
+            return delta_vec, clip_by_norm_(delta_vec, self.clip_norm, p=2)
         assert epsilon is not None and epsilon > 0
-        scale = self.noise_multiplier(epsilon=epsilon) * self.noise_sensitivity(num_examples)
-        if self.mechanism == "gaussian":
-            noise = sample_gaussian(
-                delta_vec.shape,
-                std=1.0,
-                generator=generator,
-                device=delta_vec.device,
-                dtype=delta_vec.dtype,
-            )
-            return delta_vec.add_(noise, alpha=scale), norm
-        released = add_laplace(delta_vec, scale=scale, generator=generator)  # hole-free sampler
-        return delta_vec.copy_(released), norm
+        out = self.at(epsilon=epsilon, num_examples=num_examples).release(
+            delta_vec, generator=generator
+        )
+        return out.value, out.norm
 
     def charged_epsilon(self, *, epsilon: float) -> float:
         """What basic composition can defend for one upload at ``epsilon`` (module docstring)."""
@@ -263,4 +266,4 @@ class BudgetLedger:
         self.spent = {int(c): [float(e) for e in v] for c, v in state["spent"].items()}
 
 
-__all__ = ["BudgetLedger", "Sensitivity", "UploadMechanism", "clip_by_norm_"]
+__all__ = ["BudgetLedger", "Sensitivity", "UploadMechanism"]

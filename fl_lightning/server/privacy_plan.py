@@ -1,10 +1,12 @@
 """Privacy planning, one owner: every unset σ fixed from the target before training, and the
 spend of a round stated before any client trains (the budget stop reads it).
 
-* :func:`calibrate_client_noise` — the DP-SGD σ, calibrated for the most expensive client over
-  the participations no client exceeds with probability 1 − 10⁻³ (``privacy/budget.py``); a
-  target that cannot pay for one round is refused with the client and its cost named. It runs
-  before the strategy is set up, so that ``FederationSpec.local`` is what the clients run.
+* :func:`resolve_client_noise` — the DP-SGD (C, σ) as one frozen ``GaussianParams``: σ as
+  configured, or calibrated for the most expensive client over the participations no client
+  exceeds with probability 1 − 10⁻³ (``privacy/budget.py``); a target that cannot pay for one
+  round is refused with the client and its cost named. :func:`calibrate_client_noise` returns
+  the local-training config carrying it; it runs before the strategy is set up, so that
+  ``FederationSpec.local`` is what the clients run.
 * :func:`privacy_target` — the target every unset σ is calibrated to; the strategy calibrates
   its own client-level σ to it in ``Strategy.setup_federation`` (``FederationSpec.privacy``),
   after :func:`check_strategy_target` refused what the accountant cannot account.
@@ -41,6 +43,7 @@ from fl_lightning.privacy.budget import (
     refuse_unaffordable_round,
 )
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.params import GaussianParams
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.spec import PrivacyTarget
 
@@ -102,28 +105,30 @@ def refuse_adaptive_noise(adaptive: str | None, accountant: str) -> None:
         )
 
 
-def calibrate_client_noise(
+def resolve_client_noise(
     config: LocalTrainingConfig,
     *,
     client_sizes: Sequence[int],
     sampling: CohortSampling,
     rounds: int,
     accountant: PrivacyAccountant | None,
-) -> LocalTrainingConfig:
-    """The local-training config with its DP-SGD σ fixed: calibrated so that the most
-    expensive client stays within the target over its participations when unset; refuses a
-    target that cannot pay for one round (``BudgetError``)."""
+) -> GaussianParams | None:
+    """The clients' DP-SGD (C, σ), resolved once as a frozen value (None without DP-SGD): the
+    configured σ, or when unset σ calibrated so that the most expensive client stays within the
+    target over its participations; refuses a target that cannot pay for one round
+    (``BudgetError``)."""
     plan = privacy_target(accountant, sampling)
     target, delta, backend = plan.epsilon, plan.delta, plan.accountant
     dp = config.dp_sgd
     if dp is None:
-        return config
+        return None
     costs = [
         ClientCost(cid, n, dp_sgd_rate(batch_size=config.batch_size, size=n), config.steps_for(n))
         for cid, n in enumerate(client_sizes)
         if n > 0
     ]
-    if dp.noise_multiplier is None:
+    sigma = dp.noise_multiplier
+    if sigma is None:
         k = max_participations(rounds, sampling.rate, len(costs))
         if not costs and target is not None:
             raise BudgetError("data: no client holds any example to calibrate DP-SGD for")
@@ -148,11 +153,9 @@ def calibrate_client_noise(
             target,
             k,
         )
-        config = replace(config, dp_sgd=replace(dp, noise_multiplier=sigma))
     else:
-        say_sigma_caps("client.dp_sgd.noise_multiplier", dp.noise_multiplier, target)
-    assert config.dp_sgd is not None and config.dp_sgd.noise_multiplier is not None
-    sigma = float(config.dp_sgd.noise_multiplier)
+        say_sigma_caps("client.dp_sgd.noise_multiplier", sigma, target)
+    sigma = float(sigma)
     cost, worst = most_expensive_round(
         costs, noise_multiplier=sigma, delta=delta, accountant=backend
     )
@@ -165,7 +168,27 @@ def calibrate_client_noise(
         ),
         field="client.dp_sgd.noise_multiplier, client.batch_size, local epochs/steps",
     )
-    return config
+    return GaussianParams(dp.max_grad_norm, sigma, prefix="client.dp_sgd")
+
+
+def calibrate_client_noise(
+    config: LocalTrainingConfig,
+    *,
+    client_sizes: Sequence[int],
+    sampling: CohortSampling,
+    rounds: int,
+    accountant: PrivacyAccountant | None,
+) -> LocalTrainingConfig:
+    """The local-training config with the DP-SGD σ of :func:`resolve_client_noise` (the config
+    itself is never mutated; without DP-SGD it is returned as it is)."""
+    params = resolve_client_noise(
+        config, client_sizes=client_sizes, sampling=sampling, rounds=rounds, accountant=accountant
+    )
+    if params is None or config.dp_sgd is None:
+        return config
+    if config.dp_sgd.noise_multiplier == params.noise_multiplier:
+        return config
+    return replace(config, dp_sgd=replace(config.dp_sgd, noise_multiplier=params.noise_multiplier))
 
 
 def declare_private_run(

@@ -24,14 +24,14 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-import dp_accounting
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
-from fl_lightning.privacy.mechanisms.gaussian import sample_gaussian
-from fl_lightning.privacy.mechanisms.laplace import add_laplace
-from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon
+from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.mechanisms.upload import (
+    ClippedGaussian,
+    ClippedLaplace,
+    gaussian_release_epsilon,
+)
 from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
@@ -43,13 +43,6 @@ NoiseKind = Literal["laplace", "gaussian"]
 def paper_gaussian_sigma(*, epsilon: float, sensitivity: float) -> float:
     """Eq. (2) of Zhang et al.: σ = (ΔS/ε)·sqrt(2 ln(1.25/ζ)) with ζ = e^{−ε}."""
     return sensitivity / epsilon * math.sqrt(2.0 * (math.log(1.25) + epsilon))
-
-
-def gaussian_release_epsilon(*, noise_multiplier: float, delta: float) -> float:
-    """ε at δ of one Gaussian release with std = noise_multiplier × L2 sensitivity (RDP)."""
-    accountant = dp_accounting.rdp.RdpAccountant()
-    accountant.compose(dp_accounting.GaussianDpEvent(noise_multiplier))
-    return float(accountant.get_epsilon(delta))
 
 
 class ClippedUploadNoise(UploadPrivacy):
@@ -77,8 +70,8 @@ class ClippedUploadNoise(UploadPrivacy):
         check_clip_norm(clip_norm)
         if noise not in ("laplace", "gaussian"):
             raise ValueError(f"strategy.noise: expected 'laplace' or 'gaussian', got {noise!r}")
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
+        if sensitivity is not None:
+            check_clip_norm(sensitivity, "strategy.sensitivity")
         if not 0 < delta < 1:
             raise ValueError(f"strategy.delta: must be in (0, 1), got {delta}")
         self.epsilon = float(epsilon)
@@ -105,44 +98,36 @@ class ClippedUploadNoise(UploadPrivacy):
         self.num_parameters = spec.num_parameters
         spec.refuse_dp_sgd("dp_fedavg_local adds local noise")
 
+    @property
+    def mechanism(self) -> ClippedLaplace | ClippedGaussian:
+        """The clip and the noise of one upload, with its event (``privacy/mechanisms/upload.py``):
+        Lap(b) at the defensible 2C√d / b, or N(0, σ²) of multiplier σ/(2C)."""
+        if self.noise == "laplace":
+            return ClippedLaplace(clip_norm=self.clip_norm, scale=self.scale)
+        return ClippedGaussian(clip_norm=self.clip_norm, std=self.scale, delta=self.delta)
+
     def privatize(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
         """Δ ← Δ·min(1, C/‖Δ‖₂) + noise, every coordinate Lap(b) or N(0, σ²) (Eq. 6 / Eq. 2)."""
-        delta = update.delta
-        norm = clip_by_l2_norm_(delta, self.clip_norm)
-        if self.noise == "laplace":  # snapped to a grid, every output reachable (laplace.py)
-            update.delta = delta.copy_(add_laplace(delta, scale=self.scale, generator=generator))
-        else:
-            noise = sample_gaussian(
-                delta.shape, std=self.scale, generator=generator, device=delta.device
-            )
-            update.delta = delta.add_(noise)
-        update.metrics["delta_norm"] = norm
-        update.metrics["clipped"] = float(norm > self.clip_norm)
+        out = self.mechanism.release(update.delta, generator=generator)
+        update.delta = out.value
+        update.metrics["delta_norm"] = out.norm
+        update.metrics["clipped"] = float(out.norm > self.clip_norm)
         return update
 
     def round_epsilon(self) -> float:
         """The ε (at δ for Gaussian) one upload defends (module docstring)."""
-        if self.noise == "laplace":
-            return defensible_epsilon(
-                laplace_scale=self.scale,
-                clip_norm=self.clip_norm,
-                dimension=max(self.num_parameters, 1),
-            )
-        return gaussian_release_epsilon(
-            noise_multiplier=self.scale / (2.0 * self.clip_norm), delta=self.delta
-        )
+        event = self.mechanism.event(self.num_parameters)
+        assert event is not None
+        return event.epsilon
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        """One local release per dispatched client: Laplace at ``round_epsilon``; Gaussian with
-        its σ/Δ, composed by the accountant as a Gaussian event at the run's δ."""
-        eps = self.round_epsilon()
-        if self.noise == "laplace":
-            release = LocalRelease(eps, 0.0, "upload")
-        else:
-            z = self.scale / (2.0 * self.clip_norm)
-            release = LocalRelease(eps, self.delta, "upload", 1, z)
+        """One local release per dispatched client, the mechanism's event: Laplace at
+        ``round_epsilon``; Gaussian with its σ/Δ, composed by the accountant as a Gaussian event
+        at the run's δ."""
+        release = self.mechanism.event(self.num_parameters)
+        assert release is not None
         return RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
 
     def metrics(self, ctx: RoundContext) -> Metrics:

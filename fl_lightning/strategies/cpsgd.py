@@ -22,18 +22,14 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.binomial import (
-    binomial_mechanism_epsilon,
+    BinomialMechanism,
     calibrate_trials,
     dequantize_sum,
     next_power_of_two,
     quantized_sensitivities,
     random_signs,
-    rotate,
-    sample_binomial,
-    stochastic_quantize,
     unrotate,
 )
 from fl_lightning.privacy.params import check_clip_norm
@@ -135,19 +131,21 @@ class CPSGD(Strategy):
         return random_signs(self.padded, generator=gen).to(ctx.global_params.device)
 
     # -- client ------------------------------------------------------------------------------
-    def encode(
-        self, x: torch.Tensor, signs: torch.Tensor, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        y = rotate(x, signs)
-        levels = stochastic_quantize(y, levels=self.levels, bound=self.bound, generator=generator)
-        noise = sample_binomial(
-            levels.shape,
-            trials=int(self.trials or 0),
+    def mechanism(self, cohort_size: int, signs: torch.Tensor | None = None) -> BinomialMechanism:
+        """One client's clip, rotation, quantisation and Binomial noise, with its event
+        (Theorem 1 at N = m, or m·|cohort| under ``trust: aggregate``)."""
+        trials = int(self.trials or 0)
+        return BinomialMechanism(
+            clip_norm=self.clip_norm,
+            levels=self.levels,
+            bound=self.bound,
+            trials=trials,
             p=self.p,
-            generator=generator,
-            device=levels.device,
+            delta=self.delta,
+            dimension=self.padded,
+            signs=signs,
+            accounted_trials=trials * (cohort_size if self.trust == "aggregate" else 1),
         )
-        return levels + noise
 
     def decode_sum(
         self, level_sum: torch.Tensor, count: int, signs: torch.Tensor, d: int
@@ -167,10 +165,11 @@ class CPSGD(Strategy):
     ) -> ClientUpdate:
         if self.padded < update.delta.numel():
             self.padded = next_power_of_two(update.delta.numel())
-        norm = clip_by_l2_norm_(update.delta, self.clip_norm)
-        update.delta = self.encode(update.delta, self._signs(ctx), generator=generator)
-        update.metrics["delta_norm"] = norm
-        update.metrics["clipped"] = float(norm > self.clip_norm)
+        mechanism = self.mechanism(max(len(ctx.cohort), 1), signs=self._signs(ctx))
+        out = mechanism.release(update.delta, generator=generator)
+        update.delta = out.value
+        update.metrics["delta_norm"] = out.norm
+        update.metrics["clipped"] = float(out.norm > self.clip_norm)
         return update
 
     # -- server ------------------------------------------------------------------------------
@@ -193,32 +192,18 @@ class CPSGD(Strategy):
 
     # -- privacy -----------------------------------------------------------------------------
     def round_epsilon(self, cohort_size: int) -> float:
-        if not self.trials:
-            return math.inf
-        n = self.trials * (cohort_size if self.trust == "aggregate" else 1)
-        l1, l2, linf = self.sensitivities()
-        return binomial_mechanism_epsilon(
-            trials=n,
-            p=self.p,
-            delta=self.delta,
-            dimension=self.padded,
-            l1_sensitivity=l1,
-            l2_sensitivity=l2,
-            linf_sensitivity=linf,
-        )
+        return self.mechanism(cohort_size).epsilon()
 
     @property
     def traits(self) -> StrategyTraits:
         return dataclasses.replace(super().traits, private=True)
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        eps = self.round_epsilon(max(len(ctx.cohort), 1))
-        if math.isinf(eps):
-            return RoundPrivacy(
-                no_guarantee="cpSGD Binomial noise too small for Agarwal et al. 2018 Theorem 1 "
-                "(N p (1-p) below max(23 log(10d/δ), 2Δ∞)) or switched off"
-            )
-        release = LocalRelease(eps, self.delta, "upload")
+        """The mechanism's event per upload, or why Theorem 1 gives nothing."""
+        mechanism = self.mechanism(max(len(ctx.cohort), 1))
+        release = mechanism.event(self.padded)
+        if release is None:
+            return RoundPrivacy(no_guarantee=mechanism.no_guarantee)
         return RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
 
     def state_dict(self) -> dict:

@@ -31,15 +31,12 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.sparse_vector import (
     Significance,
     SparseVectorPerturbation,
     ThresholdSchedule,
     defensible_epsilon,
-    quantile_threshold,
-    significance_scores,
     split_budget,
     split_selection_budget,
     threshold_quantile,
@@ -136,8 +133,8 @@ class DPFedASGP(Strategy):
             raise ValueError(f"strategy.perturb_share: must be in (0, 1), got {perturb_share}")
         if q <= 0:
             raise ValueError(f"strategy.q: must be > 0, got {q}")
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
+        if sensitivity is not None:
+            check_clip_norm(sensitivity, "strategy.sensitivity")
         if threshold_schedule not in ("published", "reversed"):
             raise ValueError(
                 "strategy.threshold_schedule: expected 'published' or 'reversed', got "
@@ -175,6 +172,8 @@ class DPFedASGP(Strategy):
             sensitivity=self.clip_norm if sensitivity is None else sensitivity,
             significance=significance,
             noise_unselected=noise_unselected,
+            clip_norm=self.clip_norm,
+            no_guarantee=NO_NOISE_BELOW_THRESHOLD,
         )
 
     # -- setup -------------------------------------------------------------------------------
@@ -200,20 +199,13 @@ class DPFedASGP(Strategy):
     ) -> ClientUpdate:
         lr = self._local_lr(ctx)
         g = update.delta.div_(-lr)  # accumulated local gradient (Alg. 1 line 19)
-        norm = clip_by_l2_norm_(g, self.clip_norm)  # line 20
-        level = self.threshold_level(ctx)
-        scores = significance_scores(g, self.significance)
-        threshold = quantile_threshold(scores, level)
-        above = scores >= threshold  # what a noiseless test at λ_t would select
-        released, mask = self.mechanism.privatize_with_threshold(g, threshold, generator=generator)
-        update.delta = released  # the uploaded g_i (not a model delta any more)
-        update.metrics["grad_norm"] = norm
-        update.metrics["clipped"] = float(norm > self.clip_norm)
-        update.metrics["selected_fraction"] = float(mask.float().mean())
-        # Of the coordinates above λ_t, the share the noisy test selected (1 when the selection
-        # follows the quantile; about the selected fraction when it is random).
-        update.metrics["selection_recall"] = float((mask & above).sum()) / max(int(above.sum()), 1)
-        update.extras["threshold"] = threshold
+        out = self.mechanism.release_at(g, level=self.threshold_level(ctx), generator=generator)
+        update.delta = out.value  # the uploaded g_i (not a model delta any more)
+        update.metrics["grad_norm"] = out.norm
+        update.metrics["clipped"] = float(out.norm > self.clip_norm)
+        update.metrics["selected_fraction"] = out.observed["selected_fraction"]
+        update.metrics["selection_recall"] = out.observed["selection_recall"]
+        update.extras["threshold"] = out.observed["threshold"]
         return update
 
     # -- server ------------------------------------------------------------------------------
@@ -257,13 +249,14 @@ class DPFedASGP(Strategy):
         return dataclasses.replace(super().traits, private=True)
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        if not self.mechanism.noise_unselected:
-            return RoundPrivacy(no_guarantee=NO_NOISE_BELOW_THRESHOLD)
+        """The mechanism's event per upload (the L1 diameter of the clipped gradient's ball over
+        the Laplace scale), or no guarantee with the reason."""
+        release = self.mechanism.event(max(self.num_parameters, 1))
+        if release is None:
+            return RoundPrivacy(no_guarantee=self.mechanism.no_guarantee)
         if self.loss_weighting:
             return RoundPrivacy(no_guarantee=RAW_LOSS)
-        eps = self.defensible_round_epsilon()
-        # Per upload: the L1 diameter of the clipped gradient's ball over the Laplace scale.
-        return RoundPrivacy(local={cid: [LocalRelease(eps, 0.0, "upload")] for cid in ctx.cohort})
+        return RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
 
     def state_dict(self) -> dict[str, Any]:
         return {"lr": self.lr}

@@ -37,6 +37,7 @@ from fl_lightning.privacy.matrix_mechanism import (
     min_sep_sensitivity,
     whole_run_event,
 )
+from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
@@ -66,10 +67,8 @@ class DPFTRL(Strategy):
         bands: int | None = None,
     ) -> None:
         super().__init__(weighting="uniform")
-        if clip_norm <= 0:
-            raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
-        if noise_multiplier is not None and noise_multiplier < 0:
-            raise ValueError(f"strategy.noise_multiplier: must be >= 0, got {noise_multiplier}")
+        check_clip_norm(clip_norm)
+        check_noise_multiplier(noise_multiplier)
         if factorization not in FACTORIZATIONS:
             raise ValueError(
                 f"strategy.factorization: unknown {factorization!r}; choose from {FACTORIZATIONS}"

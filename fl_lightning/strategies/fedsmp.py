@@ -22,7 +22,6 @@ from typing import Literal
 import torch
 
 from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
@@ -105,9 +104,13 @@ class FedSMP(Strategy):
 
     @property
     def mechanism(self) -> GaussianMechanism:
-        """Each client's Gaussian on its clipped kept coordinates (sensitivity C)."""
+        """Each client's clip to C and Gaussian on its kept coordinates (sensitivity C)."""
         assert self.noise_multiplier is not None, "noise multiplier not calibrated yet"
-        return GaussianMechanism(noise_multiplier=self.noise_multiplier, sensitivity=self.clip_norm)
+        return GaussianMechanism(
+            noise_multiplier=self.noise_multiplier,
+            sensitivity=self.clip_norm,
+            clip_norm=self.clip_norm,
+        )
 
     def num_kept(self, d: int) -> int:
         return min(d, max(1, math.ceil(self.ratio * d)))
@@ -119,13 +122,12 @@ class FedSMP(Strategy):
         k = self.num_kept(delta.numel())
         shared = generator_for(ctx.seed, ctx.round_idx, "fedsmp_rand_k", device=delta.device)
         idx = keep_mask(delta, k=k, sparsifier=self.sparsifier, generator=shared)
-        kept = delta[idx]
-        norm = clip_by_l2_norm_(kept, self.clip_norm)
+        released = self.mechanism.release(delta[idx], generator=generator)
         out = torch.zeros_like(delta)
-        out[idx] = self.mechanism.privatize(kept, generator=generator)
+        out[idx] = released.value
         update.delta = out
-        update.metrics["kept_norm"] = norm
-        update.metrics["clipped"] = float(norm > self.clip_norm)
+        update.metrics["kept_norm"] = released.norm
+        update.metrics["clipped"] = float(released.norm > self.clip_norm)
         return update
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:

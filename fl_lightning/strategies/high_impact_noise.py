@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy
-from fl_lightning.privacy.mechanisms.laplace import add_laplace
-from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon, quantile_threshold
+from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.mechanisms.upload import HighImpactLaplace
 from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
@@ -66,8 +64,8 @@ class HighImpactNoise(UploadPrivacy):
             raise ValueError(
                 f"strategy.significant_fraction: must be in (0, 1], got {significant_fraction}"
             )
-        if sensitivity is not None and sensitivity <= 0:
-            raise ValueError(f"strategy.sensitivity: must be > 0, got {sensitivity}")
+        if sensitivity is not None:
+            check_clip_norm(sensitivity, "strategy.sensitivity")
         self.epsilon = float(epsilon)
         self.clip_norm = float(clip_norm)
         self.significant_fraction = float(significant_fraction)
@@ -89,38 +87,36 @@ class HighImpactNoise(UploadPrivacy):
         """Keeps d (the sound variant's ε is 2C√d / scale)."""
         self.num_parameters = spec.num_parameters
 
+    @property
+    def mechanism(self) -> HighImpactLaplace:
+        """The clip, the masked Laplace noise and the event of one upload
+        (``privacy/mechanisms/upload.py``)."""
+        return HighImpactLaplace(
+            clip_norm=self.clip_norm,
+            scale=self.scale,
+            significant_fraction=self.significant_fraction,
+            noise_unselected=self.noise_unselected,
+            no_guarantee=NO_NOISE_INSIGNIFICANT,
+        )
+
     def privatize(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
         """Clip to C, then Lap(ΔS/ε) on the coordinates with the largest Δ_j² (∝ loss impact)."""
-        delta = update.delta
-        norm = clip_by_l2_norm_(delta, self.clip_norm)
-        impact = delta.square()  # ∝ |g_j·Δw_j| = Δ_j²/η for plain local SGD
-        threshold = quantile_threshold(impact, 1.0 - self.significant_fraction)
-        mask = (
-            impact > threshold
-            if self.significant_fraction < 1
-            else torch.ones_like(impact, dtype=torch.bool)
-        )
-        released = add_laplace(delta, scale=self.scale, generator=generator)  # laplace.py
-        if not self.noise_unselected:
-            released = torch.where(mask, released, delta)
-        update.delta = delta.copy_(released)
-        update.metrics["delta_norm"] = norm
-        update.metrics["selected_fraction"] = float(mask.float().mean())
+        out = self.mechanism.release(update.delta, generator=generator)
+        update.delta = out.value
+        update.metrics["delta_norm"] = out.norm
+        update.metrics["selected_fraction"] = out.observed["selected_fraction"]
         return update
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """No guarantee (unnoised coordinates leave the client), or with ``noise_unselected``
-        one local release per client at the defensible 2C√d / scale."""
-        if not self.noise_unselected:
-            return RoundPrivacy(no_guarantee=NO_NOISE_INSIGNIFICANT)
-        eps = defensible_epsilon(
-            laplace_scale=self.scale,
-            clip_norm=self.clip_norm,
-            dimension=max(self.num_parameters, 1),
-        )
-        return RoundPrivacy(local={cid: [LocalRelease(eps, 0.0, "upload")] for cid in ctx.cohort})
+        one local release per client at the defensible 2C√d / scale (the mechanism's event)."""
+        mechanism = self.mechanism
+        release = mechanism.event(self.num_parameters)
+        if release is None:
+            return RoundPrivacy(no_guarantee=mechanism.no_guarantee)
+        return RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
 
 
 __all__ = ["NO_NOISE_INSIGNIFICANT", "HighImpactNoise"]

@@ -36,9 +36,8 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.privacy.analysis import calibrate_repeated_gaussian, epsilon
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
-from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism, sample_gaussian
+from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
@@ -87,17 +86,6 @@ def downlink_sigma(
         * math.sqrt(rounds**2 - exposures**2 * num_clients)
         / (min_size * num_clients * eps)
     )
-
-
-clip_parameters_ = clip_by_l2_norm_
-"""w ← w·min(1, C/‖w‖) in place (Eq. 8's w / max(1, ‖w‖/C)); returns ‖w‖ before clipping."""
-
-
-def _gaussian(
-    shape: torch.Size, std: float, generator: torch.Generator, like: torch.Tensor
-) -> torch.Tensor:
-    noise = sample_gaussian(shape, std=1.0, generator=generator, dtype=like.dtype)
-    return noise.to(like.device).mul_(std)
 
 
 class NbAFL(Strategy):
@@ -195,13 +183,11 @@ class NbAFL(Strategy):
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
     ) -> ClientUpdate:
-        assert self.sigma_u is not None
         w = ctx.global_params + update.delta
-        norm = clip_parameters_(w, self.clip_norm)
-        w.add_(_gaussian(w.shape, self.sigma_u, generator, w))
-        update.delta = w.sub_(ctx.global_params)
-        update.metrics["param_norm"] = norm
-        update.metrics["clipped"] = float(norm > self.clip_norm)
+        out = self.uplink_mechanism.release(w, generator=generator)  # Eq. 8 clip, then n_U
+        update.delta = out.value.sub_(ctx.global_params)
+        update.metrics["param_norm"] = out.norm
+        update.metrics["clipped"] = float(out.norm > self.clip_norm)
         return update
 
     # -- server side -------------------------------------------------------------------------
@@ -212,7 +198,8 @@ class NbAFL(Strategy):
         (Theorem 2), drawn once from the generator every rank shares."""
         mean, metrics = super().finalize(reduced, ctx, generator=generator)
         if self.sigma_d > 0:
-            mean.add_(_gaussian(mean.shape, self.sigma_d, generator, mean))
+            # Not accounted: the uplink event bounds every release (post-processing).
+            mean = GaussianMechanism.with_std(self.sigma_d).privatize(mean, generator=generator)
         return mean, metrics
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
@@ -225,10 +212,12 @@ class NbAFL(Strategy):
 
     @property
     def uplink_mechanism(self) -> GaussianMechanism:
-        """N(0, σ_U²) on a parameter vector of norm ≤ C (enforced sensitivity 2C)."""
+        """Clip the parameters to C (Eq. 8: w / max(1, ‖w‖/C)), then N(0, σ_U²): multiplier
+        σ_U/(2C) for the enforced sensitivity 2C of two clipped parameter vectors."""
         assert self.sigma_u is not None
-        z = self.sigma_u / (2.0 * self.clip_norm)
-        return GaussianMechanism(noise_multiplier=z, sensitivity=2.0 * self.clip_norm)
+        return GaussianMechanism.with_std(
+            self.sigma_u, sensitivity=2.0 * self.clip_norm, clip_norm=self.clip_norm
+        )
 
     @property
     def traits(self) -> StrategyTraits:
@@ -262,4 +251,4 @@ class NbAFL(Strategy):
         self.uploads = int(state_dict["uploads"])
 
 
-__all__ = ["NbAFL", "clip_parameters_", "downlink_sigma", "nbafl_c", "uplink_sigma"]
+__all__ = ["NbAFL", "downlink_sigma", "nbafl_c", "uplink_sigma"]

@@ -37,3 +37,16 @@ def draw_secret_seed() -> int:
     ``privacy.secure_mode``: it replaces the configured seed as the first key of every noise,
     cohort and batch generator and is kept only in the checkpoint."""
     return secrets.randbits(63)
+
+
+def probe_normal(
+    shape: torch.Size | tuple[int, ...],
+    *,
+    generator: torch.Generator,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Standard normal draws for a self-check's inputs (e.g. the stacked-client probe's perturbed
+    copy of a model): never privacy noise, which only ``privacy/mechanisms`` draws (a release
+    must carry its event; ``tests/test_privacy_contract.py``)."""
+    return torch.randn(shape, generator=generator, device=device, dtype=dtype)

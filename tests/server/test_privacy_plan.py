@@ -4,6 +4,8 @@ DP-SGD event per cohort client, the same rule the local loop records."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -13,7 +15,11 @@ from fl_lightning.privacy.analysis import epsilon
 from fl_lightning.privacy.budget import BudgetError, dp_sgd_event
 from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.records import RoundContext
-from fl_lightning.server.privacy_plan import calibrate_client_noise, planned_privacy
+from fl_lightning.server.privacy_plan import (
+    calibrate_client_noise,
+    planned_privacy,
+    resolve_client_noise,
+)
 from fl_lightning.strategies.fedavg import FedAvg
 
 SIZES = [40, 80, 120, 160]
@@ -44,6 +50,22 @@ def test_calibration_fixes_sigma_for_the_most_expensive_client_without_mutating(
 
     assert eps(sigma) <= 4.0 + 1e-6
     assert eps(0.9 * sigma) > 4.0
+
+
+def test_the_dp_sgd_noise_is_resolved_once_as_one_frozen_value():
+    acc = PrivacyAccountant("rdp", delta=1e-5, target_epsilon=4.0)
+    kwargs = {"client_sizes": SIZES, "sampling": SAMPLING, "rounds": 10, "accountant": acc}
+    params = resolve_client_noise(dp_config(None), **kwargs)
+    assert params is not None and params.clip_norm == 1.0
+    out = calibrate_client_noise(dp_config(None), **kwargs)
+    assert out.dp_sgd is not None and out.dp_sgd.noise_multiplier == params.noise_multiplier
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.noise_multiplier = 2.0  # type: ignore[misc]
+    given = resolve_client_noise(dp_config(1.7), **kwargs)
+    assert given is not None and given.noise_multiplier == 1.7
+    no_dp = LocalTrainingConfig(local_steps=2, batch_size=8)
+    assert resolve_client_noise(no_dp, **kwargs) is None
+    assert calibrate_client_noise(no_dp, **kwargs) is no_dp
 
 
 def test_a_target_that_cannot_pay_for_one_round_is_refused_naming_the_client():

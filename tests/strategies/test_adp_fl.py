@@ -301,16 +301,16 @@ def test_cohort_too_small_for_the_even_budget_is_refused_before_training(cls):
 def test_record_sensitivity_scales_the_noise_and_claims_no_guarantee(monkeypatch):
     """sensitivity: record adds noise at Δ = 2C/|D_i| and reports the sound client-level ε of
     that noise instead of a guarantee."""
-    import fl_lightning.privacy.local_budget as local_budget
+    import fl_lightning.privacy.mechanisms.upload as upload  # the ledger's uploads draw there
 
     scales: list[float] = []
-    real = local_budget.add_laplace
+    real = upload.add_laplace
 
     def spy(x, *, scale, generator):
         scales.append(scale)
         return real(x, scale=scale, generator=generator)
 
-    monkeypatch.setattr(local_budget, "add_laplace", spy)
+    monkeypatch.setattr(upload, "add_laplace", spy)
     kw = dict(epsilon=4.0, mechanism="laplace", clip_norm=1.0, accuracy_drop=None, rescale="rounds")
     rec, cli = ADPFL(sensitivity="record", **kw), ADPFL(**kw)
     for s in (rec, cli):

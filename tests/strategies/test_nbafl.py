@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from fl_lightning.privacy.analysis import epsilon
+from fl_lightning.privacy.clipping import clip_by_l2_norm_ as clip_parameters_
 from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.nbafl import (
     NbAFL,
-    clip_parameters_,
     downlink_sigma,
     nbafl_c,
     uplink_sigma,

@@ -21,6 +21,11 @@ import math
 
 import torch
 
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.mechanisms.base import Mechanism
+from fl_lightning.privacy.params import check_clip_norm
+
 
 def next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
@@ -196,3 +201,93 @@ def calibrate_trials(
         else:
             high = mid
     return high
+
+
+NO_GUARANTEE = (
+    "cpSGD Binomial noise too small for Agarwal et al. 2018 Theorem 1 "
+    "(N p (1-p) below max(23 log(10d/δ), 2Δ∞)) or switched off"
+)
+
+
+class BinomialMechanism(Mechanism):
+    """cpSGD's client side (Agarwal et al. 2018, Alg. 1): clip to L2 norm C, rotate by the
+    randomised Walsh–Hadamard transform (``signs``, shared by the cohort), quantise
+    stochastically to k levels of [−X, X] and add Bin(m, p) to every level; its event is
+    Theorem 1's (ε, δ) for one upload with N = ``accounted_trials`` (m, or m·|cohort| when the
+    server sees only the securely aggregated sum).
+
+    Args:
+        clip_norm: C.
+        levels: k.
+        bound: X, the clamp of a rotated coordinate.
+        trials: m, this client's Bin(m, p) trials (0: no noise).
+        p: the Binomial's success probability.
+        delta: δ of the per-upload (ε, δ).
+        dimension: d', the padded (power-of-two) dimension.
+        signs: the rotation's ±1 signs (needed to release, not to price).
+        accounted_trials: N of Theorem 1 (default m).
+    """
+
+    no_guarantee = NO_GUARANTEE
+
+    def __init__(
+        self,
+        *,
+        clip_norm: float,
+        levels: int,
+        bound: float,
+        trials: int,
+        p: float,
+        delta: float,
+        dimension: int,
+        signs: torch.Tensor | None = None,
+        accounted_trials: int | None = None,
+    ) -> None:
+        self.clip_norm = check_clip_norm(clip_norm)
+        self.levels = int(levels)
+        self.bound = float(bound)
+        self.trials = int(trials)
+        self.p = float(p)
+        self.delta = float(delta)
+        self.dimension = int(dimension)
+        self.signs = signs
+        self.accounted_trials = self.trials if accounted_trials is None else int(accounted_trials)
+
+    def constrain(self, x: torch.Tensor) -> float:
+        """x ← x·min(1, C/‖x‖₂) in place."""
+        return clip_by_l2_norm_(x, self.clip_norm)
+
+    def privatize(self, x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+        """The integer levels of the rotated, quantised x plus Bin(m, p) each (the quantiser's
+        uniforms first, then the Binomial draws, both from ``generator``)."""
+        assert self.signs is not None, "the rotation's signs are needed to release"
+        y = rotate(x, self.signs)
+        levels = stochastic_quantize(y, levels=self.levels, bound=self.bound, generator=generator)
+        noise = sample_binomial(
+            levels.shape, trials=self.trials, p=self.p, generator=generator, device=levels.device
+        )
+        return levels + noise
+
+    def epsilon(self) -> float:
+        """Theorem 1's ε at ``delta`` for N = ``accounted_trials`` (∞ when it does not apply)."""
+        if not self.trials:
+            return math.inf
+        l1, l2, linf = quantized_sensitivities(
+            clip_norm=self.clip_norm, bound=self.bound, levels=self.levels, dimension=self.dimension
+        )
+        return binomial_mechanism_epsilon(
+            trials=self.accounted_trials,
+            p=self.p,
+            delta=self.delta,
+            dimension=self.dimension,
+            l1_sensitivity=l1,
+            l2_sensitivity=l2,
+            linf_sensitivity=linf,
+        )
+
+    def event(self, dimension: int) -> LocalRelease | None:
+        """One upload at Theorem 1's (ε, δ); None when the theorem gives nothing."""
+        eps = self.epsilon()
+        if math.isinf(eps):
+            return None
+        return LocalRelease(eps, self.delta, "upload")

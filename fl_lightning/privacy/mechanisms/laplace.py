@@ -39,6 +39,7 @@ import math
 import torch
 
 from fl_lightning.privacy.mechanisms.base import Mechanism
+from fl_lightning.privacy.params import check_clip_norm
 
 GRID_BITS_OVER_DIMENSION = 20
 """k = ⌈log₂ d⌉ + this: the grid adds at most 2⁻ᵏ·d ≤ 2⁻²⁰ to ε (for d ≤ 2²⁶ coordinates)."""
@@ -162,8 +163,7 @@ class LaplaceMechanism(Mechanism):
     def __init__(self, *, epsilon: float, sensitivity: float = 1.0) -> None:
         if epsilon <= 0:
             raise ValueError(f"epsilon must be > 0, got {epsilon}")
-        if sensitivity <= 0:
-            raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
+        check_clip_norm(sensitivity, "sensitivity")
         self.epsilon = float(epsilon)
         self.sensitivity = float(sensitivity)
 

@@ -71,6 +71,10 @@ class LocalMechanism(Mechanism, abc.ABC):
         independently at this ε: ε-LDP per coordinate, composed per client by the accountant."""
         return LocalRelease(self.epsilon, self.delta, "coordinate", int(coordinates))
 
+    def event(self, dimension: int) -> LocalRelease:
+        """The event of one release (:meth:`local_release` of its ``dimension`` coordinates)."""
+        return self.local_release(dimension)
+
 
 def as_tensor(w: torch.Tensor | float) -> torch.Tensor:
     return w if isinstance(w, torch.Tensor) else torch.tensor(float(w), dtype=torch.float64)
@@ -130,6 +134,10 @@ class LocalGaussian(GaussianMechanism, LocalMechanism):
         return LocalRelease(
             self.epsilon, self.delta, "coordinate", int(coordinates), self.noise_multiplier
         )
+
+    def event(self, dimension: int) -> LocalRelease:
+        """Per coordinate, as every local mechanism (not the Gaussian's unamplified event)."""
+        return self.local_release(dimension)
 
 
 SPM_VARIANTS = ("published", "debiased", "unbiased_c")

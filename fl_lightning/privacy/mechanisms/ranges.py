@@ -23,6 +23,8 @@ from typing import Protocol
 
 import torch
 
+from fl_lightning.privacy.params import check_clip_norm
+
 RANGE_MODES = ("clip", "scale", "adaptive")
 RANGE_SOURCES = ("global", "local")
 
@@ -47,8 +49,7 @@ class RangeConfig:
             raise ValueError(
                 f"strategy.input_range: expected one of {RANGE_MODES}, got {self.mode!r}"
             )
-        if not self.clip_bound > 0:
-            raise ValueError(f"strategy.clip_bound: must be > 0, got {self.clip_bound}")
+        check_clip_norm(self.clip_bound, "strategy.clip_bound")
         if self.source not in RANGE_SOURCES:
             raise ValueError(
                 f"strategy.range_source: expected one of {RANGE_SOURCES}, got {self.source!r}"

@@ -29,8 +29,11 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.mechanisms.base import Mechanism
+from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.mechanisms.base import Mechanism, Release
 from fl_lightning.privacy.mechanisms.laplace import add_laplace, sample_laplace
+from fl_lightning.privacy.params import check_clip_norm
 
 ThresholdSchedule = Literal["published", "reversed"]
 Significance = Literal["signed", "magnitude"]
@@ -130,6 +133,9 @@ class SparseVectorPerturbation(Mechanism):
         sensitivity: ΔS, the per-coordinate sensitivity used in the noise scales.
         significance: ``signed`` or ``magnitude`` scores for the test.
         noise_unselected: also perturb the coordinates that fail the test (same scale).
+        clip_norm: C, the L2 clip :meth:`constrain` applies (Alg. 1 line 20); the defensible
+            event needs it. ``None``: the input is bounded by the caller, and no event.
+        no_guarantee: the reason a release without ``noise_unselected`` has no guarantee.
     """
 
     def __init__(
@@ -140,16 +146,20 @@ class SparseVectorPerturbation(Mechanism):
         sensitivity: float = 1.0,
         significance: Significance = "signed",
         noise_unselected: bool = False,
+        clip_norm: float | None = None,
+        no_guarantee: str = "coordinates that fail the test are uploaded without noise",
     ) -> None:
-        if sensitivity <= 0:
-            raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
+        check_clip_norm(sensitivity, "sensitivity")
+        if clip_norm is not None:
+            check_clip_norm(clip_norm)
         significance_scores(torch.zeros(1), significance)  # validates the name
         self.split = split
         self.q = float(q)
         self.sensitivity = float(sensitivity)
         self.significance = significance
         self.noise_unselected = noise_unselected
-        self.last_selected_fraction = float("nan")
+        self.clip_norm = clip_norm
+        self.no_guarantee = None if noise_unselected else no_guarantee
 
     @property
     def query_scale(self) -> float:
@@ -179,7 +189,6 @@ class SparseVectorPerturbation(Mechanism):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (released vector, selection mask)."""
         mask = self.select(g, threshold, generator=generator)
-        self.last_selected_fraction = float(mask.float().mean())
         released = add_laplace(g, scale=self.perturb_scale, generator=generator)  # laplace.py
         if not self.noise_unselected:
             released = torch.where(mask, released, g)
@@ -189,6 +198,43 @@ class SparseVectorPerturbation(Mechanism):
         """Applies the test with the 90th-percentile threshold (the late-round value of Eq. 14)."""
         threshold = quantile_threshold(significance_scores(x, self.significance), 0.9)
         return self.privatize_with_threshold(x, threshold, generator=generator)[0]
+
+    def constrain(self, x: torch.Tensor) -> float:
+        """g ← g·min(1, C/‖g‖₂) in place (Alg. 1 line 20) when ``clip_norm`` is set."""
+        if self.clip_norm is None:
+            return math.nan
+        return clip_by_l2_norm_(x, self.clip_norm)
+
+    def release_at(self, g: torch.Tensor, *, level: float, generator: torch.Generator) -> Release:
+        """One upload of round level r_t (Eq. 14): clip g, λ_t = the r_t-quantile of its
+        scores, the noisy test and the Laplace perturbation (Eq. 1, 13), and the event.
+
+        ``observed``: the selected share, the threshold, and ``selection_recall``, the share of
+        the coordinates above λ_t that the noisy test selected (1 when the selection follows
+        the quantile; about the selected share when it is random)."""
+        norm = self.constrain(g)
+        scores = significance_scores(g, self.significance)
+        threshold = quantile_threshold(scores, level)
+        above = scores >= threshold  # what a noiseless test at λ_t would select
+        released, mask = self.privatize_with_threshold(g, threshold, generator=generator)
+        recall = float((mask & above).sum()) / max(int(above.sum()), 1)
+        observed = {
+            "selected_fraction": float(mask.float().mean()),
+            "selection_recall": recall,
+            "threshold": threshold,
+        }
+        return Release(released, self.event(g.numel()), norm, observed)
+
+    def event(self, dimension: int) -> LocalRelease | None:
+        """With ``noise_unselected``: one upload at the defensible 2C√d / b (every coordinate
+        gets Lap(b), so the output does not depend on the selection); otherwise None (the
+        unselected coordinates leave exactly: :attr:`no_guarantee`)."""
+        if not self.noise_unselected or self.clip_norm is None:
+            return None
+        eps = defensible_epsilon(
+            laplace_scale=self.perturb_scale, clip_norm=self.clip_norm, dimension=max(dimension, 1)
+        )
+        return LocalRelease(eps, 0.0, "upload")
 
     def paper_epsilon(self) -> float:
         """The per-round figure the paper quotes: ε1 + ε2 + ε3 (Thm. 2)."""

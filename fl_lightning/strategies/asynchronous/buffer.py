@@ -41,7 +41,7 @@ def _update_to_state(u: ClientUpdate) -> dict[str, Any]:
         "loss": u.loss,
         "metrics": dict(u.metrics),
         "extras": dict(u.extras),
-        "dp_steps": [(e.noise_multiplier, e.sample_rate, e.steps) for e in u.dp_steps],
+        "dp_steps": [e.to_state() for e in u.dp_steps],
         "base_round": u.base_round,
     }
 
@@ -54,7 +54,7 @@ def _update_from_state(d: dict[str, Any]) -> ClientUpdate:
         loss=float(d["loss"]),
         metrics=dict(d["metrics"]),
         extras=dict(d["extras"]),
-        dp_steps=[SampledGaussian(float(s), float(q), int(k)) for s, q, k in d["dp_steps"]],
+        dp_steps=[SampledGaussian.from_state(step) for step in d["dp_steps"]],
         base_round=int(d["base_round"]),
     )
 
