@@ -118,7 +118,7 @@ def instrument(timer: Timer) -> list[tuple[Any, str, Any]]:
 
 def timed_run(args: list[str]) -> dict[str, Any]:
     """One in-process ``fl-lightning fit``: wall seconds, accountant seconds, per-round costs."""
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     timer = Timer()
     saved = instrument(timer)
