@@ -156,16 +156,14 @@ def _epsilon_pld(history: History, delta: float) -> float:
 
 
 @lru_cache(maxsize=4096)
-def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """The exact ε at ``delta`` of one Gaussian release of L2 sensitivity 1 and std
-    ``noise_multiplier``: the root in ε of dp-accounting's closed-form hockey-stick divergence
-    (``GaussianPrivacyLoss.get_delta_for_epsilon``, Balle & Wang 2018, Thm. 8)."""
-    from dp_accounting.pld import privacy_loss_mechanism
+def single_release_epsilon(loss: Any, delta: float) -> float:
+    """The exact ε at ``delta`` of one release whose privacy loss is ``loss`` (a dp-accounting
+    ``privacy_loss_mechanism.AdditiveNoisePrivacyLoss``, e.g. ``GaussianPrivacyLoss``,
+    ``LaplacePrivacyLoss``): the root in ε of its closed-form hockey-stick divergence
+    δ(ε) = ``loss.get_delta_for_epsilon(ε)`` (for the Gaussian, Balle & Wang 2018's analytic
+    Gaussian, Thm. 8). δ(ε) decreases in ε, so the root is bracketed by doubling and found by
+    Brent's method; 0 when δ(0) ≤ ``delta`` already."""
     from scipy.optimize import brentq
-
-    loss = privacy_loss_mechanism.GaussianPrivacyLoss(
-        standard_deviation=noise_multiplier, sensitivity=1.0
-    )
 
     def gap(eps: float) -> float:
         return float(loss.get_delta_for_epsilon(eps)) - delta
@@ -176,6 +174,18 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     while gap(hi) > 0.0:
         hi *= 2.0
     return float(brentq(gap, hi / 2.0 if hi > 1.0 else 0.0, hi, xtol=1e-12, rtol=1e-10))
+
+
+def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
+    """The exact ε at ``delta`` of one Gaussian release of L2 sensitivity 1 and std
+    ``noise_multiplier`` (:func:`single_release_epsilon` of dp-accounting's
+    ``GaussianPrivacyLoss``, Balle & Wang 2018, Thm. 8)."""
+    from dp_accounting.pld import privacy_loss_mechanism
+
+    loss = privacy_loss_mechanism.GaussianPrivacyLoss(
+        standard_deviation=noise_multiplier, sensitivity=1.0
+    )
+    return single_release_epsilon(loss, delta)
 
 
 def effective_gaussian(history: History) -> float:
