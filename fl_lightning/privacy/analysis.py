@@ -155,7 +155,6 @@ def _epsilon_pld(history: History, delta: float) -> float:
     return float(_history_pld(history).get_epsilon_for_delta(delta))
 
 
-@lru_cache(maxsize=4096)
 def single_release_epsilon(loss: Any, delta: float) -> float:
     """The exact ε at ``delta`` of one release whose privacy loss is ``loss`` (a dp-accounting
     ``privacy_loss_mechanism.AdditiveNoisePrivacyLoss``, e.g. ``GaussianPrivacyLoss``,
@@ -176,6 +175,7 @@ def single_release_epsilon(loss: Any, delta: float) -> float:
     return float(brentq(gap, hi / 2.0 if hi > 1.0 else 0.0, hi, xtol=1e-12, rtol=1e-10))
 
 
+@lru_cache(maxsize=4096)
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """The exact ε at ``delta`` of one Gaussian release of L2 sensitivity 1 and std
     ``noise_multiplier`` (:func:`single_release_epsilon` of dp-accounting's
