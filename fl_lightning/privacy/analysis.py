@@ -123,30 +123,27 @@ def _epsilon_prv(history: History, delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
-@lru_cache(maxsize=256)
-def _step_pld(sigma: float, q: float, count: int) -> Any:
-    """dp-accounting's PLD of ``count`` Poisson-subsampled Gaussian steps (add/remove,
-    connect-the-dots, pessimistic): what ``PLDAccountant.compose`` builds for that event."""
+@lru_cache(maxsize=512)
+def _history_pld(history: History) -> Any:
+    """The composed PLD of ``history`` (dp-accounting, add/remove, connect-the-dots,
+    pessimistic), one cache for every piece of it: a one-row history of one step is the PLD
+    ``PLDAccountant.compose`` builds for that Poisson-subsampled Gaussian event; a row of k steps
+    is that one-step PLD self-composed k times; a longer history is its prefix's PLD composed
+    with its last row's, in order. One canonical composition per history, so the printed ε does
+    not depend on which shorter histories were composed before (a resumed run prints the
+    uninterrupted run's ε to the last digit); the cache keeps each prefix's and each row's PLD."""
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    if count > 1:
-        return _step_pld(sigma, q, 1).self_compose(count)
+    *head, (sigma, q, k, n) = history
+    if head:
+        return _history_pld(tuple(head)).compose(_history_pld(((sigma, q, k, n),)))
+    if k > 1:
+        return _history_pld(((sigma, q, 1, n),)).self_compose(k)
     if q >= 1.0:
         return pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=PLD_INTERVAL)
     return pld_lib.from_gaussian_mechanism(
         sigma, sampling_prob=q, value_discretization_interval=PLD_INTERVAL
     )
-
-
-@lru_cache(maxsize=256)
-def _history_pld(history: History) -> Any:
-    """The composed PLD of ``history``: its rows' PLDs (each one event self-composed k times,
-    :func:`_step_pld`) composed in order. One canonical composition per history, so the printed ε
-    does not depend on which shorter histories were composed before (a resumed run prints the
-    uninterrupted run's ε to the last digit); the cache keeps each prefix's PLD."""
-    *head, (sigma, q, k, _) = history
-    row = _step_pld(sigma, q, k)
-    return row if not head else _history_pld(tuple(head)).compose(row)
 
 
 @lru_cache(maxsize=4096)
