@@ -118,7 +118,7 @@ def instrument(timer: Timer) -> list[tuple[Any, str, Any]]:
 
 def timed_run(args: list[str]) -> dict[str, Any]:
     """One in-process ``fl-lightning fit``: wall seconds, accountant seconds, per-round costs."""
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     timer = Timer()
     saved = instrument(timer)
@@ -151,7 +151,7 @@ def clear_caches() -> None:
     import fl_lightning.privacy.analysis as analysis
 
     for fn in (
-        analysis._step_pld,
+        analysis._history_pld,
         analysis._epsilon_pld,
         analysis._epsilon_rdp,
         analysis._rdp_per_step,
@@ -159,7 +159,6 @@ def clear_caches() -> None:
         analysis.gaussian_epsilon,
     ):
         fn.cache_clear()
-    analysis._history_pld.cache_clear()  # fmt: skip
 
 
 def accounting_only(rounds: int, accountant: str, sizes: list[int]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from _record import out_dir, record_run
 
-from fl_lightning.runs import build_cli_class
+from fl_lightning.runs.cli_class import build_cli_class
 
 ROUNDS = 20
 HORIZON = 20  # E of Eq. 6 / Eq. 10 (the budget horizon)

@@ -25,7 +25,7 @@ import time
 
 from _record import out_dir, record_run
 
-from fl_lightning.runs import build_cli_class
+from fl_lightning.runs.cli_class import build_cli_class
 
 CONFIG = "configs/experiment/dp_fedasgp/mnist_offline_cnn.yaml"
 METHODS = {

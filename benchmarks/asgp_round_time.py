@@ -36,7 +36,7 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
     quantile_threshold,
     split_budget,
 )
-from fl_lightning.runs import build_cli_class
+from fl_lightning.runs.cli_class import build_cli_class
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 

@@ -53,7 +53,7 @@ def child(num_clients: int, rounds: int) -> None:
     import lightning.pytorch as pl
     import torch
 
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     torch.set_num_threads(1)
     after_setup: dict[str, float] = {}

@@ -53,7 +53,7 @@ ARGS = [
 
 
 def build(rounds: int, extra: list[str] | None = None, root: str | None = None):  # noqa: ANN201
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     root = root or tempfile.mkdtemp()
     args = [*ARGS, *(extra or []), "--trainer.max_steps", str(rounds),

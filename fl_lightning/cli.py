@@ -16,16 +16,16 @@ import warnings
 from pathlib import Path
 
 from fl_lightning import extensions as _extensions  # noqa: F401  (registers subcommands)
-from fl_lightning.runs import (
+from fl_lightning.runs.arguments import yaml_problem
+from fl_lightning.runs.cli_class import build_cli_class
+from fl_lightning.runs.distributed import (
     CURRENT_TRAINER,
-    RunPhase,
-    build_cli_class,
     distributed_failure_line,
     is_distributed_failure,
-    one_line,
     stop_launched_ranks,
-    yaml_problem,
 )
+from fl_lightning.runs.error_lines import one_line
+from fl_lightning.runs.phase import RunPhase
 
 OVERVIEW = """\
 fl-lightning: differentially private federated learning on PyTorch Lightning.

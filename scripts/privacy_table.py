@@ -68,7 +68,7 @@ def describe_events(ledger: dict) -> str:
 
 def run_config(config: Path, rounds: int, extra: list[str]) -> dict:
     """Runs ``config`` in this process (the CLI class is reused: no import per config)."""
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     name = str(config.relative_to(REPO / "configs" / "experiment"))
     with tempfile.TemporaryDirectory() as tmp:

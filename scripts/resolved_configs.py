@@ -36,7 +36,7 @@ def resolve_all(root: Path) -> dict[str, Any]:
 
     os.chdir(root)
     sys.path.insert(0, str(root))
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     # LightningCLI warns when args= is given while sys.argv holds this script's arguments.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")

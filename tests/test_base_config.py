@@ -13,7 +13,7 @@ from tests.conftest import QUICKSTART, REPO
 
 
 def _resolved(args: list[str], run: bool) -> dict:
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):

@@ -251,7 +251,7 @@ def test_wandb_offline_logging_writes_a_run(run_cli, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("subcommand", ["fit", "validate", "test"])
 def test_only_the_named_subcommands_parser_is_built(subcommand):
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     cli = build_cli_class()([subcommand, "--config", str(QUICKSTART)], parse_only=True)
     assert set(cli.subcommands()) == {subcommand}

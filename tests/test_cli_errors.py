@@ -359,7 +359,7 @@ def test_sweep_spec_errors_are_one_line(tmp_path, capsys, monkeypatch):
 def test_docs_sweep_example_is_a_valid_spec(tmp_path, monkeypatch):
     import re
 
-    from fl_lightning.runs import argument_problem
+    from fl_lightning.runs.arguments import argument_problem
     from fl_lightning.sweeps.spec import build_command, expand, load_spec
 
     monkeypatch.chdir(REPO)

@@ -231,7 +231,7 @@ def test_every_ddp_rank_follows_rank_zeros_look_at_the_run_directory(tmp_path):
 
     from lightning.pytorch.cli import SaveConfigCallback
 
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     cli = build_cli_class()(["--config", str(QUICKSTART), *TINY], run=False)
     callback = next(c for c in cli.trainer.callbacks if isinstance(c, SaveConfigCallback))

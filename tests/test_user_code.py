@@ -85,7 +85,7 @@ def test_fit_writes_plots_and_evaluates_the_last_round(run_cli, capsys, tmp_path
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     before = matplotlib.get_backend()
     matplotlib.use("svg")  # a backend that is not the Agg the plots draw with

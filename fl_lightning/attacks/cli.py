@@ -181,7 +181,7 @@ def audit(argv: list[str]) -> dict:
 def main(argv: list[str]) -> int:
     from jsonargparse import ArgumentError
 
-    from fl_lightning.runs import one_line
+    from fl_lightning.runs.error_lines import one_line
 
     try:
         audit(list(argv))

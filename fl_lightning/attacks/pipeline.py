@@ -180,7 +180,7 @@ class Pipeline:
 
     def build(self, *extra: str, root_dir: str | None = None, quiet: bool = False) -> Any:
         """A LightningCLI with ``.model``, ``.datamodule``, ``.trainer``, not run."""
-        from fl_lightning.runs import build_cli_class
+        from fl_lightning.runs.cli_class import build_cli_class
 
         args = [*self.args, *extra]
         if root_dir is not None:

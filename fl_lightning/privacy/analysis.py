@@ -123,30 +123,27 @@ def _epsilon_prv(history: History, delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
-@lru_cache(maxsize=256)
-def _step_pld(sigma: float, q: float, count: int) -> Any:
-    """dp-accounting's PLD of ``count`` Poisson-subsampled Gaussian steps (add/remove,
-    connect-the-dots, pessimistic): what ``PLDAccountant.compose`` builds for that event."""
+@lru_cache(maxsize=512)
+def _history_pld(history: History) -> Any:
+    """The composed PLD of ``history`` (dp-accounting, add/remove, connect-the-dots,
+    pessimistic), one cache for every piece of it: a one-row history of one step is the PLD
+    ``PLDAccountant.compose`` builds for that Poisson-subsampled Gaussian event; a row of k steps
+    is that one-step PLD self-composed k times; a longer history is its prefix's PLD composed
+    with its last row's, in order. One canonical composition per history, so the printed ε does
+    not depend on which shorter histories were composed before (a resumed run prints the
+    uninterrupted run's ε to the last digit); the cache keeps each prefix's and each row's PLD."""
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    if count > 1:
-        return _step_pld(sigma, q, 1).self_compose(count)
+    *head, (sigma, q, k, n) = history
+    if head:
+        return _history_pld(tuple(head)).compose(_history_pld(((sigma, q, k, n),)))
+    if k > 1:
+        return _history_pld(((sigma, q, 1, n),)).self_compose(k)
     if q >= 1.0:
         return pld_lib.from_gaussian_mechanism(sigma, value_discretization_interval=PLD_INTERVAL)
     return pld_lib.from_gaussian_mechanism(
         sigma, sampling_prob=q, value_discretization_interval=PLD_INTERVAL
     )
-
-
-@lru_cache(maxsize=256)
-def _history_pld(history: History) -> Any:
-    """The composed PLD of ``history``: its rows' PLDs (each one event self-composed k times,
-    :func:`_step_pld`) composed in order. One canonical composition per history, so the printed ε
-    does not depend on which shorter histories were composed before (a resumed run prints the
-    uninterrupted run's ε to the last digit); the cache keeps each prefix's PLD."""
-    *head, (sigma, q, k, _) = history
-    row = _step_pld(sigma, q, k)
-    return row if not head else _history_pld(tuple(head)).compose(row)
 
 
 @lru_cache(maxsize=4096)
@@ -155,17 +152,14 @@ def _epsilon_pld(history: History, delta: float) -> float:
     return float(_history_pld(history).get_epsilon_for_delta(delta))
 
 
-@lru_cache(maxsize=4096)
-def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """The exact ε at ``delta`` of one Gaussian release of L2 sensitivity 1 and std
-    ``noise_multiplier``: the root in ε of dp-accounting's closed-form hockey-stick divergence
-    (``GaussianPrivacyLoss.get_delta_for_epsilon``, Balle & Wang 2018, Thm. 8)."""
-    from dp_accounting.pld import privacy_loss_mechanism
+def single_release_epsilon(loss: Any, delta: float) -> float:
+    """The exact ε at ``delta`` of one release whose privacy loss is ``loss`` (a dp-accounting
+    ``privacy_loss_mechanism.AdditiveNoisePrivacyLoss``, e.g. ``GaussianPrivacyLoss``,
+    ``LaplacePrivacyLoss``): the root in ε of its closed-form hockey-stick divergence
+    δ(ε) = ``loss.get_delta_for_epsilon(ε)`` (for the Gaussian, Balle & Wang 2018's analytic
+    Gaussian, Thm. 8). δ(ε) decreases in ε, so the root is bracketed by doubling and found by
+    Brent's method; 0 when δ(0) ≤ ``delta`` already."""
     from scipy.optimize import brentq
-
-    loss = privacy_loss_mechanism.GaussianPrivacyLoss(
-        standard_deviation=noise_multiplier, sensitivity=1.0
-    )
 
     def gap(eps: float) -> float:
         return float(loss.get_delta_for_epsilon(eps)) - delta
@@ -176,6 +170,19 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     while gap(hi) > 0.0:
         hi *= 2.0
     return float(brentq(gap, hi / 2.0 if hi > 1.0 else 0.0, hi, xtol=1e-12, rtol=1e-10))
+
+
+@lru_cache(maxsize=4096)
+def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
+    """The exact ε at ``delta`` of one Gaussian release of L2 sensitivity 1 and std
+    ``noise_multiplier`` (:func:`single_release_epsilon` of dp-accounting's
+    ``GaussianPrivacyLoss``, Balle & Wang 2018, Thm. 8)."""
+    from dp_accounting.pld import privacy_loss_mechanism
+
+    loss = privacy_loss_mechanism.GaussianPrivacyLoss(
+        standard_deviation=noise_multiplier, sensitivity=1.0
+    )
+    return single_release_epsilon(loss, delta)
 
 
 def effective_gaussian(history: History) -> float:

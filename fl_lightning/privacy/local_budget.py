@@ -34,6 +34,7 @@ import dp_accounting
 import torch
 from dp_accounting.pld import privacy_loss_mechanism
 
+from fl_lightning.privacy.analysis import single_release_epsilon
 from fl_lightning.privacy.clipping import clip_by_norm_
 from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma
@@ -59,22 +60,11 @@ def _single_event_epsilon(mechanism: str, noise: float, delta: float) -> float:
     analytic Gaussian, Thm. 8). It replaces a discretised PLD accountant (interval 1e-3), which
     gave the same values up to its pessimistic rounding (< 1e-5 at ε_t ∈ [0.5, 40]) at up to
     seconds a call; this takes milliseconds."""
-    from scipy.optimize import brentq
-
     if mechanism == "gaussian":
         loss = privacy_loss_mechanism.GaussianPrivacyLoss(standard_deviation=noise, sensitivity=1.0)
     else:
         loss = privacy_loss_mechanism.LaplacePrivacyLoss(parameter=noise, sensitivity=1.0)
-
-    def gap(eps: float) -> float:
-        return float(loss.get_delta_for_epsilon(eps)) - delta
-
-    if gap(0.0) <= 0.0:
-        return 0.0
-    hi = 1.0
-    while gap(hi) > 0.0:
-        hi *= 2.0
-    return float(brentq(gap, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    return single_release_epsilon(loss, delta)
 
 
 @lru_cache(maxsize=4096)

@@ -474,7 +474,7 @@ def validate_points(spec: SweepSpec, points: list[Point]) -> str | None:
     the parameter; None if all parse. Parses the fewest points that together hold every
     non-float value of every parameter (a continuous value cannot fail to parse as a float),
     so a bad spec stops before any point runs."""
-    from fl_lightning.runs import argument_problem
+    from fl_lightning.runs.arguments import argument_problem
 
     covered: set[tuple[str, str]] = set()
     for point in points:

@@ -217,7 +217,7 @@ def run_experiment(tmp_path, monkeypatch):
     """``run_experiment(config, *extra, shrink=True) -> Run``: ``fl-lightning fit`` in-process
     on ``config`` with ``offline_overrides`` and then ``extra`` (later overrides win). A test may
     run several: each run gets its own directory (a run directory is never reused)."""
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("WANDB_MODE", "disabled")

@@ -81,3 +81,40 @@ def test_calibration_meets_target_tightly(accountant):
 def test_unknown_accountant_is_refused():
     with pytest.raises(ValueError, match="privacy.accountant"):
         epsilon([SampledGaussian(1.0, 0.1, 1)], DELTA, "moments")
+
+
+@pytest.mark.parametrize(
+    ("loss", "delta"),
+    [
+        (("gaussian", 1.1), 1e-5),
+        (("gaussian", 0.3), 1e-6),  # ε > 1: the bracket doubles past 1
+        (("laplace", 0.5), 1e-3),
+    ],
+)
+def test_single_release_epsilon_is_the_root_of_the_hockey_stick_divergence(loss, delta):
+    from dp_accounting.pld import privacy_loss_mechanism as plm
+
+    from fl_lightning.privacy.analysis import gaussian_epsilon, single_release_epsilon
+
+    kind, scale = loss
+    pl = (
+        plm.GaussianPrivacyLoss(standard_deviation=scale, sensitivity=1.0)
+        if kind == "gaussian"
+        else plm.LaplacePrivacyLoss(parameter=scale, sensitivity=1.0)
+    )
+    eps = single_release_epsilon(pl, delta)
+    assert eps > 0
+    assert pl.get_delta_for_epsilon(eps) == pytest.approx(delta, rel=1e-6)
+    assert pl.get_delta_for_epsilon(eps * 0.999) > delta  # the smallest such ε
+    if kind == "gaussian":  # the accountant's exact single Gaussian is the same solver
+        assert gaussian_epsilon(scale, delta) == eps
+    assert single_release_epsilon(pl, 1.0) == 0.0  # δ(0) ≤ δ: nothing to pay
+
+
+def test_gaussian_epsilon_is_cached():
+    from fl_lightning.privacy.analysis import gaussian_epsilon
+
+    gaussian_epsilon(0.9, 1e-5)
+    hits = gaussian_epsilon.cache_info().hits
+    gaussian_epsilon(0.9, 1e-5)
+    assert gaussian_epsilon.cache_info().hits == hits + 1

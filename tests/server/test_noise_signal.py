@@ -18,7 +18,7 @@ ADP_FL_OFFLINE = REPO / "configs" / "experiment" / "adp_fl" / "mnist_offline_adp
 def _set_up_estimate(args: list[str]):
     """Builds a config's run (no training), sets the federation up as ``fit`` does, and
     returns the module's own estimate."""
-    from fl_lightning.runs import build_cli_class
+    from fl_lightning.runs.cli_class import build_cli_class
 
     cli = build_cli_class()(args, run=False)
     model, data = cli.model, cli.datamodule

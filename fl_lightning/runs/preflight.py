@@ -1,0 +1,106 @@
+"""Checks before the Trainer starts: the output directories (a file in the way, a directory
+that already holds a run) and the checkpoint to resume (readable, from this model, rounds left).
+Each returns one line naming the field, or None."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+_RUN_FILES = ("config.yaml", "metrics.csv", "summary.json", "hparams.yaml")
+
+
+def not_a_directory(path: Path) -> Path | None:
+    """The first of ``path`` and its parents that exists and is not a directory."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def output_problem(trainer: Any) -> str | None:
+    """Why the run may not write where it would (one line naming the field), or None.
+
+    Checked before the Trainer starts: Lightning's CSV logger deletes an existing
+    ``metrics.csv`` as soon as its experiment is created (in ``Trainer.fit``'s setup), so a
+    check any later would come after the loss.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    root = Path(trainer.default_root_dir).absolute()
+    log_dir = Path(trainer.log_dir or root).absolute()
+
+    def field_of(path: Path) -> str:
+        return "trainer.default_root_dir" if path.is_relative_to(root) else "trainer.logger"
+
+    dirs = [root, log_dir]
+    dirs += [Path(lg.save_dir).absolute() for lg in trainer.loggers if lg.save_dir]
+    explicit_ckpt_dirs = [
+        Path(cb.dirpath).absolute()
+        for cb in trainer.callbacks
+        if isinstance(cb, ModelCheckpoint) and cb.dirpath
+    ]
+    for d in [*dirs, *explicit_ckpt_dirs]:
+        blocker = not_a_directory(d)
+        if blocker is not None:
+            field = field_of(d) if d not in explicit_ckpt_dirs else "trainer.callbacks"
+            return f"{field}: {blocker} is a file, not a directory; choose another output path"
+    held = [log_dir / name for name in _RUN_FILES if (log_dir / name).exists()]
+    for d in [log_dir / "checkpoints", *explicit_ckpt_dirs]:
+        held += sorted(d.glob("*.ckpt")) if d.is_dir() else []
+    if held:
+        return (
+            f"{field_of(log_dir)}: {log_dir} already holds a run ({held[0].name}); choose "
+            "another directory (or logger version) so nothing is overwritten"
+        )
+    return None
+
+
+_CKPT_ALIASES = ("last", "best", "hpc", "registry")
+
+
+def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str | None:
+    """Why ``ckpt_path`` cannot resume this run (one line naming the field), or None: missing,
+    unreadable, not a Lightning checkpoint, saved from another model, or already at
+    ``max_steps`` rounds (resuming would train nothing)."""
+    import torch
+
+    if path in _CKPT_ALIASES or "://" in path:
+        return None  # Lightning resolves these itself
+    if not Path(path).is_file():
+        return f"ckpt_path: {path} does not exist or is not a file"
+    from fl_lightning.utils.atomic import checkpoint_error
+
+    try:
+        # Loaded the way AtomicCheckpointIO will load it: weights_only, so nothing in it runs.
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any failure to unpickle means the same thing
+        return str(checkpoint_error(path, err))
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        return f"ckpt_path: {path} is not a Lightning checkpoint (no state_dict)"
+    saved, here = ckpt["state_dict"], model.state_dict()
+    for key, tensor in here.items():
+        if key not in saved:
+            return (
+                f"ckpt_path: {path} was saved from another model ({key} is missing); check "
+                "client.net and the dataset"
+            )
+        got = getattr(saved[key], "shape", None)
+        if got is not None and tuple(got) != tuple(tensor.shape):
+            return (
+                f"ckpt_path: {path} was saved from another model ({key} has shape "
+                f"{list(got)} there, {list(tensor.shape)} here); check client.net and the dataset"
+            )
+    extra = sorted(set(saved) - set(here))
+    if extra:
+        return (
+            f"ckpt_path: {path} was saved from another model (it has {extra[0]}, this model "
+            "does not); check client.net and the dataset"
+        )
+    done = int(ckpt.get("global_step", 0))
+    if max_steps is not None and 0 < max_steps <= done:
+        return (
+            f"trainer.max_steps: {path} has already run {done} rounds, so max_steps "
+            f"{max_steps} leaves nothing to train; set trainer.max_steps above {done}"
+        )
+    return None
