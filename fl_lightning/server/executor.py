@@ -78,13 +78,29 @@ class SequentialExecutor:
     ) -> Iterator[ClientUpdate]:
         hooks = self.hooks
         for client_id in clients:
-            x, y = data.client_data(client_id)
-            if hooks is not None:
-                hooks.start(client_id, ctx)
-            plan = strategy.configure_client(client_id, ctx)
-            refuse_unsynced_state(plan, strategy)
-            update = self.local_trainer.train(client_id, x, y, ctx, plan)
-            yield finish_client(update, ctx, strategy, hooks)
+            try:
+                x, y = data.client_data(client_id)
+                if hooks is not None:
+                    hooks.start(client_id, ctx)
+                plan = strategy.configure_client(client_id, ctx)
+                refuse_unsynced_state(plan, strategy)
+                update = self.local_trainer.train(client_id, x, y, ctx, plan)
+                update = finish_client(update, ctx, strategy, hooks)
+            except Exception as err:
+                name_failed_clients(err, [client_id], ctx.round_idx)
+                raise
+            yield update
+
+
+def name_failed_clients(err: BaseException, client_ids: Sequence[int], round_idx: int) -> None:
+    """Adds a note to ``err`` naming the client (or the stacked bucket of clients) whose data,
+    plan, local training or processing raised, and the round. The exception keeps its type and
+    message (a ``ValueError`` still becomes the CLI's one ``error: <field>: <why>`` line); the
+    traceback ends with the note."""
+    who = f"client {client_ids[0]}" if len(client_ids) == 1 else f"clients {list(client_ids)}"
+    note = f"{who} failed in round {round_idx}"
+    if note not in getattr(err, "__notes__", ()):
+        err.add_note(note)
 
 
 def finish_client(
@@ -97,7 +113,11 @@ def finish_client(
     g = generator_for(
         ctx.seed, ctx.round_idx, update.client_id, "client_mechanism", device=update.delta.device
     )
-    update = strategy.process_update(update, ctx, generator=g)
+    try:
+        update = strategy.process_update(update, ctx, generator=g)
+    except Exception as err:
+        name_failed_clients(err, [update.client_id], ctx.round_idx)
+        raise
     if hooks is not None:
         hooks.end(update.client_id, ctx, update)
     return update

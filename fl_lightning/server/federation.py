@@ -26,7 +26,12 @@ from fl_lightning.server.privacy_plan import (
 )
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget, ServerOptimizerSpec
+from fl_lightning.strategies.spec import (
+    ClientData,
+    FederationSpec,
+    PrivacyTarget,
+    ServerOptimizerSpec,
+)
 from fl_lightning.utils.flat import layer_slices, trainable_parameters
 
 
@@ -136,9 +141,31 @@ def federation_spec(
         seed=seed,
         has_validation_split=data.val is not None,
         global_model=global_net,
-        client_data=data.client_data,
+        client_data=named_client_data(data.client_data),
         privacy=privacy,
     )
 
 
-__all__ = ["check_delta_population", "client_unit_level", "federation_spec", "set_up_federation"]
+def named_client_data(read: ClientData) -> ClientData:
+    """``read`` (the data's ``client_data``) as the strategy gets it in
+    ``FederationSpec.client_data``: a read that raises carries a note naming the client (a
+    strategy that reads a client's data while planning the round, e.g. ADP-FL's accuracy
+    check, then reports whose data failed; the round adds its own note)."""
+
+    def client_data(client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            return read(client_id)
+        except Exception as err:
+            err.add_note(f"client {client_id} failed: its data could not be read")
+            raise
+
+    return client_data
+
+
+__all__ = [
+    "check_delta_population",
+    "client_unit_level",
+    "federation_spec",
+    "named_client_data",
+    "set_up_federation",
+]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -254,26 +253,24 @@ class FederatedModule(pl.LightningModule):
         return self._round
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
-        start = time.perf_counter()
-        steps = self.federated_round
         round_idx = int(self.global_step)
-        ctx = steps.context(round_idx, int(self.trainer.max_steps), self.evaluate_global)
-        events = steps.strategy_events(ctx)  # once a round: prices and records the round
-        stop = steps.budget_stop(ctx, first_round=self.rounds_completed == 0, events=events)
-        if stop:
-            self.stopped_by_budget = True
-            self.print(stop)
-            self.trainer.should_stop = True
-            return
-        reduced = steps.train_and_reduce(ctx)
         optimizer = self.optimizers()
         assert not isinstance(optimizer, list)  # configure_optimizers returns one
-        observed = steps.server_step(optimizer, reduced.delta, ctx)
-        self.strategy_metrics = reduced.metrics | observed
+        outcome = self.federated_round.run_round(
+            round_idx,
+            int(self.trainer.max_steps),
+            optimizer,
+            self.evaluate_global,
+            first_round=self.rounds_completed == 0,
+        )
+        if outcome.stop:
+            self.stopped_by_budget = True
+            self.print(outcome.stop)
+            self.trainer.should_stop = True
+            return
+        self.strategy_metrics = outcome.strategy_metrics
         self.rounds_completed = round_idx + 1
-        seconds = time.perf_counter() - start
-        metrics = steps.metrics(ctx, reduced.updates, self.strategy_metrics, seconds)
-        metrics.update(steps.account(ctx, reduced.updates, events))
+        metrics = outcome.metrics
         if self.settings.evaluates_after(round_idx, int(self.trainer.max_steps)):
             metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
         self.round_metrics = dict(metrics)

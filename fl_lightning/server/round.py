@@ -17,13 +17,19 @@ then calls its steps in this order (docs/architecture.md, "One round"):
 5. :meth:`~FederatedRound.metrics` and :meth:`~FederatedRound.account` — what the round logs, and
    the accountant recording what it spent.
 
+:meth:`~FederatedRound.run_round` runs the five in that order and returns a
+:class:`RoundOutcome`; ``FederatedModule.training_step`` and ``fl_lightning.testing.simulate``
+(a round without Lightning) both call it, so the two cannot drift apart.
+
 What Lightning owns stays in the module: the round index (``global_step``), the number of rounds
 (``max_steps``), the server optimizer's checkpointed state, logging and stopping.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -50,6 +56,44 @@ class ServerOptimizer(Protocol):
     def zero_grad(self, set_to_none: bool = True) -> None: ...
 
 
+Reducer = Callable[[Strategy, RoundUpdates, RoundContext, torch.Generator], ReducedRound]
+"""How a round's updates become the aggregate (``reduction.py: reduce_round``; the testing
+harness passes one that emulates several processes or the ``gather`` path)."""
+
+
+@dataclass
+class RoundOutcome:
+    """One round as :meth:`FederatedRound.run_round` ran it.
+
+    Attributes:
+        ctx: the round's context (cohort as dispatched, per-round overrides).
+        planned: what the round was priced at before any client trained (the strategy's events
+            plus the DP-SGD clients'); None without an accountant.
+        stop: why the run stopped before this round (the budget); None when it ran.
+        reduced: the aggregate, the aggregation's metrics and the updates' records; None when
+            the round stopped.
+        strategy_metrics: what the strategy's hooks returned (``aggregate`` | ``after_round``).
+        metrics: what the round logs (``round/*``, ``train/*``, ``clients/*``,
+            ``strategy/*``, ``privacy/*``).
+    """
+
+    ctx: RoundContext
+    planned: RoundPrivacy | None = None
+    stop: str | None = None
+    reduced: ReducedRound | None = None
+    strategy_metrics: Metrics = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def name_failed_round(err: BaseException, round_idx: int) -> None:
+    """Adds a note naming the round to ``err`` raised while the round ran, unless a note already
+    names it (the executor's, which names the client too: ``executor.py:
+    name_failed_clients``). The exception keeps its type and message."""
+    notes = getattr(err, "__notes__", ())
+    if not any(f"round {round_idx}" in note for note in notes):
+        err.add_note(f"round {round_idx} failed")
+
+
 class FederatedRound:
     """The steps of a round, bound to one fit's parts (see the module docstring).
 
@@ -64,6 +108,8 @@ class FederatedRound:
         global_net: the global model, updated in place by :meth:`server_step`.
         seed: the seed every generator of the run is keyed by.
         device: where the global model lives.
+        reduce: how the updates become the aggregate (default ``reduce_round``: one process,
+            or the run's DDP processes).
     """
 
     def __init__(
@@ -78,6 +124,7 @@ class FederatedRound:
         global_net: torch.nn.Module,
         seed: int,
         device: torch.device,
+        reduce: Reducer = reduce_round,
     ) -> None:
         self.strategy = strategy
         self.accountant = accountant
@@ -88,6 +135,7 @@ class FederatedRound:
         self.global_net = global_net
         self.seed = seed
         self.device = device
+        self.reduce = reduce
         # The global model as one flat buffer (RoundContext.global_params), refilled each round.
         self._global_flat = torch.empty(
             sum(p.numel() for p in trainable_parameters(global_net)), device=device
@@ -134,17 +182,66 @@ class FederatedRound:
         )
 
     def budget_stop(
-        self, ctx: RoundContext, *, first_round: bool, events: RoundPrivacy | None = None
+        self,
+        ctx: RoundContext,
+        *,
+        first_round: bool,
+        events: RoundPrivacy | None = None,
+        planned: RoundPrivacy | None = None,
     ) -> str | None:
-        """Why the run stops before this round (None: it goes on, or nothing is accounted)."""
+        """Why the run stops before this round (None: it goes on, or nothing is accounted);
+        ``planned`` is the round's :meth:`planned_privacy` when already computed."""
         if self.accountant is None:
             return None
         return budget_stop(
             self.accountant,
-            self.planned_privacy(ctx, events),
+            self.planned_privacy(ctx, events) if planned is None else planned,
             round_idx=ctx.round_idx,
             first_round=first_round,
         )
+
+    def run_round(
+        self,
+        round_idx: int,
+        total_rounds: int,
+        optimizer: ServerOptimizer,
+        evaluate: Callable[..., dict[str, float]],
+        *,
+        first_round: bool,
+    ) -> RoundOutcome:
+        """One round, steps 1-5 of the module docstring in order: the context, the price of the
+        round and the budget stop, local training reduced into the aggregate, the server step,
+        then the round's metrics and the accountant recording it (evaluation and logging stay
+        with the caller). An exception raised on the way carries a note naming the round (and
+        the client, where one client's data, plan, training or processing raised)."""
+        try:
+            return self._run_round(round_idx, total_rounds, optimizer, evaluate, first_round)
+        except Exception as err:
+            name_failed_round(err, round_idx)
+            raise
+
+    def _run_round(
+        self,
+        round_idx: int,
+        total_rounds: int,
+        optimizer: ServerOptimizer,
+        evaluate: Callable[..., dict[str, float]],
+        first_round: bool,
+    ) -> RoundOutcome:
+        start = time.perf_counter()
+        ctx = self.context(round_idx, total_rounds, evaluate)
+        events = self.strategy_events(ctx)  # once a round: prices and records the round
+        planned = None if self.accountant is None else self.planned_privacy(ctx, events)
+        stop = self.budget_stop(ctx, first_round=first_round, events=events, planned=planned)
+        if stop:
+            return RoundOutcome(ctx, planned, stop=stop)
+        reduced = self.train_and_reduce(ctx)
+        observed = self.server_step(optimizer, reduced.delta, ctx)
+        strategy_metrics = reduced.metrics | observed
+        seconds = time.perf_counter() - start
+        metrics = self.metrics(ctx, reduced.updates, strategy_metrics, seconds)
+        metrics.update(self.account(ctx, reduced.updates, events))
+        return RoundOutcome(ctx, planned, None, reduced, strategy_metrics, metrics)
 
     def train_and_reduce(self, ctx: RoundContext) -> ReducedRound:
         """The round's aggregate, what the strategy's aggregation observed and the records of
@@ -154,7 +251,7 @@ class FederatedRound:
         )
         local = RoundUpdates(self.executor.run(clients, ctx, self.data, self.strategy))
         central = generator_for(self.seed, ctx.round_idx, "central", device=self.device)
-        return reduce_round(self.strategy, local, ctx, central)
+        return self.reduce(self.strategy, local, ctx, central)
 
     def server_step(
         self, optimizer: ServerOptimizer, aggregate: torch.Tensor, ctx: RoundContext
@@ -204,4 +301,4 @@ class FederatedRound:
         return {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}
 
 
-__all__ = ["FederatedRound"]
+__all__ = ["FederatedRound", "Reducer", "RoundOutcome"]

@@ -45,7 +45,7 @@ from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
 from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.server.executor import SequentialExecutor, finish_client
+from fl_lightning.server.executor import SequentialExecutor, finish_client, name_failed_clients
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.rng import generator_for
 
@@ -207,8 +207,12 @@ class VectorizedExecutor:
             if hooks is not None:  # a bucket trains together: every client starts now
                 for cid in bucket:
                     hooks.start(cid, ctx)
-            for update in self._train_bucket(stacked, bucket, plans, ctx, data, cfg):
-                updates[update.client_id] = update
+            try:
+                for update in self._train_bucket(stacked, bucket, plans, ctx, data, cfg):
+                    updates[update.client_id] = update
+            except Exception as err:
+                name_failed_clients(err, bucket, ctx.round_idx)
+                raise
             # hand on every client whose predecessors are done (all of the bucket when the
             # clients take equal steps), so that only out-of-order updates are held
             while done < len(clients) and clients[done] in updates:
