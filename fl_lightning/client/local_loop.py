@@ -69,8 +69,10 @@ class LocalTrainer:
         plan: ClientPlan,
     ) -> ClientUpdate:
         """Trains client ``client_id`` from ``plan.start_params`` (the strategy's
-        ``configure_client``); returns its update, the delta against the start."""
-        cfg = self.config.with_overrides(ctx.client_config)
+        ``configure_client``) with the plan's local overrides (``plan.local``, values: the
+        round's and the client's own); returns its update, the delta against the start.
+        ``ctx`` keys the generators (seed, round)."""
+        cfg = self.config.with_overrides(plan.local.as_dict())
         n = len(y)
         start = plan.start_params
         load_flat_(self.params, start)

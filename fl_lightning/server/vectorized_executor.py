@@ -13,12 +13,15 @@ the same batch plan from the same ``(seed, round, client, "batches")`` generator
 update (``torch.optim.sgd.sgd``), for DP-SGD clients the same per-example clip factors
 (``privacy/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean_``) with noise
 from the client's ``(seed, round, client, "dp_sgd")`` generator, the same ``ClientUpdate`` and
-DP-SGD event (``client/local_loop.py: client_update``), and the strategy's ``process_update``.
-Updates agree with the sequential executor's up to float rounding (tested).
+DP-SGD event (``client/local_loop.py: client_update``). Like every executor it never sees the
+strategy: it reads the clients' plans (``records.py: ClientPlan``), all of the round's at once
+(references to weights the strategy holds anyway), and yields trained updates, which the round
+hands to the strategy's ``process_update``. Updates agree with the sequential executor's up to
+float rounding (tested).
 
 What it cannot run identically is handed to the ``SequentialExecutor`` with one WARNING line
-(``vectorization_blocker``): a strategy that adjusts local gradients, keeps client optimizer
-state or starts clients from their own weights; FedProx; Adam; ``client.precision:
+(``vectorization_blocker``): a plan with a gradient hook or optimizer state, a client that
+starts from its own weights or has its own local overrides; FedProx; Adam; ``client.precision:
 bf16-mixed`` (the stacked layers are hand-written autograd Functions, some fusing the SGD step
 into their backward, that autocast does not cast); a model that cannot be stacked
 (``client/stacked.py: stack_blocker``: BatchNorm, LSTM projections, parameters in other layer
@@ -30,7 +33,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,9 +47,8 @@ from fl_lightning.client.semantics import batch_plan, sgd_step_
 from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
-from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.server.executor import SequentialExecutor, finish_client, name_failed_clients
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
+from fl_lightning.server.executor import ClientPlans, SequentialExecutor, name_failed_clients
 from fl_lightning.utils.rng import generator_for
 
 if TYPE_CHECKING:
@@ -73,22 +75,38 @@ def precision_blocker(cfg: LocalTrainingConfig) -> str | None:
 
 
 def vectorization_blocker(
-    net: torch.nn.Module, strategy: Strategy, cfg: LocalTrainingConfig
+    net: torch.nn.Module,
+    plans: Mapping[int, ClientPlan],
+    ctx: RoundContext,
+    cfg: LocalTrainingConfig,
 ) -> str | None:
-    """Why this round cannot be vectorised (None when it can)."""
+    """Why this round cannot be vectorised (None when it can): the model, the precision, a
+    client plan the stacked loop does not run (gradient hook, optimizer state, own start
+    weights, own local overrides), FedProx or Adam."""
     reason = model_blocker(net, dp=cfg.dp_sgd is not None) or precision_blocker(cfg)
     if reason:
         return reason
-    cls = type(strategy)
-    if cls.configure_client is not Strategy.configure_client:
-        return (
-            f"{cls.__name__} overrides configure_client (per-client start weights, optimizer "
-            "state or gradient hooks)"
-        )
+    reason = next((r for r in (plan_blocker(p, ctx) for p in plans.values()) if r), None)
+    if reason:
+        return reason
+    if len({p.local for p in plans.values()}) > 1:
+        return "clients of the round have their own local-training overrides"
     if cfg.prox_mu > 0:
         return "client.prox_mu > 0 (FedProx) is only implemented in the sequential loop"
     if cfg.optimizer != "sgd":
         return f"client.optimizer {cfg.optimizer!r}: only SGD is vectorised"
+    return None
+
+
+def plan_blocker(plan: ClientPlan, ctx: RoundContext) -> str | None:
+    """Why one client's plan cannot be stacked (None when it can): the stacked loop starts
+    every client from the global model with a fresh SGD optimizer and no gradient hook."""
+    if plan.grad_hook is not None:
+        return "the strategy adjusts local gradients (a gradient hook in the client plan)"
+    if plan.optimizer_state is not None or plan.save_optimizer_state is not None:
+        return "the strategy keeps the clients' optimizer state across rounds"
+    if plan.start_params is not ctx.global_params:
+        return "the strategy starts clients from their own weights"
     return None
 
 
@@ -170,12 +188,14 @@ class VectorizedExecutor:
     def run(
         self,
         clients: Sequence[int],
+        plans: ClientPlans,
         ctx: RoundContext,
         data: FederatedDataModule,
-        strategy: Strategy,
     ) -> Iterator[ClientUpdate]:
-        cfg = self.local_trainer.config.with_overrides(ctx.client_config)
-        reason = vectorization_blocker(self.local_trainer.client.net, strategy, cfg)
+        client_plans = {cid: plans(cid) for cid in clients}
+        first = client_plans[clients[0]].local.as_dict() if clients else ctx.client_config
+        cfg = self.local_trainer.config.with_overrides(first)
+        reason = vectorization_blocker(self.local_trainer.client.net, client_plans, ctx, cfg)
         stacked = None
         if reason is None and clients:
             stacked = self._stacked_net(cfg.dp_sgd is not None, data, clients[0], ctx)
@@ -187,16 +207,16 @@ class VectorizedExecutor:
                 log.warning("executor: falling back to sequential training: %s", reason)
             self.last_path = "sequential"
             self.sequential.hooks = self.hooks
-            yield from self.sequential.run(clients, ctx, data, strategy)
+            yield from self.sequential.run(clients, client_plans.__getitem__, ctx, data)
             return
         self.last_path = "stacked"
         device = _train_split(data).x.device
-        plans = {}
+        batch_plans = {}
         for cid in clients:
             index = data.client_indices[cid]
             gen = generator_for(ctx.seed, ctx.round_idx, cid, "batches", device=device)
-            plans[cid] = batch_plan(cfg, len(index), gen, device)
-        ordered = sorted(clients, key=lambda c: len(plans[c]))
+            batch_plans[cid] = batch_plan(cfg, len(index), gen, device)
+        ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
         updates: dict[int, ClientUpdate] = {}
         hooks = self.hooks
         size = self.bucket_size(cfg, data, ordered[0])
@@ -208,7 +228,7 @@ class VectorizedExecutor:
                 for cid in bucket:
                     hooks.start(cid, ctx)
             try:
-                for update in self._train_bucket(stacked, bucket, plans, ctx, data, cfg):
+                for update in self._train_bucket(stacked, bucket, batch_plans, ctx, data, cfg):
                     updates[update.client_id] = update
             except Exception as err:
                 name_failed_clients(err, bucket, ctx.round_idx)
@@ -216,7 +236,7 @@ class VectorizedExecutor:
             # hand on every client whose predecessors are done (all of the bucket when the
             # clients take equal steps), so that only out-of-order updates are held
             while done < len(clients) and clients[done] in updates:
-                yield finish_client(updates.pop(clients[done]), ctx, strategy, hooks)
+                yield updates.pop(clients[done])
                 done += 1
 
     def client_bytes(self, cfg: LocalTrainingConfig, x: torch.Tensor) -> int:

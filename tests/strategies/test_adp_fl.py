@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.server.round import plan_round
 from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.even_budget import EvenBudget
@@ -26,9 +27,7 @@ def ctx_for(round_idx, cohort, n=10, rounds=20, rate=0.2, params=None):
 def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
     """One round as FederatedModule runs it, with fixed deltas instead of local training:
     (ctx, aggregate, the strategy's metrics of the round)."""
-    ctx = ctx_for(round_idx, cohort, n, rounds, rate)
-    ctx.cohort = s.select_clients(ctx)
-    ctx.client_config = s.configure_round(ctx)
+    ctx, _ = plan_round(s, ctx_for(round_idx, cohort, n, rounds, rate))
     ups = [
         s.process_update(
             ClientUpdate(c, torch.ones(D) * 0.1, 50 + c, 0.0, base_round=round_idx),

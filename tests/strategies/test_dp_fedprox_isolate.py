@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, LocalOverrides, RoundContext
 from fl_lightning.strategies.dp_fedprox import DPFedProx
 from fl_lightning.strategies.isolate import Isolate
 
@@ -17,8 +17,9 @@ def _ctx(x: torch.Tensor, cohort: list[int]) -> RoundContext:
 
 def test_fedprox_sets_mu_for_the_local_loop() -> None:
     s = DPFedProx(mu=0.1)
-    overrides = s.configure_round(_ctx(torch.zeros(2), [0, 1]))
-    assert LocalTrainingConfig().with_overrides(overrides).prox_mu == 0.1
+    plan = s.configure_round(_ctx(torch.zeros(2), [0, 1]))
+    assert plan.cohort == (0, 1) and plan.local == LocalOverrides(prox_mu=0.1)
+    assert LocalTrainingConfig().with_overrides(plan.local.as_dict()).prox_mu == 0.1
     with pytest.raises(ValueError, match="strategy.mu"):
         DPFedProx(mu=-1.0)
 
