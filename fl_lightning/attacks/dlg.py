@@ -246,7 +246,7 @@ def upload_gradient(
     from fl_lightning.client.local_loop import LocalTrainer
     from fl_lightning.server.round import as_round_plan, client_plans, process_update
 
-    cfg = module.client.training_config
+    cfg = module.local_config
     if cfg.optimizer != "sgd":
         raise ValueError(
             "client.optimizer: the gradient-inversion audit reads −Δ/η off an SGD step; "

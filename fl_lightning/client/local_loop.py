@@ -29,12 +29,19 @@ class LocalTrainer:
     Args:
         client: the process's ClientModule (its ``net`` is overwritten for every client).
         device: where local training runs.
+        config: the run's local-training config, its DP-SGD σ fixed by the server's set-up
+            (``server/federation.py``); None: ``client.training_config`` as configured.
     """
 
-    def __init__(self, client: ClientModule, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        client: ClientModule,
+        device: torch.device | str = "cpu",
+        config: LocalTrainingConfig | None = None,
+    ) -> None:
         self.client = client.to(device)
         self.device = torch.device(device)
-        self.config = client.training_config
+        self.config = client.training_config if config is None else config
         dp = self.config.dp_sgd
         self.engine = build_engine(
             client.net,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 
+from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.accountant import ACCOUNTANT_NAMES, PrivacyAccountant
@@ -113,6 +114,7 @@ class FederatedModule(pl.LightningModule):
         # Not a registered submodule: the client's working copy is not part of the checkpoint.
         self._client = [client]
         self._round: FederatedRound | None = None  # bound to the fit's parts in on_fit_start
+        self._local: LocalTrainingConfig | None = None  # the clients' config, σ fixed in setup
         self.last_eval: dict[str, float] = {}
         # What the last round logged (round/*, train/*, privacy/*, test/* when evaluated):
         # public, for callbacks (fl_lightning.callbacks.RunPlots, user callbacks).
@@ -157,6 +159,12 @@ class FederatedModule(pl.LightningModule):
             self._secret_seed = int(checkpoint["secure_seed"])
 
     @property
+    def local_config(self) -> LocalTrainingConfig:
+        """The clients' local-training config as the run trains them: the client's, with the
+        DP-SGD σ the set-up fixed (``server/federation.py``; as configured before ``setup``)."""
+        return self.client.training_config if self._local is None else self._local
+
+    @property
     def uses_dp_sgd(self) -> bool:
         return self.client.training_config.dp_sgd is not None
 
@@ -181,7 +189,7 @@ class FederatedModule(pl.LightningModule):
             )
         refuse_trainer_precision(str(self.trainer.precision))
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
-            set_up_federation(
+            self._local = set_up_federation(
                 strategy=self.strategy,
                 client=self.client,
                 accountant=self.accountant,
@@ -198,7 +206,8 @@ class FederatedModule(pl.LightningModule):
         check_distributed_run(self.strategy, self.resolved_config)  # before any collective
         data.to(self.device)
         declare_private_run(self.accountant, self.strategy, uses_dp_sgd=self.uses_dp_sgd)
-        executor = build_executor(self.settings.executor, LocalTrainer(self.client, self.device))
+        trainer = LocalTrainer(self.client, self.device, config=self.local_config)
+        executor = build_executor(self.settings.executor, trainer)
         from fl_lightning.callbacks import ClientHooks
 
         executor.hooks = ClientHooks(self.trainer, self)
@@ -209,7 +218,7 @@ class FederatedModule(pl.LightningModule):
             sampler=self.sampler,
             executor=executor,
             data=data,
-            client=self.client,
+            local=self.local_config,
             global_net=self.global_net,
             seed=self.noise_seed,
             device=self.device,
@@ -233,7 +242,7 @@ class FederatedModule(pl.LightningModule):
         """What every rank must agree on (``server/run_identity.py``)."""
         return resolved_config(
             hparams=dict(self.hparams),
-            training_config=self.client.training_config,
+            training_config=self.local_config,
             net=self.client.net,
             strategy=self.strategy,
             data_hparams=dict(self.data.hparams),

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from fl_lightning.client.module import ClientModule
+from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, LocalOverrides, RoundContext, RoundPlan
@@ -112,8 +112,8 @@ class FederatedRound:
         sampler: draws each round's cohort.
         executor: trains a list of clients and yields their processed updates.
         data: the FederatedDataModule (client sizes and data, on the run's device).
-        client: the one ClientModule every client trains (its ``training_config`` is read at
-            each use: the server calibrates its DP-SGD σ before training).
+        local: the run's local-training config, its DP-SGD σ fixed by the set-up
+            (``federation.py: set_up_federation``).
         global_net: the global model, updated in place by :meth:`server_step`.
         seed: the seed every generator of the run is keyed by.
         device: where the global model lives.
@@ -129,7 +129,7 @@ class FederatedRound:
         sampler: CohortSampler,
         executor: Executor,
         data: Any,
-        client: ClientModule,
+        local: LocalTrainingConfig,
         global_net: torch.nn.Module,
         seed: int,
         device: torch.device,
@@ -140,7 +140,7 @@ class FederatedRound:
         self.sampler = sampler
         self.executor = executor
         self.data = data
-        self.client = client
+        self.local = local
         self.global_net = global_net
         self.seed = seed
         self.device = device
@@ -183,7 +183,7 @@ class FederatedRound:
         """What the round will spend, known before any client trains."""
         return planned_privacy(
             self.strategy,
-            self.client.training_config,
+            self.local,
             self.data.client_sizes(),
             ctx,
             events=events,
@@ -256,9 +256,7 @@ class FederatedRound:
         every update (every rank's, under DDP): this process's clients trained from their plans
         by the executor, processed by the strategy as they arrive (a stream: the cohort is held
         at once only when the strategy's reduction is ``"gather"``), then reduced."""
-        clients = clients_of_this_process(
-            ctx, self.client.training_config, self.data.client_sizes()
-        )
+        clients = clients_of_this_process(ctx, self.local, self.data.client_sizes())
         trained = self.executor.run(clients, client_plans(self.strategy, ctx, plan), ctx, self.data)
         local = RoundUpdates(processed(self.strategy, trained, ctx, self.executor.hooks))
         central = generator_for(self.seed, ctx.round_idx, "central", device=self.device)

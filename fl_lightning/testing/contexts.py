@@ -25,7 +25,7 @@ def round_context(
     round_idx: int = 0,
     total_rounds: int = 1,
     seed: int = 0,
-    sampling: SamplingMode | None = "fixed",
+    sampling: SamplingMode | CohortSampling | None = "fixed",
     sample_rate: float | None = None,
     expected_cohort_size: float | None = None,
     client_config: dict[str, Any] | None = None,
@@ -36,17 +36,27 @@ def round_context(
     Args:
         global_params: the flat global model, or its size (a zero vector of that size).
         cohort: the round's client ids.
-        num_clients: N (default: one more than the largest id of the cohort).
-        sampling: how the cohort was drawn (``fixed``, ``poisson``, ``cyclic``); None leaves
-            ``RoundContext.sampling`` unset (a client-level event then cannot be accounted).
-        sample_rate: q (default m/N, m the cohort's size).
+        num_clients: N (default: the sampling's population, else one more than the largest id
+            of the cohort).
+        sampling: how the cohort was drawn (``fixed``, ``poisson``, ``cyclic``, or the
+            ``CohortSampling`` itself); None leaves ``RoundContext.sampling`` unset (a
+            client-level event then cannot be accounted).
+        sample_rate: q (default the sampling's rate, else m/N, m the cohort's size).
         expected_cohort_size: default q·N.
         round_idx, total_rounds, seed, client_config, evaluate: as ``RoundContext`` has them.
     """
     params = torch.zeros(global_params) if isinstance(global_params, int) else global_params
     members = [int(c) for c in cohort]
-    n = num_clients if num_clients is not None else (max(members) + 1 if members else 1)
-    rate = sample_rate if sample_rate is not None else len(members) / n
+    given = sampling if isinstance(sampling, CohortSampling) else None
+    if num_clients is None:
+        num_clients = given.population if given else (max(members) + 1 if members else 1)
+    n = num_clients
+    if sample_rate is None:
+        sample_rate = given.rate if given else len(members) / n
+    rate = sample_rate
+    drawn: CohortSampling | None = given
+    if given is None and sampling is not None and not isinstance(sampling, CohortSampling):
+        drawn = CohortSampling(sampling, rate, n)
     return RoundContext(
         round_idx=round_idx,
         total_rounds=total_rounds,
@@ -60,7 +70,7 @@ def round_context(
         global_params=params,
         client_config=dict(client_config or {}),
         evaluate=evaluate,
-        sampling=None if sampling is None else CohortSampling(sampling, rate, n),
+        sampling=drawn,
     )
 
 

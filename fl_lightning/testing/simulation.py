@@ -163,7 +163,7 @@ class Simulation:
         sampler = CohortSampler(sampling, clients_per_round or int(data.num_clients), client_rate)
         client.to(self.device)
         self.global_net = copy.deepcopy(client.net).to(self.device)
-        set_up_federation(
+        self.local = set_up_federation(
             strategy=strategy,
             client=client,
             accountant=privacy,
@@ -184,9 +184,11 @@ class Simulation:
             strategy=strategy,
             accountant=privacy,
             sampler=sampler,
-            executor=build_executor(self.settings.executor, LocalTrainer(client, self.device)),
+            executor=build_executor(
+                self.settings.executor, LocalTrainer(client, self.device, config=self.local)
+            ),
             data=data,
-            client=client,
+            local=self.local,
             global_net=self.global_net,
             seed=seed,
             device=self.device,

@@ -44,7 +44,8 @@ def test_a_run_sets_the_strategy_up_once_with_the_federation_it_runs():
     assert list(spec.layer_slices) == [n for n, _ in module.global_net.named_parameters()]
     # The clients' σ was calibrated from the target before the strategy saw the config.
     assert spec.local.dp_sgd is not None and spec.local.dp_sgd.noise_multiplier is not None
-    assert spec.local == module.client.training_config
+    assert spec.local == module.local_config
+    assert module.client.training_config.dp_sgd.noise_multiplier is None  # left as configured
     assert spec.server.averages_models and spec.has_validation_split
     assert spec.global_model is module.global_net
 
