@@ -15,23 +15,15 @@ from scipy.special import logsumexp
 
 from fl_lightning.records import LocalOverrides, RoundContext
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
+from fl_lightning.testing import round_context
 from tests.strategies.dpfl_agn_helpers import tiny_run
 
 DELTA = 1e-5
 
 
 def _ctx(round_idx: int, losses: list[float]) -> RoundContext:
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=10,
-        seed=0,
-        num_clients=2,
-        cohort=[0, 1],
-        expected_cohort_size=2,
-        sample_rate=1.0,
-        global_params=torch.zeros(3),
-        evaluate=lambda split: {"loss": losses.pop(0)},
-    )
+    return round_context(3, [0, 1], round_idx=round_idx, total_rounds=10,
+                         evaluate=lambda split: {"loss": losses.pop(0)})  # fmt: skip
 
 
 # -- ANR (Eqs. 11-12) -----------------------------------------------------------------------
