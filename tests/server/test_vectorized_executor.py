@@ -24,6 +24,7 @@ from fl_lightning.server.round import train_cohort
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.testing import round_context
 from fl_lightning.utils.flat import flatten, trainable_parameters
 
 
@@ -45,16 +46,9 @@ def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0, device: str = "cpu")
 def _ctx(
     client: ClientModule, cohort: list[int], round_idx: int = 3, device: str = "cpu"
 ) -> RoundContext:
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=5,
-        seed=7,
-        num_clients=len(cohort),
-        cohort=cohort,
-        expected_cohort_size=float(len(cohort)),
-        sample_rate=1.0,
-        global_params=flatten(trainable_parameters(client.net)).to(device),
-    )
+    params = flatten(trainable_parameters(client.net)).to(device)
+    return round_context(params, cohort, num_clients=len(cohort), round_idx=round_idx,
+                         total_rounds=5, seed=7, sample_rate=1.0)  # fmt: skip
 
 
 def _both(  # noqa: PLR0913
