@@ -11,7 +11,10 @@
   accountant reports once the round is recorded;
 * a checkpoint taken mid-run (``torch.save``, then ``torch.load(weights_only=True)`` as the
   run's checkpoint IO loads it) resumes to the weights and ε of the uninterrupted run;
-* a client whose training raises is named, with the round, on the exception.
+* a client whose training raises is named, with the round, on the exception;
+* the stacked engine (``executor: vectorized``) gives the sequential loop's weights and ε, or
+  the strategy is sequential-only for the reason declared in ``SEQUENTIAL_ONLY`` (and the
+  executor's fallback says that reason).
 """
 
 from __future__ import annotations
@@ -130,3 +133,32 @@ def test_a_client_that_raises_is_named_with_the_round(name, data):
     # then "round 1 failed")
     assert re.search(rf"^client {failing.raised[0]} failed\b", said, re.M), said
     assert re.search(r"\bround 1\b", said), said
+
+
+# -- one local-training statement, two engines ----------------------------------------------------
+# What the stacked engine cannot run identically, by strategy: the vectorised executor hands the
+# round to the sequential loop and says why (server/vectorized_executor.py: plan_blocker,
+# vectorization_blocker); the test checks it says exactly this.
+SEQUENTIAL_ONLY = {
+    "DPFLAGN": "optimizer state",  # each client's Adam moments persist across its rounds
+    "DPFedProx": "FedProx",  # the proximal term is only in the sequential loop
+    "DPScaffold": "gradient hook",  # the control-variate correction of every local gradient
+    "Isolate": "own weights",  # every client trains its own model
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_stacked_engine_gives_the_sequential_updates(name, data):
+    sequential = simulation(name, data, executor="sequential")
+    stacked = simulation(name, data, executor="vectorized")
+    want, got = sequential.run(), stacked.run()
+    engine = stacked.round.executor
+    if name in SEQUENTIAL_ONLY:
+        assert engine.last_path == "sequential"
+        assert SEQUENTIAL_ONLY[name] in str(engine.last_fallback_reason)
+    else:
+        assert engine.last_path == "stacked", engine.last_fallback_reason
+    for a, b in zip(want, got, strict=True):
+        assert a.cohort == b.cohort
+        torch.testing.assert_close(b.weights, a.weights, rtol=1e-5, atol=1e-6)
+        assert epsilons_equal(a.epsilon, b.epsilon)
