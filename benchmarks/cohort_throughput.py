@@ -70,8 +70,9 @@ def make_data(clients: int, per_client: int) -> SimpleNamespace:
     y = torch.randint(0, 10, (n,), generator=g)
     indices = [torch.arange(i * per_client, (i + 1) * per_client) for i in range(clients)]
     return SimpleNamespace(
-        train=SimpleNamespace(x=x, y=y),
+        train=SimpleNamespace(x=x, y=y),  # the bare and ceiling loops read the whole split
         client_indices=indices,
+        client_sizes=lambda: [len(i) for i in indices],  # the executors read these two
         client_data=lambda c: (x[indices[c]], y[indices[c]]),
     )
 

@@ -31,6 +31,7 @@ types) or whose stacked forward differs from its own (``StackedNet.check``).
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,7 +55,6 @@ from fl_lightning.utils.rng import generator_for
 if TYPE_CHECKING:
     from fl_lightning.callbacks import ClientHooks
     from fl_lightning.data.datamodule import FederatedDataModule
-    from fl_lightning.data.datasets import TensorDataset
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +108,6 @@ def plan_blocker(plan: ClientPlan, ctx: RoundContext) -> str | None:
     if plan.start_params is not ctx.global_params:
         return "the strategy starts clients from their own weights"
     return None
-
-
-def _train_split(data: FederatedDataModule) -> TensorDataset:
-    """The clients' training examples (set up before any round)."""
-    assert data.train is not None, "FederatedDataModule.setup() runs before any round"
-    return data.train
 
 
 def available_memory(device: torch.device) -> int:
@@ -210,12 +204,12 @@ class VectorizedExecutor:
             yield from self.sequential.run(clients, client_plans.__getitem__, ctx, data)
             return
         self.last_path = "stacked"
-        device = _train_split(data).x.device
+        device = data.client_data(clients[0])[0].device
+        sizes = data.client_sizes()
         batch_plans = {}
         for cid in clients:
-            index = data.client_indices[cid]
             gen = generator_for(ctx.seed, ctx.round_idx, cid, "batches", device=device)
-            batch_plans[cid] = batch_plan(cfg, len(index), gen, device)
+            batch_plans[cid] = batch_plan(cfg, int(sizes[cid]), gen, device)
         ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
         updates: dict[int, ClientUpdate] = {}
         hooks = self.hooks
@@ -276,15 +270,15 @@ class VectorizedExecutor:
         (rate B/n < 1; at rate 1 every batch is the client's whole data and nothing is padded
         for the sampling)."""
         budget = self.memory_budget
-        x = _train_split(data).x
+        x = data.client_data(cid)[0]
         if budget is None:
             budget = available_memory(x.device) // 2
-        per_client = self.client_bytes(cfg, x[data.client_indices[cid][:1]])
+        per_client = self.client_bytes(cfg, x[:1])
         size = min(self.max_clients, budget // max(per_client, 1))
         if x.device.type == "cpu":
             param_bytes = sum(p.numel() * p.element_size() for p in self.params)
             size = min(size, self.weights_bytes // max(param_bytes, 1))
-            n = len(data.client_indices[cid])
+            n = len(x)
             if cfg.dp_sgd is not None and dp_sgd_rate(batch_size=cfg.batch_size, size=n) < 1:
                 size = min(size, self.dp_cpu_max_clients)  # Poisson batches: padding
         return max(1, size)
@@ -297,7 +291,7 @@ class VectorizedExecutor:
         if dp not in self._stacked:
             try:
                 stacked = StackedNet(self.local_trainer.client.net, self.names, dp=dp)
-                x = _train_split(data).x[data.client_indices[cid][:2]]
+                x = data.client_data(cid)[0][:2]
                 stacked.check(self._weights(ctx, 1, x.device), x)
                 self._stacked[dp] = stacked
             except (ValueError, RuntimeError, NotImplementedError) as err:
@@ -328,15 +322,18 @@ class VectorizedExecutor:
         data: FederatedDataModule,
         cfg: LocalTrainingConfig,
     ) -> list[ClientUpdate]:
-        train = _train_split(data)
-        x_all, y_all = train.x, train.y
+        # the bucket's examples, client after client, read through the one data accessor
+        # (``client_data``, as the sequential loop reads them); a step gathers its rows by index
+        own = [data.client_data(c) for c in bucket]
+        x_all, y_all = torch.cat([x for x, _ in own]), torch.cat([y for _, y in own])
         device = x_all.device
         k = len(bucket)
         steps = [len(plans[c]) for c in bucket]  # nondecreasing
-        sizes = [len(data.client_indices[c]) for c in bucket]
+        sizes = [len(y) for _, y in own]
+        offsets = [0, *itertools.accumulate(sizes)][:-1]
         batches = [
-            [data.client_indices[c][b] for b in plans[c]] for c in bucket
-        ]  # dataset indices of every step
+            [b + offsets[j] for b in plans[c]] for j, c in enumerate(bucket)
+        ]  # rows of the bucket's examples at every step
         # every client's weights in one (K, P) buffer, per-parameter views into it; at the end
         # it becomes the deltas in place (no second K × P copy)
         flat = ctx.global_params.to(device).unsqueeze(0).repeat(k, 1)

@@ -7,6 +7,7 @@ import copy
 import logging
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -36,9 +37,9 @@ def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0, device: str = "cpu")
     perm = torch.randperm(total, generator=g).to(device)
     bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
     indices = [perm[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    # only the data module's accessors: both executors read a client's examples through them
     return SimpleNamespace(
-        train=SimpleNamespace(x=x, y=y),
-        client_indices=indices,
+        client_sizes=lambda: np.array(sizes),
         client_data=lambda c: (x[indices[c]], y[indices[c]]),
     )
 
@@ -486,10 +487,10 @@ def _token_data(sizes: list[int], *, length: int) -> SimpleNamespace:
     """``_data``'s clients holding sequences of ``length`` token ids of a 20-token vocabulary
     (seeded), for Embedding and CharLSTM models."""
     data = _data(sizes, shape=(length,))
-    tokens = torch.randint(0, 20, data.train.x.shape, generator=torch.Generator().manual_seed(1))
-    indices = data.client_indices
-    data.train.x = tokens
-    data.client_data = lambda c: (tokens[indices[c]], data.train.y[indices[c]])
+    g = torch.Generator().manual_seed(1)
+    tokens = [torch.randint(0, 20, (n, length), generator=g) for n in sizes]
+    labels = [data.client_data(c)[1] for c in range(len(sizes))]
+    data.client_data = lambda c: (tokens[c], labels[c])
     return data
 
 
@@ -605,7 +606,7 @@ def test_memory_budget_chunks_the_cohort() -> None:
     ctx = _ctx(client, cohort)
     want = list(train_cohort(whole, FedAvg(), cohort, ctx, data))
     assert whole.last_bucket_size == len(cohort)  # the machine has room for five tiny clients
-    per_client = whole.client_bytes(client.training_config, data.train.x[:1])
+    per_client = whole.client_bytes(client.training_config, data.client_data(0)[0][:1])
     assert per_client > 2 * sum(p.numel() * 4 for p in net.parameters())
     chunked = VectorizedExecutor(LocalTrainer(client), memory_budget=3 * per_client + 1)
     got = list(train_cohort(chunked, FedAvg(), cohort, ctx, data))
