@@ -10,9 +10,9 @@ training in ``client/semantics.py``, with generators keyed by (seed, round, clie
 do not depend on the order or the process:
 
 - ``SequentialExecutor`` trains this process's clients one after another on the one reused
-  LocalTrainer;
-- ``server/vectorized_executor.py: VectorizedExecutor`` trains buckets of clients at once on a
-  stacked copy of the model;
+  LocalTrainer (``LocalTrainer.train_many``, the one statement of local training);
+- ``server/vectorized_executor.py: VectorizedExecutor`` is the same call with its stacked
+  engine, which trains buckets of clients at once on a stacked copy of the model where it can;
 - ``AutoExecutor`` measures both on the first rounds and keeps the faster.
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from fl_lightning.client.local_loop import LocalTrainer
+from fl_lightning.client.local_loop import ClientStart, LocalTrainer, name_failed_clients
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 
 if TYPE_CHECKING:
@@ -81,28 +81,17 @@ class SequentialExecutor:
         ctx: RoundContext,
         data: FederatedDataModule,
     ) -> Iterator[ClientUpdate]:
-        hooks = self.hooks
-        for client_id in clients:
-            try:
-                x, y = data.client_data(client_id)
-                if hooks is not None:
-                    hooks.start(client_id, ctx)
-                update = self.local_trainer.train(client_id, x, y, ctx, plans(client_id))
-            except Exception as err:
-                name_failed_clients(err, [client_id], ctx.round_idx)
-                raise
-            yield update
+        yield from self.local_trainer.train_many(
+            clients, plans, ctx, data, on_start=client_start(self.hooks, ctx)
+        )
 
 
-def name_failed_clients(err: BaseException, client_ids: Sequence[int], round_idx: int) -> None:
-    """Adds a note to ``err`` naming the client (or the stacked bucket of clients) whose data,
-    plan, local training or processing raised, and the round. The exception keeps its type and
-    message (a ``ValueError`` still becomes the CLI's one ``error: <field>: <why>`` line); the
-    traceback ends with the note."""
-    who = f"client {client_ids[0]}" if len(client_ids) == 1 else f"clients {list(client_ids)}"
-    note = f"{who} failed in round {round_idx}"
-    if note not in getattr(err, "__notes__", ()):
-        err.add_note(note)
+def client_start(hooks: ClientHooks | None, ctx: RoundContext) -> ClientStart | None:
+    """The callbacks' ``on_client_start`` of round ``ctx`` as ``LocalTrainer.train_many`` calls
+    it (None without callbacks)."""
+    if hooks is None:
+        return None
+    return lambda client_id: hooks.start(client_id, ctx)
 
 
 def _device_clock(device: torch.device) -> float:
@@ -201,3 +190,14 @@ class AutoExecutor:
                 self._decide("vectorized", detail)
             else:
                 self._decide("sequential", f"the vectorised path is slower here: {detail}")
+
+
+__all__ = [
+    "AutoExecutor",
+    "ClientPlans",
+    "Executor",
+    "FallbackExecutor",
+    "SequentialExecutor",
+    "client_start",
+    "name_failed_clients",
+]

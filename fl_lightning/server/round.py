@@ -40,11 +40,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
+from fl_lightning.client.local_loop import name_failed_clients
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, LocalOverrides, RoundContext, RoundPlan
 from fl_lightning.server.distributed import rank_and_world
-from fl_lightning.server.executor import ClientPlans, Executor, name_failed_clients
+from fl_lightning.server.executor import ClientPlans, Executor
 from fl_lightning.server.privacy_plan import budget_stop, copy_events, planned_privacy
 from fl_lightning.server.reduction import ReducedRound, RoundUpdates, hook_metrics, reduce_round
 from fl_lightning.server.sampling import CohortSampler
@@ -97,7 +98,7 @@ class RoundOutcome:
 def name_failed_round(err: BaseException, round_idx: int) -> None:
     """Adds a note naming the round to ``err`` raised while the round ran, unless a note already
     names it (the executor's, which names the client too: ``executor.py:
-    name_failed_clients``). The exception keeps its type and message."""
+    name_failed_clients``, ``client/local_loop.py``). The exception keeps its type and message."""
     notes = getattr(err, "__notes__", ())
     if not any(f"round {round_idx}" in note for note in notes):
         err.add_note(f"round {round_idx} failed")

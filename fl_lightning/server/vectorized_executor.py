@@ -19,7 +19,10 @@ strategy: it reads the clients' plans (``records.py: ClientPlan``), all of the r
 hands to the strategy's ``process_update``. Updates agree with the sequential executor's up to
 float rounding (tested).
 
-What it cannot run identically is handed to the ``SequentialExecutor`` with one WARNING line
+It is an engine of the one local-training call (``client/local_loop.py:
+LocalTrainer.train_many``, which ``VectorizedExecutor.run`` calls with it): the engine says
+whether it can run the round's plans (``blocker``) and trains them (``train``); what it cannot
+run identically goes to ``train_many``'s sequential loop with one WARNING line
 (``vectorization_blocker``): a plan with a gradient hook or optimizer state, a client that
 starts from its own weights or has its own local overrides; FedProx; Adam; ``client.precision:
 bf16-mixed`` (the stacked layers are hand-written autograd Functions, some fusing the SGD step
@@ -42,14 +45,19 @@ import torch.nn.functional as F
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import noisy_mean_, per_sample_losses
-from fl_lightning.client.local_loop import LocalTrainer, client_update
+from fl_lightning.client.local_loop import (
+    ClientStart,
+    LocalTrainer,
+    client_update,
+    name_failed_clients,
+)
 from fl_lightning.client.module import ClientModule
 from fl_lightning.client.semantics import batch_plan, sgd_step_
 from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
-from fl_lightning.server.executor import ClientPlans, SequentialExecutor, name_failed_clients
+from fl_lightning.server.executor import ClientPlans, client_start
 from fl_lightning.utils.rng import generator_for
 
 if TYPE_CHECKING:
@@ -160,7 +168,6 @@ class VectorizedExecutor:
         dp_cpu_max_clients: int = 2,
     ) -> None:
         self.local_trainer = trainer
-        self.sequential = SequentialExecutor(trainer)
         self.hooks: ClientHooks | None = None
         self.max_clients = max_clients
         self.memory_budget = memory_budget
@@ -173,6 +180,7 @@ class VectorizedExecutor:
         self.last_low_rank: list[str] = []  # Linear weights kept as factors (last bucket)
         self._logged: set[str] = set()
         self._stacked: dict[bool, StackedNet | str] = {}  # by dp: the net, or why not
+        self._round_cfg = trainer.config  # the round's config, fixed by blocker
         net = trainer.client.net
         self.names = [n for n, p in net.named_parameters() if p.requires_grad]
         self.params = [p for p in net.parameters() if p.requires_grad]
@@ -186,24 +194,54 @@ class VectorizedExecutor:
         ctx: RoundContext,
         data: FederatedDataModule,
     ) -> Iterator[ClientUpdate]:
-        client_plans = {cid: plans(cid) for cid in clients}
-        first = client_plans[clients[0]].local.as_dict() if clients else ctx.client_config
+        """``LocalTrainer.train_many`` with this stacked engine: the round's clients trained
+        together where the engine can (:meth:`blocker`), else one at a time (``last_path``
+        and ``last_fallback_reason`` say which ran and why; the reason is logged once)."""
+        yield from self.local_trainer.train_many(
+            clients, plans, ctx, data, engine=self, on_start=client_start(self.hooks, ctx)
+        )
+
+    # -- the engine (client/local_loop.py: CohortEngine) --------------------------------------
+    def blocker(
+        self,
+        clients: Sequence[int],
+        plans: Mapping[int, ClientPlan],
+        ctx: RoundContext,
+        data: FederatedDataModule,
+    ) -> str | None:
+        """Why this round's plans cannot be stacked (``vectorization_blocker``, then the model
+        stacked and checked on a real batch); None when they can. Records and logs the reason
+        (once per reason)."""
+        first = plans[clients[0]].local.as_dict() if clients else ctx.client_config
         cfg = self.local_trainer.config.with_overrides(first)
-        reason = vectorization_blocker(self.local_trainer.client.net, client_plans, ctx, cfg)
-        stacked = None
+        reason = vectorization_blocker(self.local_trainer.client.net, plans, ctx, cfg)
         if reason is None and clients:
             stacked = self._stacked_net(cfg.dp_sgd is not None, data, clients[0], ctx)
             reason = stacked if isinstance(stacked, str) else None
         self.last_fallback_reason = reason
-        if reason is not None or stacked is None or isinstance(stacked, str):
-            if reason is not None and reason not in self._logged:
-                self._logged.add(reason)
-                log.warning("executor: falling back to sequential training: %s", reason)
-            self.last_path = "sequential"
-            self.sequential.hooks = self.hooks
-            yield from self.sequential.run(clients, client_plans.__getitem__, ctx, data)
+        self.last_path = "sequential" if reason is not None else "stacked"
+        if reason is not None and reason not in self._logged:
+            self._logged.add(reason)
+            log.warning("executor: falling back to sequential training: %s", reason)
+        self._round_cfg = cfg
+        return reason
+
+    def train(
+        self,
+        clients: Sequence[int],
+        plans: Mapping[int, ClientPlan],
+        ctx: RoundContext,
+        data: FederatedDataModule,
+        on_start: ClientStart | None,
+    ) -> Iterator[ClientUpdate]:
+        """The clients in buckets on the stacked model (the plans passed :meth:`blocker`:
+        every client starts from the global model with a fresh SGD optimizer and the round's
+        overrides); updates in the order of ``clients``."""
+        if not clients:
             return
-        self.last_path = "stacked"
+        cfg = self._round_cfg
+        stacked = self._stacked[cfg.dp_sgd is not None]
+        assert not isinstance(stacked, str), "train runs only after blocker said it can"
         device = data.client_data(clients[0])[0].device
         sizes = data.client_sizes()
         batch_plans = {}
@@ -212,15 +250,14 @@ class VectorizedExecutor:
             batch_plans[cid] = batch_plan(cfg, int(sizes[cid]), gen, device)
         ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
         updates: dict[int, ClientUpdate] = {}
-        hooks = self.hooks
         size = self.bucket_size(cfg, data, ordered[0])
         self.last_bucket_size = min(size, len(ordered))
         done = 0  # clients[:done] were handed on, in the caller's order
         for lo in range(0, len(ordered), size):
             bucket = ordered[lo : lo + size]
-            if hooks is not None:  # a bucket trains together: every client starts now
+            if on_start is not None:  # a bucket trains together: every client starts now
                 for cid in bucket:
-                    hooks.start(cid, ctx)
+                    on_start(cid)
             try:
                 for update in self._train_bucket(stacked, bucket, batch_plans, ctx, data, cfg):
                     updates[update.client_id] = update
