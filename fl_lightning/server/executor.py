@@ -171,10 +171,12 @@ class AutoExecutor:
         start = _device_clock(device)
         first = list(self.sequential.run(clients[:probe], plans, ctx, data))
         seq = (_device_clock(device) - start) / probe
+        # handed on before the stacked share trains (the round processes them and the
+        # callbacks' on_client_end fires now); neither clock runs meanwhile
+        yield from first
         start = _device_clock(device)
         rest = list(self.vectorized.run(clients[probe:], plans, ctx, data))
         vec = (_device_clock(device) - start) / (len(clients) - probe)
-        yield from first
         yield from rest
         if self.vectorized.last_path == "sequential":
             self._decide("sequential", str(self.vectorized.last_fallback_reason))

@@ -111,7 +111,8 @@ class FederatedRound:
         strategy: the aggregation strategy.
         accountant: the privacy accountant; None for a run without accounting.
         sampler: draws each round's cohort.
-        executor: trains a list of clients and yields their processed updates.
+        executor: trains a list of clients from their plans and yields their trained updates
+            (never sees the strategy).
         data: the FederatedDataModule (client sizes and data, on the run's device).
         local: the run's local-training config, its DP-SGD σ fixed by the set-up
             (``federation.py: set_up_federation``).
