@@ -34,6 +34,7 @@ from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.module import FederatedModule
+from fl_lightning.server.round import plan_round
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.spec import FederationSpec
@@ -137,9 +138,7 @@ def bookkeeping_times(strategy, d: int = 50_890, rounds: int = 12) -> list[float
     times = []
     for r in range(rounds):
         t0 = time.perf_counter()
-        ctx = RoundContext(r, rounds, 0, N, list(range(N)), N, 1.0, params)
-        ctx.cohort = strategy.select_clients(ctx)
-        ctx.client_config = strategy.configure_round(ctx)
+        ctx, _ = plan_round(strategy, RoundContext(r, rounds, 0, N, list(range(N)), N, 1.0, params))
         ups = [
             strategy.process_update(
                 ClientUpdate(c, delta.clone(), 40, 0.0, base_round=r),

@@ -101,6 +101,7 @@ from fl_lightning.models.cnn import MnistCNN
 from fl_lightning.models.lstm import MnistLSTM
 from fl_lightning.records import RoundContext
 from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.round import train_cohort
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.utils.flat import flatten, flatten_into, load_flat_, trainable_parameters
@@ -198,8 +199,9 @@ def make_data(clients: int, model: str = "mnist_cnn") -> SimpleNamespace:
         torch.arange(i * EXAMPLES, (i + 1) * EXAMPLES, device=DEVICE) for i in range(clients)
     ]
     return SimpleNamespace(
-        train=SimpleNamespace(x=x, y=y),
+        train=SimpleNamespace(x=x, y=y),  # the bare and ceiling loops read the whole split
         client_indices=indices,
+        client_sizes=lambda: [len(i) for i in indices],  # the executors read these two
         client_data=lambda c: (x[indices[c]], y[indices[c]]),
     )
 
@@ -400,8 +402,8 @@ class Setup:
         if variant == "vectorized_base":  # its model is stacked on its first round
             stacked_module.StackedRecurrent = self.baseline  # type: ignore[misc]
         try:
-            updates = self.executors[variant].run(self.clients, self.ctx(r), self.data,
-                                                  self.strategy)  # fmt: skip
+            updates = train_cohort(self.executors[variant], self.strategy, self.clients,
+                                   self.ctx(r), self.data)  # fmt: skip
             if keep:
                 return list(updates)
             for _ in updates:
@@ -453,7 +455,7 @@ def measure_row(  # noqa: PLR0913
     # the same round on both paths, untimed: the sequential updates held, the vectorised ones
     # compared as they come
     seq = s.run("sequential", reps + 1, keep=True)
-    vec = s.executors["vectorized"].run(s.clients, s.ctx(reps + 1), s.data, s.strategy)
+    vec = train_cohort(s.executors["vectorized"], s.strategy, s.clients, s.ctx(reps + 1), s.data)
     max_diff = max(float((a.delta - b.delta).abs().max()) for a, b in zip(seq, vec, strict=True))
     if baseline:
         base = s.run("vectorized_base", reps + 1, keep=True)

@@ -57,6 +57,7 @@ from fl_lightning.models.cnn import MnistCNN
 from fl_lightning.models.mlp import MLP
 from fl_lightning.records import RoundContext
 from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.round import train_cohort
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.utils.flat import flatten, flatten_into, load_flat_, trainable_parameters
@@ -69,8 +70,9 @@ def make_data(clients: int, per_client: int) -> SimpleNamespace:
     y = torch.randint(0, 10, (n,), generator=g)
     indices = [torch.arange(i * per_client, (i + 1) * per_client) for i in range(clients)]
     return SimpleNamespace(
-        train=SimpleNamespace(x=x, y=y),
+        train=SimpleNamespace(x=x, y=y),  # the bare and ceiling loops read the whole split
         client_indices=indices,
+        client_sizes=lambda: [len(i) for i in indices],  # the executors read these two
         client_data=lambda c: (x[indices[c]], y[indices[c]]),
     )
 
@@ -215,7 +217,7 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> tuple[list[st
         elif name == "ceiling_cl":
             ceiling_round(ceiling_cl_net, global_flat, data, clients, args.batch, lr, True)
         else:
-            list(executors[name].run(clients, ctx(r), data, strategy))
+            list(train_cohort(executors[name], strategy, clients, ctx(r), data))
 
     variants = ["bare", "sequential", "vectorized"]
     if not args.dp_sgd:
@@ -230,8 +232,8 @@ def measure(args: argparse.Namespace, model: str, threads: int) -> tuple[list[st
             times[v].append(time.perf_counter() - start)
     med = {v: statistics.median(t) for v, t in times.items()}
     # Same updates (sanity, not a timing): vectorised vs sequential on one round.
-    seq = [u.delta for u in executors["sequential"].run(clients, ctx(99), data, strategy)]
-    vec = [u.delta for u in executors["vectorized"].run(clients, ctx(99), data, strategy)]
+    seq = [u.delta for u in train_cohort(executors["sequential"], strategy, clients, ctx(99), data)]
+    vec = [u.delta for u in train_cohort(executors["vectorized"], strategy, clients, ctx(99), data)]
     max_diff = max(float((a - b).abs().max()) for a, b in zip(seq, vec))
     max_delta = max(float(a.abs().max()) for a in seq)
     lines = [

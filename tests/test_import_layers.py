@@ -39,6 +39,7 @@ LAYERS: list[set[str]] = [
         "configs",
         "loggers",
         "first_contact",
+        "testing",
     },  # tools
     {"cli"},  # the entry point: nothing in the library imports it
 ]

@@ -29,6 +29,7 @@ noise on the upload itself (local DP, DP-SGD's per-step noise) stands in the att
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,9 +244,9 @@ def upload_gradient(
     through ``strategy.process_update`` and ``mechanism``; returns ``−Δ/η − λw`` per parameter.
     """
     from fl_lightning.client.local_loop import LocalTrainer
-    from fl_lightning.server.executor import finish_client
+    from fl_lightning.server.round import as_round_plan, client_plans, process_update
 
-    cfg = module.client.training_config
+    cfg = module.local_config
     if cfg.optimizer != "sgd":
         raise ValueError(
             "client.optimizer: the gradient-inversion audit reads −Δ/η off an SGD step; "
@@ -273,16 +274,14 @@ def upload_gradient(
         sample_rate=1.0 / num_clients,
         global_params=flat,
     )
-    ctx.client_config = {
-        **strategy.configure_round(ctx),
-        "local_steps": 1,
-        "batch_size": len(y),
-        "local_epochs": 1,
-    }
+    plan = as_round_plan(strategy.configure_round(ctx), ctx).with_local(
+        local_steps=1, batch_size=len(y), local_epochs=1
+    )
+    ctx = dataclasses.replace(ctx, client_config=plan.local.as_dict())
     trainer = LocalTrainer(client, "cpu")
-    plan = strategy.configure_client(client_id, ctx)
-    update = trainer.train(client_id, x.cpu(), y.cpu(), ctx, plan)
-    update = finish_client(update, ctx, strategy, hooks=None)  # as an executor uploads it
+    client_plan = client_plans(strategy, ctx, plan)(client_id)
+    update = trainer.train(client_id, x.cpu(), y.cpu(), ctx, client_plan)
+    update = process_update(strategy, update, ctx)  # as the client uploads it
     delta = update.delta
     if mechanism is not None:
         delta = mechanism.privatize(delta, generator=generator_for(seed, round_idx, "audit_mech"))

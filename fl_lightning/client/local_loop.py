@@ -1,15 +1,22 @@
 """The local training loop, built once per process and reused for every client.
 
-For each client it loads the global weights into the one ClientModule in place, runs E local
-epochs or K local steps on the client's in-memory tensors (batches are slices, not a
-DataLoader), and returns a ``ClientUpdate`` holding the flat delta. The batches, the DP-SGD
-step and the update's fields follow ``client/semantics.py`` and :func:`client_update`, which
-the vectorised executor uses too.
+:meth:`LocalTrainer.train_many` is the one statement of local training for a round's clients:
+each client's plan (``records.py: ClientPlan``: start weights, optimizer state, gradient hook,
+its local overrides as values) trained on the examples read through the data's one accessor
+(``client_data(cid)``), the updates yielded in the order of the clients. It trains them one at
+a time here (:meth:`LocalTrainer.train`: the global weights loaded into the one ClientModule in
+place, E local epochs or K local steps on the client's in-memory tensors, batches as slices,
+not a DataLoader, a ``ClientUpdate`` holding the flat delta), or hands them to an optional
+:class:`CohortEngine` that trains many at once (the stacked engine,
+``server/vectorized_executor.py``) when the engine says it can run the round's plans. Both
+follow ``client/semantics.py`` and :func:`client_update`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -22,6 +29,47 @@ from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
 
+ClientStart = Callable[[int], None]
+"""Called with a client's id as its local training starts (the callbacks' on_client_start)."""
+
+
+class CohortEngine(Protocol):
+    """An engine that trains many clients of a round at once, behind
+    :meth:`LocalTrainer.train_many` (``server/vectorized_executor.py: VectorizedExecutor``)."""
+
+    def blocker(
+        self,
+        clients: Sequence[int],
+        plans: Mapping[int, ClientPlan],
+        ctx: RoundContext,
+        data: Any,
+    ) -> str | None:
+        """Why it cannot train these plans as the sequential loop would (None: it can)."""
+        ...
+
+    def train(
+        self,
+        clients: Sequence[int],
+        plans: Mapping[int, ClientPlan],
+        ctx: RoundContext,
+        data: Any,
+        on_start: ClientStart | None,
+    ) -> Iterator[ClientUpdate]:
+        """The clients' updates, in the order of ``clients``, equal to the sequential loop's
+        up to float rounding."""
+        ...
+
+
+def name_failed_clients(err: BaseException, client_ids: Sequence[int], round_idx: int) -> None:
+    """Adds a note to ``err`` naming the client (or the stacked bucket of clients) whose data,
+    plan, local training or processing raised, and the round. The exception keeps its type and
+    message (a ``ValueError`` still becomes the CLI's one ``error: <field>: <why>`` line); the
+    traceback ends with the note."""
+    who = f"client {client_ids[0]}" if len(client_ids) == 1 else f"clients {list(client_ids)}"
+    note = f"{who} failed in round {round_idx}"
+    if note not in getattr(err, "__notes__", ()):
+        err.add_note(note)
+
 
 class LocalTrainer:
     """Runs local training for one client at a time on a reused ClientModule.
@@ -29,12 +77,19 @@ class LocalTrainer:
     Args:
         client: the process's ClientModule (its ``net`` is overwritten for every client).
         device: where local training runs.
+        config: the run's local-training config, its DP-SGD σ fixed by the server's set-up
+            (``server/federation.py``); None: ``client.training_config`` as configured.
     """
 
-    def __init__(self, client: ClientModule, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        client: ClientModule,
+        device: torch.device | str = "cpu",
+        config: LocalTrainingConfig | None = None,
+    ) -> None:
         self.client = client.to(device)
         self.device = torch.device(device)
-        self.config = client.training_config
+        self.config = client.training_config if config is None else config
         dp = self.config.dp_sgd
         self.engine = build_engine(
             client.net,
@@ -46,6 +101,39 @@ class LocalTrainer:
         self.optimizer = client.configure_optimizers()
         self._local = torch.empty(sum(p.numel() for p in self.params), device=self.device)
         self._initial_optimizer_state = self.optimizer.state_dict()
+
+    def train_many(
+        self,
+        clients: Sequence[int],
+        plans: Callable[[int], ClientPlan],
+        ctx: RoundContext,
+        data: Any,
+        *,
+        engine: CohortEngine | None = None,
+        on_start: ClientStart | None = None,
+    ) -> Iterator[ClientUpdate]:
+        """Trains ``clients`` from their plans (``plans(cid)``, built as each client is
+        reached) on their examples (``data.client_data(cid)``) and yields their updates in the
+        order of ``clients``. With ``engine``, every plan of the round is built first and the
+        engine trains them all when it can (``engine.blocker`` is None); otherwise, or without
+        an engine, one client at a time on this trainer. A client whose data or training raises
+        is named, with the round, on the exception."""
+        if engine is not None:
+            built = {cid: plans(cid) for cid in clients}
+            if engine.blocker(clients, built, ctx, data) is None:
+                yield from engine.train(clients, built, ctx, data, on_start)
+                return
+            plans = built.__getitem__
+        for client_id in clients:
+            try:
+                x, y = data.client_data(client_id)
+                if on_start is not None:
+                    on_start(client_id)
+                update = self.train(client_id, x, y, ctx, plans(client_id))
+            except Exception as err:
+                name_failed_clients(err, [client_id], ctx.round_idx)
+                raise
+            yield update
 
     def planned_steps(self, num_examples: int, overrides: dict | None = None) -> int:
         return self.config.with_overrides(overrides or {}).steps_for(num_examples)
@@ -69,8 +157,10 @@ class LocalTrainer:
         plan: ClientPlan,
     ) -> ClientUpdate:
         """Trains client ``client_id`` from ``plan.start_params`` (the strategy's
-        ``configure_client``); returns its update, the delta against the start."""
-        cfg = self.config.with_overrides(ctx.client_config)
+        ``configure_client``) with the plan's local overrides (``plan.local``, values: the
+        round's and the client's own); returns its update, the delta against the start.
+        ``ctx`` keys the generators (seed, round)."""
+        cfg = self.config.with_overrides(plan.local.as_dict())
         n = len(y)
         start = plan.start_params
         load_flat_(self.params, start)

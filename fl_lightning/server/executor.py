@@ -1,14 +1,18 @@
 """Cohort execution: runs local training for the clients of a round.
 
-``Executor`` is the protocol the ``FederatedModule`` calls (and the only thing it calls):
-``run(clients, ctx, data, strategy)`` yields each client's processed ``ClientUpdate``. Every
-implementation follows the one statement of local training in ``client/semantics.py``:
+``Executor`` is the protocol the round calls (``server/round.py``):
+``run(clients, plans, ctx, data)`` yields each client's trained ``ClientUpdate``, where
+``plans(client_id)`` is the client's :class:`~fl_lightning.records.ClientPlan` (start weights,
+optimizer state, gradient hook and its local-training overrides, as values). An executor never
+sees the strategy: the round builds the plans from it and hands the trained updates to its
+``process_update`` and aggregation. Every implementation follows the one statement of local
+training in ``client/semantics.py``, with generators keyed by (seed, round, client) so results
+do not depend on the order or the process:
 
 - ``SequentialExecutor`` trains this process's clients one after another on the one reused
-  LocalTrainer and applies the strategy's client-side processing, with a generator keyed by
-  (seed, round, client) so results do not depend on the order or the process;
-- ``server/vectorized_executor.py: VectorizedExecutor`` trains buckets of clients at once on a
-  stacked copy of the model;
+  LocalTrainer (``LocalTrainer.train_many``, the one statement of local training);
+- ``server/vectorized_executor.py: VectorizedExecutor`` is the same call with its stacked
+  engine, which trains buckets of clients at once on a stacked copy of the model where it can;
 - ``AutoExecutor`` measures both on the first rounds and keeps the faster.
 """
 
@@ -16,40 +20,41 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from fl_lightning.client.local_loop import LocalTrainer
+from fl_lightning.client.local_loop import ClientStart, LocalTrainer, name_failed_clients
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
-from fl_lightning.server.distributed import rank_and_world
-from fl_lightning.strategies.base import unsynced_state_problem
-from fl_lightning.utils.rng import generator_for
 
 if TYPE_CHECKING:
     from fl_lightning.callbacks import ClientHooks
     from fl_lightning.data.datamodule import FederatedDataModule
-    from fl_lightning.strategies.base import Strategy
 
 
 log = logging.getLogger(__name__)
+
+ClientPlans = Callable[[int], ClientPlan]
+"""Client ``client_id``'s plan of this round, built when the executor reaches the client
+(``server/round.py: client_plans``)."""
 
 
 class Executor(Protocol):
     """Runs local training for a round's clients (those of this process)."""
 
-    #: the callbacks' on_client_start / on_client_end around each client (set by the module)
+    #: the callbacks' on_client_start (here) / on_client_end (once the round processed the
+    #: update) around each client; set by the module
     hooks: ClientHooks | None
 
     def run(
         self,
         clients: Sequence[int],
+        plans: ClientPlans,
         ctx: RoundContext,
         data: FederatedDataModule,
-        strategy: Strategy,
     ) -> Iterator[ClientUpdate]:
-        """Yields one processed update per client, in the order of ``clients``."""
+        """Yields one trained update per client, in the order of ``clients``."""
         ...
 
 
@@ -61,56 +66,32 @@ class FallbackExecutor(Executor, Protocol):
 
 
 class SequentialExecutor:
-    """Trains the given clients one at a time; yields their processed updates."""
+    """Trains the given clients one at a time; yields their trained updates."""
 
     def __init__(self, trainer: LocalTrainer) -> None:
         self.local_trainer = trainer
         # ``fl_lightning.callbacks.ClientHooks`` (set by the FederatedModule): the callbacks'
-        # on_client_start / on_client_end around each client.
+        # on_client_start before each client trains.
         self.hooks: ClientHooks | None = None
 
     def run(
         self,
         clients: Sequence[int],
+        plans: ClientPlans,
         ctx: RoundContext,
         data: FederatedDataModule,
-        strategy: Strategy,
     ) -> Iterator[ClientUpdate]:
-        hooks = self.hooks
-        for client_id in clients:
-            x, y = data.client_data(client_id)
-            if hooks is not None:
-                hooks.start(client_id, ctx)
-            plan = strategy.configure_client(client_id, ctx)
-            refuse_unsynced_state(plan, strategy)
-            update = self.local_trainer.train(client_id, x, y, ctx, plan)
-            yield finish_client(update, ctx, strategy, hooks)
+        yield from self.local_trainer.train_many(
+            clients, plans, ctx, data, on_start=client_start(self.hooks, ctx)
+        )
 
 
-def finish_client(
-    update: ClientUpdate, ctx: RoundContext, strategy: Strategy, hooks: ClientHooks | None
-) -> ClientUpdate:
-    """What every executor does with a trained update before handing it on: the strategy's
-    client-side ``process_update`` (clip, privatise) with the client's keyed
-    ``(seed, round, client, "client_mechanism")`` generator on the update's device, then the
-    callbacks' ``on_client_end``."""
-    g = generator_for(
-        ctx.seed, ctx.round_idx, update.client_id, "client_mechanism", device=update.delta.device
-    )
-    update = strategy.process_update(update, ctx, generator=g)
-    if hooks is not None:
-        hooks.end(update.client_id, ctx, update)
-    return update
-
-
-def refuse_unsynced_state(plan: ClientPlan, strategy: Strategy) -> None:
-    """Under several processes, refuses a plan that keeps the client's optimizer state on this
-    process when the strategy does not sync per-client state: the process that trains the
-    client next would not have it. Every rank reaches the same plan, so all raise together."""
-    if plan.save_optimizer_state is None or strategy.client_states is not None:
-        return
-    if rank_and_world()[1] > 1:
-        raise ValueError(f"strategy: {unsynced_state_problem(strategy)}")
+def client_start(hooks: ClientHooks | None, ctx: RoundContext) -> ClientStart | None:
+    """The callbacks' ``on_client_start`` of round ``ctx`` as ``LocalTrainer.train_many`` calls
+    it (None without callbacks)."""
+    if hooks is None:
+        return None
+    return lambda client_id: hooks.start(client_id, ctx)
 
 
 def _device_clock(device: torch.device) -> float:
@@ -167,33 +148,35 @@ class AutoExecutor:
     def run(
         self,
         clients: Sequence[int],
+        plans: ClientPlans,
         ctx: RoundContext,
         data: FederatedDataModule,
-        strategy: Strategy,
     ) -> Iterator[ClientUpdate]:
         self.sequential.hooks = self.vectorized.hooks = self.hooks
         if self.choice == "sequential":
-            yield from self.sequential.run(clients, ctx, data, strategy)
+            yield from self.sequential.run(clients, plans, ctx, data)
             return
         if self.choice == "vectorized":
-            yield from self.vectorized.run(clients, ctx, data, strategy)
+            yield from self.vectorized.run(clients, plans, ctx, data)
             if self.vectorized.last_path == "sequential":  # a round it cannot stack
                 self._decide("sequential", str(self.vectorized.last_fallback_reason))
             return
         probe = min(self.probe, len(clients) // 2)
         if probe == 0:  # too few clients to compare: vectorise (same updates)
-            yield from self.vectorized.run(clients, ctx, data, strategy)
+            yield from self.vectorized.run(clients, plans, ctx, data)
             if self.vectorized.last_path == "sequential":
                 self._decide("sequential", str(self.vectorized.last_fallback_reason))
             return
         device = self.device
         start = _device_clock(device)
-        first = list(self.sequential.run(clients[:probe], ctx, data, strategy))
+        first = list(self.sequential.run(clients[:probe], plans, ctx, data))
         seq = (_device_clock(device) - start) / probe
-        start = _device_clock(device)
-        rest = list(self.vectorized.run(clients[probe:], ctx, data, strategy))
-        vec = (_device_clock(device) - start) / (len(clients) - probe)
+        # handed on before the stacked share trains (the round processes them and the
+        # callbacks' on_client_end fires now); neither clock runs meanwhile
         yield from first
+        start = _device_clock(device)
+        rest = list(self.vectorized.run(clients[probe:], plans, ctx, data))
+        vec = (_device_clock(device) - start) / (len(clients) - probe)
         yield from rest
         if self.vectorized.last_path == "sequential":
             self._decide("sequential", str(self.vectorized.last_fallback_reason))
@@ -209,3 +192,14 @@ class AutoExecutor:
                 self._decide("vectorized", detail)
             else:
                 self._decide("sequential", f"the vectorised path is slower here: {detail}")
+
+
+__all__ = [
+    "AutoExecutor",
+    "ClientPlans",
+    "Executor",
+    "FallbackExecutor",
+    "SequentialExecutor",
+    "client_start",
+    "name_failed_clients",
+]

@@ -25,7 +25,7 @@ def auto_blocker(trainer: LocalTrainer) -> str | None:
     """Why ``executor: auto`` cannot consider the vectorised path (None when the model can be
     stacked, ``client/stacked.py: stack_blocker``, with or without DP-SGD, and
     ``client.precision`` is ``"32"``)."""
-    cfg = trainer.client.training_config
+    cfg = trainer.config
     return model_blocker(trainer.client.net, dp=cfg.dp_sgd is not None) or precision_blocker(cfg)
 
 

@@ -3,7 +3,9 @@ step 1): the cohort sampling resolved for the strategy, every σ fixed from the 
 and the strategy handed its one :class:`~fl_lightning.strategies.spec.FederationSpec`.
 
 The order is the point: the clients' DP-SGD σ is calibrated first, so that
-``FederationSpec.local`` states what the clients will run; the strategy calibrates its own σ in
+``FederationSpec.local`` states what the clients will run (the calibrated config is returned, a
+value the module hands to the local loop and the round; the ``ClientModule``'s own
+``training_config`` stays as configured); the strategy calibrates its own σ in
 ``Strategy.setup_federation``, to the target the spec carries (``FederationSpec.privacy``,
 ``privacy_plan.py: privacy_target``). Nothing here reads the Lightning module, so when σ is
 fixed does not depend on Lightning's hook order.
@@ -26,7 +28,12 @@ from fl_lightning.server.privacy_plan import (
 )
 from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.strategies.base import Strategy
-from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget, ServerOptimizerSpec
+from fl_lightning.strategies.spec import (
+    ClientData,
+    FederationSpec,
+    PrivacyTarget,
+    ServerOptimizerSpec,
+)
 from fl_lightning.utils.flat import layer_slices, trainable_parameters
 
 
@@ -41,9 +48,9 @@ def set_up_federation(
     server: ServerOptimizerSpec,
     rounds: int,
     seed: int,
-) -> None:
-    """Resolves and checks the sampler, fixes the clients' DP-SGD σ (in
-    ``client.training_config``) and sets the strategy up, its σ fixed to the target."""
+) -> LocalTrainingConfig:
+    """Resolves and checks the sampler, fixes the clients' DP-SGD σ and sets the strategy up,
+    its σ fixed to the target; returns the clients' local-training config with that σ."""
     sampler.resolve(amplified_by_sampling=strategy.traits.amplified_by_sampling)
     sampler.check_population(data.num_clients)
     sampling = sampler.sampling(data.num_clients)
@@ -51,7 +58,7 @@ def set_up_federation(
     check_delta_population(
         accountant, strategy, uses_dp_sgd=client.training_config.dp_sgd is not None, sizes=sizes
     )
-    client.training_config = calibrate_client_noise(
+    local = calibrate_client_noise(
         client.training_config,
         client_sizes=sizes,
         sampling=sampling,
@@ -63,7 +70,7 @@ def set_up_federation(
     spec = federation_spec(
         data,
         global_net,
-        client.training_config,
+        local,
         server,
         sizes=sizes,
         rounds=rounds,
@@ -71,6 +78,7 @@ def set_up_federation(
         privacy=target,
     )
     strategy.setup_federation(spec)
+    return local
 
 
 def client_unit_level(strategy: Strategy) -> str | None:
@@ -136,9 +144,31 @@ def federation_spec(
         seed=seed,
         has_validation_split=data.val is not None,
         global_model=global_net,
-        client_data=data.client_data,
+        client_data=named_client_data(data.client_data),
         privacy=privacy,
     )
 
 
-__all__ = ["check_delta_population", "client_unit_level", "federation_spec", "set_up_federation"]
+def named_client_data(read: ClientData) -> ClientData:
+    """``read`` (the data's ``client_data``) as the strategy gets it in
+    ``FederationSpec.client_data``: a read that raises carries a note naming the client (a
+    strategy that reads a client's data while planning the round, e.g. ADP-FL's accuracy
+    check, then reports whose data failed; the round adds its own note)."""
+
+    def client_data(client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            return read(client_id)
+        except Exception as err:
+            err.add_note(f"client {client_id} failed: its data could not be read")
+            raise
+
+    return client_data
+
+
+__all__ = [
+    "check_delta_population",
+    "client_unit_level",
+    "federation_spec",
+    "named_client_data",
+    "set_up_federation",
+]

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
 
+from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.accountant import ACCOUNTANT_NAMES, PrivacyAccountant
@@ -114,6 +114,7 @@ class FederatedModule(pl.LightningModule):
         # Not a registered submodule: the client's working copy is not part of the checkpoint.
         self._client = [client]
         self._round: FederatedRound | None = None  # bound to the fit's parts in on_fit_start
+        self._local: LocalTrainingConfig | None = None  # the clients' config, σ fixed in setup
         self.last_eval: dict[str, float] = {}
         # What the last round logged (round/*, train/*, privacy/*, test/* when evaluated):
         # public, for callbacks (fl_lightning.callbacks.RunPlots, user callbacks).
@@ -158,6 +159,12 @@ class FederatedModule(pl.LightningModule):
             self._secret_seed = int(checkpoint["secure_seed"])
 
     @property
+    def local_config(self) -> LocalTrainingConfig:
+        """The clients' local-training config as the run trains them: the client's, with the
+        DP-SGD σ the set-up fixed (``server/federation.py``; as configured before ``setup``)."""
+        return self.client.training_config if self._local is None else self._local
+
+    @property
     def uses_dp_sgd(self) -> bool:
         return self.client.training_config.dp_sgd is not None
 
@@ -182,7 +189,7 @@ class FederatedModule(pl.LightningModule):
             )
         refuse_trainer_precision(str(self.trainer.precision))
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
-            set_up_federation(
+            self._local = set_up_federation(
                 strategy=self.strategy,
                 client=self.client,
                 accountant=self.accountant,
@@ -199,7 +206,8 @@ class FederatedModule(pl.LightningModule):
         check_distributed_run(self.strategy, self.resolved_config)  # before any collective
         data.to(self.device)
         declare_private_run(self.accountant, self.strategy, uses_dp_sgd=self.uses_dp_sgd)
-        executor = build_executor(self.settings.executor, LocalTrainer(self.client, self.device))
+        trainer = LocalTrainer(self.client, self.device, config=self.local_config)
+        executor = build_executor(self.settings.executor, trainer)
         from fl_lightning.callbacks import ClientHooks
 
         executor.hooks = ClientHooks(self.trainer, self)
@@ -210,7 +218,7 @@ class FederatedModule(pl.LightningModule):
             sampler=self.sampler,
             executor=executor,
             data=data,
-            client=self.client,
+            local=self.local_config,
             global_net=self.global_net,
             seed=self.noise_seed,
             device=self.device,
@@ -234,7 +242,7 @@ class FederatedModule(pl.LightningModule):
         """What every rank must agree on (``server/run_identity.py``)."""
         return resolved_config(
             hparams=dict(self.hparams),
-            training_config=self.client.training_config,
+            training_config=self.local_config,
             net=self.client.net,
             strategy=self.strategy,
             data_hparams=dict(self.data.hparams),
@@ -254,26 +262,24 @@ class FederatedModule(pl.LightningModule):
         return self._round
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
-        start = time.perf_counter()
-        steps = self.federated_round
         round_idx = int(self.global_step)
-        ctx = steps.context(round_idx, int(self.trainer.max_steps), self.evaluate_global)
-        events = steps.strategy_events(ctx)  # once a round: prices and records the round
-        stop = steps.budget_stop(ctx, first_round=self.rounds_completed == 0, events=events)
-        if stop:
-            self.stopped_by_budget = True
-            self.print(stop)
-            self.trainer.should_stop = True
-            return
-        reduced = steps.train_and_reduce(ctx)
         optimizer = self.optimizers()
         assert not isinstance(optimizer, list)  # configure_optimizers returns one
-        observed = steps.server_step(optimizer, reduced.delta, ctx)
-        self.strategy_metrics = reduced.metrics | observed
+        outcome = self.federated_round.run_round(
+            round_idx,
+            int(self.trainer.max_steps),
+            optimizer,
+            self.evaluate_global,
+            first_round=self.rounds_completed == 0,
+        )
+        if outcome.stop:
+            self.stopped_by_budget = True
+            self.print(outcome.stop)
+            self.trainer.should_stop = True
+            return
+        self.strategy_metrics = outcome.strategy_metrics
         self.rounds_completed = round_idx + 1
-        seconds = time.perf_counter() - start
-        metrics = steps.metrics(ctx, reduced.updates, self.strategy_metrics, seconds)
-        metrics.update(steps.account(ctx, reduced.updates, events))
+        metrics = outcome.metrics
         if self.settings.evaluates_after(round_idx, int(self.trainer.max_steps)):
             metrics.update({f"test/{k}": v for k, v in self.evaluate_global().items()})
         self.round_metrics = dict(metrics)

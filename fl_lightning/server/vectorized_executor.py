@@ -13,12 +13,18 @@ the same batch plan from the same ``(seed, round, client, "batches")`` generator
 update (``torch.optim.sgd.sgd``), for DP-SGD clients the same per-example clip factors
 (``privacy/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean_``) with noise
 from the client's ``(seed, round, client, "dp_sgd")`` generator, the same ``ClientUpdate`` and
-DP-SGD event (``client/local_loop.py: client_update``), and the strategy's ``process_update``.
-Updates agree with the sequential executor's up to float rounding (tested).
+DP-SGD event (``client/local_loop.py: client_update``). Like every executor it never sees the
+strategy: it reads the clients' plans (``records.py: ClientPlan``), all of the round's at once
+(references to weights the strategy holds anyway), and yields trained updates, which the round
+hands to the strategy's ``process_update``. Updates agree with the sequential executor's up to
+float rounding (tested).
 
-What it cannot run identically is handed to the ``SequentialExecutor`` with one WARNING line
-(``vectorization_blocker``): a strategy that adjusts local gradients, keeps client optimizer
-state or starts clients from their own weights; FedProx; Adam; ``client.precision:
+It is an engine of the one local-training call (``client/local_loop.py:
+LocalTrainer.train_many``, which ``VectorizedExecutor.run`` calls with it): the engine says
+whether it can run the round's plans (``blocker``) and trains them (``train``); what it cannot
+run identically goes to ``train_many``'s sequential loop with one WARNING line
+(``vectorization_blocker``): a plan with a gradient hook or optimizer state, a client that
+starts from its own weights or has its own local overrides; FedProx; Adam; ``client.precision:
 bf16-mixed`` (the stacked layers are hand-written autograd Functions, some fusing the SGD step
 into their backward, that autocast does not cast); a model that cannot be stacked
 (``client/stacked.py: stack_blocker``: BatchNorm, LSTM projections, parameters in other layer
@@ -28,9 +34,10 @@ types) or whose stacked forward differs from its own (``StackedNet.check``).
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,21 +45,24 @@ import torch.nn.functional as F
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import noisy_mean_, per_sample_losses
-from fl_lightning.client.local_loop import LocalTrainer, client_update
+from fl_lightning.client.local_loop import (
+    ClientStart,
+    LocalTrainer,
+    client_update,
+    name_failed_clients,
+)
 from fl_lightning.client.module import ClientModule
 from fl_lightning.client.semantics import batch_plan, sgd_step_
 from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
-from fl_lightning.records import ClientUpdate, RoundContext
-from fl_lightning.server.executor import SequentialExecutor, finish_client
-from fl_lightning.strategies.base import Strategy
+from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
+from fl_lightning.server.executor import ClientPlans, client_start
 from fl_lightning.utils.rng import generator_for
 
 if TYPE_CHECKING:
     from fl_lightning.callbacks import ClientHooks
     from fl_lightning.data.datamodule import FederatedDataModule
-    from fl_lightning.data.datasets import TensorDataset
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +83,22 @@ def precision_blocker(cfg: LocalTrainingConfig) -> str | None:
 
 
 def vectorization_blocker(
-    net: torch.nn.Module, strategy: Strategy, cfg: LocalTrainingConfig
+    net: torch.nn.Module,
+    plans: Mapping[int, ClientPlan],
+    ctx: RoundContext,
+    cfg: LocalTrainingConfig,
 ) -> str | None:
-    """Why this round cannot be vectorised (None when it can)."""
+    """Why this round cannot be vectorised (None when it can): the model, the precision, a
+    client plan the stacked loop does not run (gradient hook, optimizer state, own start
+    weights, own local overrides), FedProx or Adam."""
     reason = model_blocker(net, dp=cfg.dp_sgd is not None) or precision_blocker(cfg)
     if reason:
         return reason
-    cls = type(strategy)
-    if cls.configure_client is not Strategy.configure_client:
-        return (
-            f"{cls.__name__} overrides configure_client (per-client start weights, optimizer "
-            "state or gradient hooks)"
-        )
+    reason = next((r for r in (plan_blocker(p, ctx) for p in plans.values()) if r), None)
+    if reason:
+        return reason
+    if len({p.local for p in plans.values()}) > 1:
+        return "clients of the round have their own local-training overrides"
     if cfg.prox_mu > 0:
         return "client.prox_mu > 0 (FedProx) is only implemented in the sequential loop"
     if cfg.optimizer != "sgd":
@@ -92,10 +106,16 @@ def vectorization_blocker(
     return None
 
 
-def _train_split(data: FederatedDataModule) -> TensorDataset:
-    """The clients' training examples (set up before any round)."""
-    assert data.train is not None, "FederatedDataModule.setup() runs before any round"
-    return data.train
+def plan_blocker(plan: ClientPlan, ctx: RoundContext) -> str | None:
+    """Why one client's plan cannot be stacked (None when it can): the stacked loop starts
+    every client from the global model with a fresh SGD optimizer and no gradient hook."""
+    if plan.grad_hook is not None:
+        return "the strategy adjusts local gradients (a gradient hook in the client plan)"
+    if plan.optimizer_state is not None or plan.save_optimizer_state is not None:
+        return "the strategy keeps the clients' optimizer state across rounds"
+    if plan.start_params is not ctx.global_params:
+        return "the strategy starts clients from their own weights"
+    return None
 
 
 def available_memory(device: torch.device) -> int:
@@ -148,7 +168,6 @@ class VectorizedExecutor:
         dp_cpu_max_clients: int = 2,
     ) -> None:
         self.local_trainer = trainer
-        self.sequential = SequentialExecutor(trainer)
         self.hooks: ClientHooks | None = None
         self.max_clients = max_clients
         self.memory_budget = memory_budget
@@ -161,6 +180,7 @@ class VectorizedExecutor:
         self.last_low_rank: list[str] = []  # Linear weights kept as factors (last bucket)
         self._logged: set[str] = set()
         self._stacked: dict[bool, StackedNet | str] = {}  # by dp: the net, or why not
+        self._round_cfg = trainer.config  # the round's config, fixed by blocker
         net = trainer.client.net
         self.names = [n for n, p in net.named_parameters() if p.requires_grad]
         self.params = [p for p in net.parameters() if p.requires_grad]
@@ -170,49 +190,84 @@ class VectorizedExecutor:
     def run(
         self,
         clients: Sequence[int],
+        plans: ClientPlans,
         ctx: RoundContext,
         data: FederatedDataModule,
-        strategy: Strategy,
     ) -> Iterator[ClientUpdate]:
-        cfg = self.local_trainer.config.with_overrides(ctx.client_config)
-        reason = vectorization_blocker(self.local_trainer.client.net, strategy, cfg)
-        stacked = None
+        """``LocalTrainer.train_many`` with this stacked engine: the round's clients trained
+        together where the engine can (:meth:`blocker`), else one at a time (``last_path``
+        and ``last_fallback_reason`` say which ran and why; the reason is logged once)."""
+        yield from self.local_trainer.train_many(
+            clients, plans, ctx, data, engine=self, on_start=client_start(self.hooks, ctx)
+        )
+
+    # -- the engine (client/local_loop.py: CohortEngine) --------------------------------------
+    def blocker(
+        self,
+        clients: Sequence[int],
+        plans: Mapping[int, ClientPlan],
+        ctx: RoundContext,
+        data: FederatedDataModule,
+    ) -> str | None:
+        """Why this round's plans cannot be stacked (``vectorization_blocker``, then the model
+        stacked and checked on a real batch); None when they can. Records and logs the reason
+        (once per reason)."""
+        first = plans[clients[0]].local.as_dict() if clients else ctx.client_config
+        cfg = self.local_trainer.config.with_overrides(first)
+        reason = vectorization_blocker(self.local_trainer.client.net, plans, ctx, cfg)
         if reason is None and clients:
             stacked = self._stacked_net(cfg.dp_sgd is not None, data, clients[0], ctx)
             reason = stacked if isinstance(stacked, str) else None
         self.last_fallback_reason = reason
-        if reason is not None or stacked is None or isinstance(stacked, str):
-            if reason is not None and reason not in self._logged:
-                self._logged.add(reason)
-                log.warning("executor: falling back to sequential training: %s", reason)
-            self.last_path = "sequential"
-            self.sequential.hooks = self.hooks
-            yield from self.sequential.run(clients, ctx, data, strategy)
+        self.last_path = "sequential" if reason is not None else "stacked"
+        if reason is not None and reason not in self._logged:
+            self._logged.add(reason)
+            log.warning("executor: falling back to sequential training: %s", reason)
+        self._round_cfg = cfg
+        return reason
+
+    def train(
+        self,
+        clients: Sequence[int],
+        plans: Mapping[int, ClientPlan],
+        ctx: RoundContext,
+        data: FederatedDataModule,
+        on_start: ClientStart | None,
+    ) -> Iterator[ClientUpdate]:
+        """The clients in buckets on the stacked model (the plans passed :meth:`blocker`:
+        every client starts from the global model with a fresh SGD optimizer and the round's
+        overrides); updates in the order of ``clients``."""
+        if not clients:
             return
-        self.last_path = "stacked"
-        device = _train_split(data).x.device
-        plans = {}
+        cfg = self._round_cfg
+        stacked = self._stacked[cfg.dp_sgd is not None]
+        assert not isinstance(stacked, str), "train runs only after blocker said it can"
+        device = data.client_data(clients[0])[0].device
+        sizes = data.client_sizes()
+        batch_plans = {}
         for cid in clients:
-            index = data.client_indices[cid]
             gen = generator_for(ctx.seed, ctx.round_idx, cid, "batches", device=device)
-            plans[cid] = batch_plan(cfg, len(index), gen, device)
-        ordered = sorted(clients, key=lambda c: len(plans[c]))
+            batch_plans[cid] = batch_plan(cfg, int(sizes[cid]), gen, device)
+        ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
         updates: dict[int, ClientUpdate] = {}
-        hooks = self.hooks
         size = self.bucket_size(cfg, data, ordered[0])
         self.last_bucket_size = min(size, len(ordered))
         done = 0  # clients[:done] were handed on, in the caller's order
         for lo in range(0, len(ordered), size):
             bucket = ordered[lo : lo + size]
-            if hooks is not None:  # a bucket trains together: every client starts now
+            if on_start is not None:  # a bucket trains together: every client starts now
                 for cid in bucket:
-                    hooks.start(cid, ctx)
-            for update in self._train_bucket(stacked, bucket, plans, ctx, data, cfg):
-                updates[update.client_id] = update
+                    on_start(cid)
+            try:
+                for update in self._train_bucket(stacked, bucket, batch_plans, ctx, data, cfg):
+                    updates[update.client_id] = update
+            except Exception as err:
+                name_failed_clients(err, bucket, ctx.round_idx)
+                raise
             # hand on every client whose predecessors are done (all of the bucket when the
             # clients take equal steps), so that only out-of-order updates are held
             while done < len(clients) and clients[done] in updates:
-                yield finish_client(updates.pop(clients[done]), ctx, strategy, hooks)
+                yield updates.pop(clients[done])
                 done += 1
 
     def client_bytes(self, cfg: LocalTrainingConfig, x: torch.Tensor) -> int:
@@ -252,15 +307,15 @@ class VectorizedExecutor:
         (rate B/n < 1; at rate 1 every batch is the client's whole data and nothing is padded
         for the sampling)."""
         budget = self.memory_budget
-        x = _train_split(data).x
+        x = data.client_data(cid)[0]
         if budget is None:
             budget = available_memory(x.device) // 2
-        per_client = self.client_bytes(cfg, x[data.client_indices[cid][:1]])
+        per_client = self.client_bytes(cfg, x[:1])
         size = min(self.max_clients, budget // max(per_client, 1))
         if x.device.type == "cpu":
             param_bytes = sum(p.numel() * p.element_size() for p in self.params)
             size = min(size, self.weights_bytes // max(param_bytes, 1))
-            n = len(data.client_indices[cid])
+            n = len(x)
             if cfg.dp_sgd is not None and dp_sgd_rate(batch_size=cfg.batch_size, size=n) < 1:
                 size = min(size, self.dp_cpu_max_clients)  # Poisson batches: padding
         return max(1, size)
@@ -273,7 +328,7 @@ class VectorizedExecutor:
         if dp not in self._stacked:
             try:
                 stacked = StackedNet(self.local_trainer.client.net, self.names, dp=dp)
-                x = _train_split(data).x[data.client_indices[cid][:2]]
+                x = data.client_data(cid)[0][:2]
                 stacked.check(self._weights(ctx, 1, x.device), x)
                 self._stacked[dp] = stacked
             except (ValueError, RuntimeError, NotImplementedError) as err:
@@ -304,15 +359,18 @@ class VectorizedExecutor:
         data: FederatedDataModule,
         cfg: LocalTrainingConfig,
     ) -> list[ClientUpdate]:
-        train = _train_split(data)
-        x_all, y_all = train.x, train.y
+        # the bucket's examples, client after client, read through the one data accessor
+        # (``client_data``, as the sequential loop reads them); a step gathers its rows by index
+        own = [data.client_data(c) for c in bucket]
+        x_all, y_all = torch.cat([x for x, _ in own]), torch.cat([y for _, y in own])
         device = x_all.device
         k = len(bucket)
         steps = [len(plans[c]) for c in bucket]  # nondecreasing
-        sizes = [len(data.client_indices[c]) for c in bucket]
+        sizes = [len(y) for _, y in own]
+        offsets = [0, *itertools.accumulate(sizes)][:-1]
         batches = [
-            [data.client_indices[c][b] for b in plans[c]] for c in bucket
-        ]  # dataset indices of every step
+            [b + offsets[j] for b in plans[c]] for j, c in enumerate(bucket)
+        ]  # rows of the bucket's examples at every step
         # every client's weights in one (K, P) buffer, per-parameter views into it; at the end
         # it becomes the deltas in place (no second K × P copy)
         flat = ctx.global_params.to(device).unsqueeze(0).repeat(k, 1)

@@ -7,7 +7,8 @@ everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
   :class:`~fl_lightning.strategies.spec.FederationSpec` (validation and derived settings, σ
   calibrated to the privacy target; a strategy never reads the Lightning module).
 * ``select_clients``: which of the sampled clients are dispatched (async: busy ones are not).
-* ``configure_round``: per-round settings for the clients (schedules, control variates, ...).
+* ``configure_round``: the round's typed plan (``records.py: RoundPlan``): the cohort and the
+  overrides of the clients' local loop (schedules, FedProx's μ, a decayed σ, ...).
 * ``configure_client``: one client's plan (start weights, optimizer state, gradient hook).
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
 * ``aggregate``: server-side combination into the global delta (central noise included).
@@ -73,7 +74,7 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.placement import CentralPrivacy
-from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext
+from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext, RoundPlan
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
@@ -208,12 +209,17 @@ class Strategy(Callback):
         self.local_dp.start_selection(ctx)
         return [c for c in ctx.cohort if self.local_dp.eligible(c, ctx)]
 
-    def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
-        """Per-round overrides for the local loop (keys of ``LocalTrainingConfig``); charges
-        the dispatched clients' upload budgets (``local_dp``)."""
+    def configure_round(self, ctx: RoundContext) -> RoundPlan:
+        """The round's plan (``records.py: RoundPlan``): the dispatched cohort (``ctx.cohort``,
+        what ``select_clients`` kept) and typed overrides of the clients' local loop
+        (``LocalOverrides``: round-wide in ``local``, a client's own in ``per_client``); charges
+        the dispatched clients' upload budgets (``local_dp``). Default: the cohort, no
+        overrides. An override calls ``super()`` and adds to its plan
+        (``plan.with_local(prox_mu=0.1)``); returning a mapping of overrides is the short form
+        (``server/round.py: as_round_plan``)."""
         if self.local_dp is not None:
             self.local_dp.charge(ctx)
-        return {}
+        return RoundPlan(tuple(ctx.cohort))
 
     def configure_client(self, client_id: int, ctx: RoundContext) -> ClientPlan:
         """The plan of client ``client_id``'s local training this round (``records.py:

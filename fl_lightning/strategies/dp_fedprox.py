@@ -10,10 +10,8 @@ DP-FedProx: McMahan et al. 2018's Alg. 1 around the proximal local objective).
 
 from __future__ import annotations
 
-from typing import Any
-
 from fl_lightning.privacy.placement import CentralPrivacy
-from fl_lightning.records import RoundContext
+from fl_lightning.records import RoundContext, RoundPlan
 from fl_lightning.strategies.base import Strategy, Weighting
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
@@ -44,5 +42,5 @@ class DPFedProx(Strategy):
             raise ValueError(f"strategy.mu: must be >= 0, got {mu}")
         self.mu = mu
 
-    def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
-        return super().configure_round(ctx) | {"prox_mu": self.mu}
+    def configure_round(self, ctx: RoundContext) -> RoundPlan:
+        return super().configure_round(ctx).with_local(prox_mu=self.mu)

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.records import ClientPlan, RoundContext
+from fl_lightning.records import ClientPlan, LocalOverrides, RoundContext, RoundPlan
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits, unsynced_state_problem
 from fl_lightning.strategies.spec import FederationSpec
 
@@ -155,13 +155,13 @@ class DPFLAGN(Strategy):
             raise ValueError(f"data: no {self.anr_loss!r} split to evaluate the ANR loss on")
         return float(metrics["loss"])
 
-    def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
+    def configure_round(self, ctx: RoundContext) -> RoundPlan:
         if self.sigma is None:
             raise RuntimeError("DPFL-AGN: σ_0 is set in setup_federation")
         if self.anr and self.prev_loss is None:
             self.prev_loss = self.server_loss(ctx)  # v(ω_0), before the first round
             self.anr_window = [self.prev_loss]
-        return {"noise_multiplier": self.sigma}
+        return RoundPlan(tuple(ctx.cohort), LocalOverrides(noise_multiplier=self.sigma))
 
     def anr_step(self, loss: float) -> bool:
         """Eqs. 11–12: decays σ when v(ω_{t+1−k}) − v(ω_{t+1}) < μ (k = ``anr_patience``; k = 1

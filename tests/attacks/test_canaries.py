@@ -16,6 +16,7 @@ from fl_lightning.attacks.canaries import CanaryAudit
 from fl_lightning.attacks.cli import main as audit_main
 from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.records import RoundContext
+from fl_lightning.testing import round_context
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,17 +53,7 @@ def test_checkpoint_with_canaries_is_refused(capsys):
 
 
 def _ctx(round_idx: int, sampling: CohortSampling) -> RoundContext:
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=10,
-        seed=0,
-        num_clients=sampling.population,
-        cohort=[],
-        expected_cohort_size=sampling.rate * sampling.population,
-        sample_rate=sampling.rate,
-        global_params=torch.zeros(5),
-        sampling=sampling,
-    )
+    return round_context(5, [], round_idx=round_idx, total_rounds=10, sampling=sampling)
 
 
 def test_inserted_canaries_take_part_as_a_client_of_the_schedule_would():

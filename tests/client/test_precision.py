@@ -4,6 +4,8 @@ included."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from fl_lightning.client.dp_sgd import ENGINE_NAMES, build_engine
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.mlp import MLP
+from fl_lightning.records import LocalOverrides
 from fl_lightning.strategies.fedavg import FedAvg
 from tests.server.test_vectorized_executor import _ctx
 
@@ -39,7 +42,6 @@ def _train(
     trainer = LocalTrainer(client, device)
     x, y = (t.to(device) for t in _problem())
     ctx = _ctx(client, [0], device=device)
-    ctx.client_config = overrides or {}
     losses: list[float] = []
     original = trainer.engine.compute_gradients
 
@@ -48,7 +50,9 @@ def _train(
         return losses[-1]
 
     trainer.engine.compute_gradients = spy  # type: ignore[method-assign]
-    update = trainer.train(0, x, y, ctx, FedAvg().configure_client(0, ctx))
+    plan = FedAvg().configure_client(0, ctx)  # the round's overrides reach it as values
+    plan = dataclasses.replace(plan, local=LocalOverrides.from_mapping(overrides or {}))
+    update = trainer.train(0, x, y, ctx, plan)
     assert all(p.dtype == torch.float32 for p in client.net.parameters())
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in client.net.parameters())
     assert update.delta.dtype == torch.float32

@@ -16,20 +16,11 @@ from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.strategies.dp_fedprox import DPFedProx
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
+from fl_lightning.testing import round_context
 
 
 def _ctx(d: int, m: int, n: int = 1000, mode: str = "poisson", round_idx: int = 0):
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=1,
-        seed=0,
-        num_clients=n,
-        cohort=list(range(m)),
-        expected_cohort_size=float(m),
-        sample_rate=m / n,
-        global_params=torch.zeros(d),
-        sampling=CohortSampling(mode, m / n, n),
-    )
+    return round_context(d, range(m), num_clients=n, round_idx=round_idx, sampling=mode)
 
 
 def _updates(norms: torch.Tensor, d: int, gen: torch.Generator) -> list[ClientUpdate]:

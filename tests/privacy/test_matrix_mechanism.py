@@ -27,6 +27,7 @@ from fl_lightning.privacy.matrix_mechanism import (
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.dp_ftrl import DPFTRL
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
+from fl_lightning.testing import round_context
 
 KINDS = ("bsr", "tree", "identity")
 
@@ -148,17 +149,8 @@ def _spec(*, n=20, m=5, rounds=12, mode="cyclic", target=None, accountant="rdp")
 
 
 def _ctx(round_idx: int, d: int = 7) -> RoundContext:
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=12,
-        seed=1,
-        num_clients=20,
-        cohort=[0, 1, 2, 3, 4],
-        expected_cohort_size=5.0,
-        sample_rate=0.25,
-        global_params=torch.zeros(d),
-        sampling=CohortSampling("cyclic", 0.25, 20),
-    )
+    return round_context(d, range(5), round_idx=round_idx, total_rounds=12, seed=1,
+                         sampling=CohortSampling("cyclic", 0.25, 20))  # fmt: skip
 
 
 @pytest.mark.parametrize("mode", ["fixed", "poisson"])

@@ -7,6 +7,7 @@ import copy
 import logging
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -20,9 +21,11 @@ from fl_lightning.models.lstm import MnistLSTM
 from fl_lightning.models.mlp import MLP
 from fl_lightning.records import ClientPlan, RoundContext
 from fl_lightning.server.executor import SequentialExecutor
+from fl_lightning.server.round import train_cohort
 from fl_lightning.server.vectorized_executor import VectorizedExecutor
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.testing import round_context
 from fl_lightning.utils.flat import flatten, trainable_parameters
 
 
@@ -34,9 +37,9 @@ def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0, device: str = "cpu")
     perm = torch.randperm(total, generator=g).to(device)
     bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
     indices = [perm[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    # only the data module's accessors: both executors read a client's examples through them
     return SimpleNamespace(
-        train=SimpleNamespace(x=x, y=y),
-        client_indices=indices,
+        client_sizes=lambda: np.array(sizes),
         client_data=lambda c: (x[indices[c]], y[indices[c]]),
     )
 
@@ -44,16 +47,9 @@ def _data(sizes: list[int], shape=(1, 8, 8), seed: int = 0, device: str = "cpu")
 def _ctx(
     client: ClientModule, cohort: list[int], round_idx: int = 3, device: str = "cpu"
 ) -> RoundContext:
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=5,
-        seed=7,
-        num_clients=len(cohort),
-        cohort=cohort,
-        expected_cohort_size=float(len(cohort)),
-        sample_rate=1.0,
-        global_params=flatten(trainable_parameters(client.net)).to(device),
-    )
+    params = flatten(trainable_parameters(client.net)).to(device)
+    return round_context(params, cohort, num_clients=len(cohort), round_idx=round_idx,
+                         total_rounds=5, seed=7, sample_rate=1.0)  # fmt: skip
 
 
 def _both(  # noqa: PLR0913
@@ -69,7 +65,7 @@ def _both(  # noqa: PLR0913
         else:
             executor = cls(trainer)
         ctx = _ctx(client, cohort, device=device)
-        out[name] = list(executor.run(cohort, ctx, data, strategy_factory()))
+        out[name] = list(train_cohort(executor, strategy_factory(), cohort, ctx, data))
         if cls is VectorizedExecutor:
             assert executor.last_fallback_reason is None
             out["path"] = executor.last_path
@@ -284,7 +280,7 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
     client = ClientModule(net, num_classes=10, prox_mu=0.1)
     executor = VectorizedExecutor(LocalTrainer(client))
     with caplog.at_level(logging.WARNING):
-        updates = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
+        updates = list(train_cohort(executor, FedAvg(), [0, 1], _ctx(client, [0, 1]), data))
     assert len(updates) == 2
     assert "prox_mu" in executor.last_fallback_reason
     assert executor.last_path == "sequential"
@@ -296,13 +292,13 @@ def test_falls_back_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
 
     client = ClientModule(MLP(input_dim=64, hidden=(16,)), num_classes=10)
     executor = VectorizedExecutor(LocalTrainer(client))
-    list(executor.run([0], _ctx(client, [0]), data, Scaffoldish()))
-    assert "overrides configure_client" in executor.last_fallback_reason
+    list(train_cohort(executor, Scaffoldish(), [0], _ctx(client, [0]), data))
+    assert "gradient hook" in executor.last_fallback_reason
 
     bn_net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.BatchNorm1d(10))
     client = ClientModule(bn_net, num_classes=10)
     executor = VectorizedExecutor(LocalTrainer(client))
-    list(executor.run([0], _ctx(client, [0]), data, FedAvg()))
+    list(train_cohort(executor, FedAvg(), [0], _ctx(client, [0]), data))
     assert "BatchNorm1d" in executor.last_fallback_reason
 
 
@@ -320,7 +316,7 @@ def test_bf16_mixed_falls_back_to_the_sequential_loop(caplog: pytest.LogCaptureF
         )
         executor = cls(LocalTrainer(client))
         with caplog.at_level(logging.WARNING):
-            out[name] = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
+            out[name] = list(train_cohort(executor, FedAvg(), [0, 1], _ctx(client, [0, 1]), data))
     assert "client.precision 'bf16-mixed'" in executor.last_fallback_reason
     assert executor.last_path == "sequential"
     for s, v in zip(out["seq"], out["vec"]):
@@ -347,7 +343,7 @@ def test_reused_buffers_across_rounds() -> None:
         runs[name] = []
         for r, cohort in enumerate([[3, 0, 4, 1], [2, 1]]):
             ctx = _ctx(ClientModule(copy.deepcopy(net), num_classes=10), cohort, round_idx=r)
-            runs[name].append(list(executor.run(cohort, ctx, data, FedAvg())))
+            runs[name].append(list(train_cohort(executor, FedAvg(), cohort, ctx, data)))
     for seq_round, vec_round in zip(runs["seq"], runs["vec"]):
         for s, v in zip(seq_round, vec_round):
             assert s.client_id == v.client_id
@@ -373,7 +369,7 @@ def test_updates_stream_out_bucket_by_bucket_in_cohort_order() -> None:
 
     executor._train_bucket = spy  # type: ignore[method-assign]
     cohort = [0, 1, 2, 3, 4, 5]
-    stream = executor.run(cohort, _ctx(client, cohort), data, FedAvg())
+    stream = train_cohort(executor, FedAvg(), cohort, _ctx(client, cohort), data)
     assert [next(stream).client_id, next(stream).client_id] == [0, 1]
     assert trained == [[0, 1]]  # the first bucket handed on before the second trains
     rest = [u.client_id for u in stream]
@@ -412,7 +408,7 @@ class _Timed:
         self.clock, self.cost, self.hooks = clock, cost, None
         self.last_path, self.last_fallback_reason, self.calls = "stacked", None, []
 
-    def run(self, clients, ctx, data, strategy):  # noqa: ANN001, ANN201
+    def run(self, clients, plans, ctx, data):  # noqa: ANN001, ANN201
         self.calls.append(list(clients))
         for cid in clients:
             self.clock[0] += self.cost
@@ -432,7 +428,7 @@ def test_auto_executor_keeps_the_faster_path(monkeypatch, caplog, seq_cost, vec_
     cohort = list(range(10))
     with caplog.at_level(logging.WARNING):
         for r in range(3):
-            out = list(auto.run(cohort, SimpleNamespace(round_idx=r), None, None))
+            out = list(auto.run(cohort, None, SimpleNamespace(round_idx=r), None))
             assert [u.client_id for u in out] == cohort  # every client once, in order
     assert auto.choice == choice
     assert auto.measured == pytest.approx({"sequential": seq_cost, "vectorized": vec_cost})
@@ -455,11 +451,11 @@ def test_auto_executor_reads_a_gpu_clock_after_a_synchronize(monkeypatch) -> Non
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append("sync"))
     seq, vec = _Timed(clock, 1.0), _Timed(clock, 0.5)
     auto = executor_module.AutoExecutor(seq, vec, probe=2, rounds=2, device="cuda")
-    list(auto.run(list(range(6)), SimpleNamespace(round_idx=0), None, None))
+    list(auto.run(list(range(6)), None, SimpleNamespace(round_idx=0), None))
     assert events == ["sync", "clock"] * 4
     cpu = executor_module.AutoExecutor(seq, vec, probe=2, rounds=2)
     events.clear()
-    list(cpu.run(list(range(6)), SimpleNamespace(round_idx=0), None, None))
+    list(cpu.run(list(range(6)), None, SimpleNamespace(round_idx=0), None))
     assert events == ["clock"] * 4
 
 
@@ -491,10 +487,10 @@ def _token_data(sizes: list[int], *, length: int) -> SimpleNamespace:
     """``_data``'s clients holding sequences of ``length`` token ids of a 20-token vocabulary
     (seeded), for Embedding and CharLSTM models."""
     data = _data(sizes, shape=(length,))
-    tokens = torch.randint(0, 20, data.train.x.shape, generator=torch.Generator().manual_seed(1))
-    indices = data.client_indices
-    data.train.x = tokens
-    data.client_data = lambda c: (tokens[indices[c]], data.train.y[indices[c]])
+    g = torch.Generator().manual_seed(1)
+    tokens = [torch.randint(0, 20, (n, length), generator=g) for n in sizes]
+    labels = [data.client_data(c)[1] for c in range(len(sizes))]
+    data.client_data = lambda c: (tokens[c], labels[c])
     return data
 
 
@@ -555,7 +551,7 @@ def test_packed_sequence_input_falls_back(caplog: pytest.LogCaptureFixture) -> N
     client = ClientModule(_PackedLSTM(), num_classes=10)
     executor = VectorizedExecutor(LocalTrainer(client))
     with caplog.at_level(logging.WARNING):
-        updates = list(executor.run([0, 1], _ctx(client, [0, 1]), data, FedAvg()))
+        updates = list(train_cohort(executor, FedAvg(), [0, 1], _ctx(client, [0, 1]), data))
     assert len(updates) == 2 and executor.last_path == "sequential"
     assert "PackedSequence" in executor.last_fallback_reason
 
@@ -579,7 +575,7 @@ def test_no_host_sync_per_local_step(
     data = _data([13, 30, 7, 30, 22])
     cohort = [3, 0, 4, 1]
     ctx = _ctx(client, cohort)
-    list(executor.run(cohort, ctx, data, FedAvg()))  # builds and checks the stacked model
+    list(train_cohort(executor, FedAvg(), cohort, ctx, data))  # builds and checks the stacked model
     calls = {"n": 0}
     for name in ("item", "cpu", "tolist", "__float__", "__bool__", "__int__"):
         original = getattr(torch.Tensor, name)
@@ -593,7 +589,7 @@ def test_no_host_sync_per_local_step(
     for epochs in (1, 3):
         calls["n"] = 0
         epoch_ctx = dataclasses.replace(ctx, client_config={"local_epochs": epochs})
-        list(executor.run(cohort, epoch_ctx, data, FedAvg()))
+        list(train_cohort(executor, FedAvg(), cohort, epoch_ctx, data))
         assert getattr(executor, "last_path", "stacked") == "stacked"
         counts.append(calls["n"])
     assert counts[0] == counts[1]
@@ -608,12 +604,12 @@ def test_memory_budget_chunks_the_cohort() -> None:
     client = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6)
     whole = VectorizedExecutor(LocalTrainer(client))
     ctx = _ctx(client, cohort)
-    want = list(whole.run(cohort, ctx, data, FedAvg()))
+    want = list(train_cohort(whole, FedAvg(), cohort, ctx, data))
     assert whole.last_bucket_size == len(cohort)  # the machine has room for five tiny clients
-    per_client = whole.client_bytes(client.training_config, data.train.x[:1])
+    per_client = whole.client_bytes(client.training_config, data.client_data(0)[0][:1])
     assert per_client > 2 * sum(p.numel() * 4 for p in net.parameters())
     chunked = VectorizedExecutor(LocalTrainer(client), memory_budget=3 * per_client + 1)
-    got = list(chunked.run(cohort, ctx, data, FedAvg()))
+    got = list(train_cohort(chunked, FedAvg(), cohort, ctx, data))
     assert chunked.last_bucket_size == 3
     for a, b in zip(want, got):
         torch.testing.assert_close(a.delta, b.delta, rtol=1e-5, atol=1e-6)
@@ -637,13 +633,13 @@ def test_dp_sgd_buckets_on_the_cpu_are_small() -> None:
     assert 1 <= cap < len(cohort)
     for client, expected in ((plain, len(cohort)), (private, cap), (whole_data, len(cohort))):
         executor = VectorizedExecutor(LocalTrainer(client))
-        list(executor.run(cohort, _ctx(client, cohort), data, FedAvg()))
+        list(train_cohort(executor, FedAvg(), cohort, _ctx(client, cohort), data))
         assert executor.last_path == "stacked" and executor.last_bucket_size == expected
     ctx = _ctx(private, cohort)
     whole = VectorizedExecutor(LocalTrainer(private), dp_cpu_max_clients=len(cohort))
     pairs = VectorizedExecutor(LocalTrainer(private), dp_cpu_max_clients=2)
-    want = list(whole.run(cohort, ctx, data, FedAvg()))
-    got = list(pairs.run(cohort, ctx, data, FedAvg()))
+    want = list(train_cohort(whole, FedAvg(), cohort, ctx, data))
+    got = list(train_cohort(pairs, FedAvg(), cohort, ctx, data))
     assert whole.last_bucket_size == len(cohort) and pairs.last_bucket_size == 2
     for a, b in zip(want, got):
         assert a.client_id == b.client_id

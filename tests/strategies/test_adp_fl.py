@@ -8,11 +8,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate
+from fl_lightning.server.round import plan_round
 from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.even_budget import EvenBudget
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
+from fl_lightning.testing import round_context
 from fl_lightning.utils.rng import generator_for
 
 D = 6
@@ -20,15 +22,14 @@ D = 6
 
 def ctx_for(round_idx, cohort, n=10, rounds=20, rate=0.2, params=None):
     params = torch.zeros(D) if params is None else params
-    return RoundContext(round_idx, rounds, 0, n, list(cohort), rate * n, rate, params)
+    return round_context(params, cohort, num_clients=n, round_idx=round_idx, total_rounds=rounds,
+                         sample_rate=rate)  # fmt: skip
 
 
 def play_round(s, round_idx, cohort, n=10, rounds=20, rate=0.2):
     """One round as FederatedModule runs it, with fixed deltas instead of local training:
     (ctx, aggregate, the strategy's metrics of the round)."""
-    ctx = ctx_for(round_idx, cohort, n, rounds, rate)
-    ctx.cohort = s.select_clients(ctx)
-    ctx.client_config = s.configure_round(ctx)
+    ctx, _ = plan_round(s, ctx_for(round_idx, cohort, n, rounds, rate))
     ups = [
         s.process_update(
             ClientUpdate(c, torch.ones(D) * 0.1, 50 + c, 0.0, base_round=round_idx),

@@ -2,9 +2,11 @@
 
 import torch
 
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate
+from fl_lightning.server.round import plan_round
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.testing import round_context
 from fl_lightning.utils.rng import generator_for
 
 N, D = 8, 4
@@ -30,9 +32,8 @@ class Recording(AsyncStrategy):
 
 
 def run_round(strategy, round_idx, params, cohort):
-    ctx = RoundContext(round_idx, 10, 0, N, list(cohort), len(cohort), len(cohort) / N, params)
-    ctx.cohort = strategy.select_clients(ctx)
-    ctx.client_config = strategy.configure_round(ctx)
+    sampled = round_context(params, cohort, num_clients=N, round_idx=round_idx, total_rounds=10)
+    ctx, _ = plan_round(strategy, sampled)
     updates = []
     for cid in ctx.cohort:
         u = ClientUpdate(cid, torch.full((D,), float(cid + 1)), 10, 0.0, base_round=round_idx)

@@ -5,23 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
+from fl_lightning.testing import round_context
 
 
 def _ctx(d: int, m: int, mode: str = "poisson") -> RoundContext:
-    return RoundContext(
-        round_idx=0,
-        total_rounds=1,
-        seed=0,
-        num_clients=100,
-        cohort=list(range(m)),
-        expected_cohort_size=float(m),
-        sample_rate=m / 100,
-        global_params=torch.zeros(d),
-        sampling=CohortSampling(mode, m / 100, 100),
-    )
+    return round_context(d, range(m), num_clients=100, sampling=mode)
 
 
 def test_clipping_bounds_each_update():

@@ -7,10 +7,11 @@ import torch
 
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_fedexp import DPFedExP, fedexp_step_size
+from fl_lightning.testing import round_context
 
 
 def _ctx(dim: int, n: int) -> RoundContext:
-    return RoundContext(0, 1, 0, n, list(range(n)), float(n), 1.0, torch.zeros(dim))
+    return round_context(dim, range(n))
 
 
 def _ups(deltas: list[torch.Tensor]) -> list[ClientUpdate]:

@@ -6,19 +6,21 @@ import pytest
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, LocalOverrides, RoundContext
 from fl_lightning.strategies.dp_fedprox import DPFedProx
 from fl_lightning.strategies.isolate import Isolate
+from fl_lightning.testing import round_context
 
 
 def _ctx(x: torch.Tensor, cohort: list[int]) -> RoundContext:
-    return RoundContext(0, 1, 0, 2, cohort, 2.0, 1.0, x)
+    return round_context(x, cohort, num_clients=2, sample_rate=1.0, expected_cohort_size=2.0)
 
 
 def test_fedprox_sets_mu_for_the_local_loop() -> None:
     s = DPFedProx(mu=0.1)
-    overrides = s.configure_round(_ctx(torch.zeros(2), [0, 1]))
-    assert LocalTrainingConfig().with_overrides(overrides).prox_mu == 0.1
+    plan = s.configure_round(_ctx(torch.zeros(2), [0, 1]))
+    assert plan.cohort == (0, 1) and plan.local == LocalOverrides(prox_mu=0.1)
+    assert LocalTrainingConfig().with_overrides(plan.local.as_dict()).prox_mu == 0.1
     with pytest.raises(ValueError, match="strategy.mu"):
         DPFedProx(mu=-1.0)
 

@@ -9,6 +9,7 @@ from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.dp_scaffold import DPScaffold
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.testing import round_context
 
 # f_i(w) = ½ a_i ‖w − b_i‖²: different curvatures, so FedAvg with K > 1 local steps drifts to a
 # biased fixed point, while SCAFFOLD reaches the global optimum Σ a_i b_i / Σ a_i.
@@ -22,16 +23,9 @@ def _spec() -> FederationSpec:
 
 
 def _ctx(x: torch.Tensor, round_idx: int, cohort: list[int]) -> RoundContext:
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=100,
-        seed=0,
-        num_clients=len(A),
-        cohort=cohort,
-        expected_cohort_size=float(len(cohort)),
-        sample_rate=1.0,
-        global_params=x.clone(),
-    )
+    return round_context(x.clone(), cohort, num_clients=len(A), round_idx=round_idx,
+                         total_rounds=100, sample_rate=1.0,
+                         expected_cohort_size=float(len(cohort)))  # fmt: skip
 
 
 def _local(strategy, cid: int, ctx: RoundContext) -> ClientUpdate:

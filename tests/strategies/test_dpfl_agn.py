@@ -13,25 +13,17 @@ from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis import rdp as opacus_rdp
 from scipy.special import logsumexp
 
-from fl_lightning.records import RoundContext
+from fl_lightning.records import LocalOverrides, RoundContext
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
+from fl_lightning.testing import round_context
 from tests.strategies.dpfl_agn_helpers import tiny_run
 
 DELTA = 1e-5
 
 
 def _ctx(round_idx: int, losses: list[float]) -> RoundContext:
-    return RoundContext(
-        round_idx=round_idx,
-        total_rounds=10,
-        seed=0,
-        num_clients=2,
-        cohort=[0, 1],
-        expected_cohort_size=2,
-        sample_rate=1.0,
-        global_params=torch.zeros(3),
-        evaluate=lambda split: {"loss": losses.pop(0)},
-    )
+    return round_context(3, [0, 1], round_idx=round_idx, total_rounds=10,
+                         evaluate=lambda split: {"loss": losses.pop(0)})  # fmt: skip
 
 
 # -- ANR (Eqs. 11-12) -----------------------------------------------------------------------
@@ -44,7 +36,7 @@ def test_anr_fires_exactly_when_the_decrease_is_below_mu():
     fired, sigmas = [], []
     for t in range(5):
         ctx = _ctx(t, losses)
-        assert s.configure_round(ctx) == {"noise_multiplier": s.sigma}
+        assert s.configure_round(ctx).local == LocalOverrides(noise_multiplier=s.sigma)
         sigmas.append(s.sigma)
         fired.append(bool(s.after_round(ctx, torch.zeros(3))["anr_fired"]))
     assert fired == [False, False, True, True, False]
@@ -201,7 +193,7 @@ def test_run_stops_before_exceeding_target_epsilon():
     assert 0 < module.rounds_completed < 50
     # One more round at the σ it would have used would have exceeded the target.
     steps = module.federated_round
-    ctx = steps.context(module.rounds_completed, 50, module.evaluate_global)
+    ctx, _ = steps.plan(module.rounds_completed, 50, module.evaluate_global)
     assert module.accountant.would_exceed(steps.planned_privacy(ctx))
 
 

@@ -19,20 +19,12 @@ from fl_lightning.strategies.gcfl import (
     project_sequential,
 )
 from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.testing import round_context
 
 
 def _ctx(dim: int, cohort: list[int], **client_config) -> RoundContext:
-    return RoundContext(
-        round_idx=0,
-        total_rounds=1,
-        seed=0,
-        num_clients=len(cohort),
-        cohort=cohort,
-        expected_cohort_size=float(len(cohort)),
-        sample_rate=1.0,
-        global_params=torch.zeros(dim),
-        client_config=dict(client_config),
-    )
+    return round_context(dim, cohort, num_clients=len(cohort), sample_rate=1.0,
+                         client_config=client_config)  # fmt: skip
 
 
 def _updates(deltas: list[torch.Tensor], sizes: list[int] | None = None) -> list[ClientUpdate]:

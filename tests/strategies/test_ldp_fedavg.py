@@ -11,19 +11,12 @@ from fl_lightning.privacy.events import LocalRelease
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.ldp_fedavg import LDPFedAvg
 from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.testing import round_context
 
 
 def _ctx(global_params: torch.Tensor, cohort=(0, 1, 2)) -> RoundContext:
-    return RoundContext(
-        round_idx=0,
-        total_rounds=1,
-        seed=0,
-        num_clients=5,
-        cohort=list(cohort),
-        expected_cohort_size=3.0,
-        sample_rate=0.6,
-        global_params=global_params,
-    )
+    return round_context(global_params, cohort, num_clients=5, sample_rate=0.6,
+                         expected_cohort_size=3.0)  # fmt: skip
 
 
 def _updates(strategy, ctx, locals_):

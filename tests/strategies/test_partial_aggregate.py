@@ -16,14 +16,14 @@ from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.nbafl import NbAFL
+from fl_lightning.testing import round_context
 
 D = 50
 
 
 def ctx() -> RoundContext:
-    return RoundContext(round_idx=3, total_rounds=5, seed=1, num_clients=20, cohort=list(range(6)),
-                        expected_cohort_size=6.0, sample_rate=0.3,
-                        global_params=torch.zeros(D))  # fmt: skip
+    return round_context(D, range(6), num_clients=20, round_idx=3, total_rounds=5, seed=1,
+                         sample_rate=0.3, expected_cohort_size=6.0)  # fmt: skip
 
 
 def updates() -> list[ClientUpdate]:

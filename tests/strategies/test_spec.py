@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.strategies.spec import FederationSpec, ServerOptimizerSpec, local_lr_in_force
+from fl_lightning.testing import round_context
 from tests.strategies.dpfl_agn_helpers import tiny_run
 
 
@@ -44,7 +44,8 @@ def test_a_run_sets_the_strategy_up_once_with_the_federation_it_runs():
     assert list(spec.layer_slices) == [n for n, _ in module.global_net.named_parameters()]
     # The clients' σ was calibrated from the target before the strategy saw the config.
     assert spec.local.dp_sgd is not None and spec.local.dp_sgd.noise_multiplier is not None
-    assert spec.local == module.client.training_config
+    assert spec.local == module.local_config
+    assert module.client.training_config.dp_sgd.noise_multiplier is None  # left as configured
     assert spec.server.averages_models and spec.has_validation_split
     assert spec.global_model is module.global_net
 
@@ -106,7 +107,6 @@ def test_dp_fedavg_fixes_its_sigma_to_the_target_the_spec_carries(sampling):
     tolerance); a σ given is kept; no σ and no target is refused naming the field."""
     from fl_lightning.privacy.accountant import PrivacyAccountant
     from fl_lightning.privacy.events import CohortSampling
-    from fl_lightning.records import RoundContext
     from fl_lightning.strategies.dp_fedavg import DPFedAvg
     from fl_lightning.strategies.spec import PrivacyTarget
 
@@ -117,9 +117,7 @@ def test_dp_fedavg_fixes_its_sigma_to_the_target_the_spec_carries(sampling):
     strategy.setup_federation(spec)
     assert strategy.noise_multiplier is not None and strategy.noise_multiplier > 0
     accountant = PrivacyAccountant("rdp", delta=1e-5)
-    ctx = RoundContext(round_idx=0, total_rounds=30, seed=0, num_clients=100,
-                       cohort=list(range(10)), expected_cohort_size=10.0, sample_rate=0.1,
-                       sampling=cohort, global_params=torch.zeros(4))  # fmt: skip
+    ctx = round_context(4, range(10), total_rounds=30, sampling=cohort)
     for _ in range(30):
         accountant.record(strategy.round_privacy(ctx))
     assert accountant.report()["privacy/epsilon"] == pytest.approx(2.0, rel=0.02)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext, RoundPlan
 from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
 from fl_lightning.strategies.clipped_upload_noise import ClippedUploadNoise
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal
@@ -102,7 +102,7 @@ def test_unbudgeted_mechanisms_dispatch_every_sampled_client():
         s = FedAvg(local_dp=mech)
         ctx = _ctx()
         assert s.select_clients(ctx) == ctx.cohort
-        assert s.configure_round(ctx) == {}
+        assert s.configure_round(ctx) == RoundPlan(tuple(ctx.cohort))  # no overrides
     assert issubclass(BudgetedUploads, UploadPrivacy)
 
 

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate, RoundContext, RoundPlan
 from fl_lightning.strategies.asynchronous.buffer import Arrival
 from fl_lightning.strategies.asynchronous.buffer import update_from_state as _update_from_state
 from fl_lightning.strategies.asynchronous.buffer import update_to_state as _update_to_state
@@ -140,11 +140,11 @@ class AsyncStrategy(Strategy):
                     chosen.append(c)
         return sorted(chosen)
 
-    def configure_round(self, ctx: RoundContext) -> dict[str, Any]:
+    def configure_round(self, ctx: RoundContext) -> RoundPlan:
         """Charges the dispatched clients' upload budgets and starts the per-client clock."""
-        overrides = super().configure_round(ctx)
+        plan = super().configure_round(ctx)
         self._mark = time.perf_counter()
-        return overrides
+        return plan
 
     def process_update(
         self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
