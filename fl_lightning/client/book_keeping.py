@@ -42,6 +42,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import record_function
 
 from fl_lightning.privacy.clipping import clip_factors
 
@@ -395,18 +396,23 @@ class BookKeeper:
             layer.clear()
             layer.active = True
         try:
-            logits = self.net(x)
+            with record_function("bk.forward"):  # phases named for torch.profiler
+                logits = self.net(x)
         finally:
             for layer in self.layers:
                 layer.active = False
         try:
-            loss_sum = loss_fn(logits, y) * len(x)
-            self._backward(loss_sum, x)
+            with record_function("bk.forward"):
+                loss_sum = loss_fn(logits, y) * len(x)
+            with record_function("bk.backward"):
+                self._backward(loss_sum, x)
             parts = [_LayerGrads(layer) for layer in self.layers if layer.grad_output is not None]
-            sq = torch.stack([part.squared_norms() for part in parts]).sum(0)
-            factors = clip_factors(sq.sqrt(), max_grad_norm)
-            for part in parts:
-                part.add_clipped_sum_(factors, sums)
+            with record_function("bk.norms"):
+                sq = torch.stack([part.squared_norms() for part in parts]).sum(0)
+                factors = clip_factors(sq.sqrt(), max_grad_norm)
+            with record_function("bk.clipped_sum"):
+                for part in parts:
+                    part.add_clipped_sum_(factors, sums)
             return loss_sum.detach()
         finally:
             for layer in self.layers:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.profiler import record_function
 
 from fl_lightning.privacy.clipping import clip_factors
 from fl_lightning.utils.heap import retain_freed_heap
@@ -146,12 +147,13 @@ class DPSGDEngine(GradientEngine):
             self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
             for lo, hi in self._chunks(len(x))
         ]
-        released = noisy_mean(
-            self._sums,
-            std=self.noise_multiplier * self.max_grad_norm,
-            expected_batch_size=self.expected_batch_size,
-            generator=self.generator,
-        )
+        with record_function("dp_sgd.noise"):  # named for torch.profiler
+            released = noisy_mean(
+                self._sums,
+                std=self.noise_multiplier * self.max_grad_norm,
+                expected_batch_size=self.expected_batch_size,
+                generator=self.generator,
+            )
         for p, g in zip(self.params, released):
             p.grad = g
         if not chunk_losses:  # an empty Poisson batch

@@ -13,6 +13,7 @@ step, ≈ 10 ms of a ≈ 95 ms step, against none for a non-private step.
 ceiling the dynamic threshold reaches anyway) come from the heap, and up to 64 MiB of freed
 memory stays at its top instead of going back to the kernel. The cost is that much resident
 memory kept between steps. It changes no result, only where memory comes from.
+``FL_LIGHTNING_HEAP=default`` in the environment leaves glibc's policy alone.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 2**20
 #: Freed memory kept at the heap's top (and extra obtained whenever it grows).
 TOP_PAD = 64 * 2**20
+#: ``FL_LIGHTNING_HEAP=default`` leaves glibc's policy as it is (e.g. to compare).
+OPT_OUT = "FL_LIGHTNING_HEAP"
 #: Environment variables through which a user has already chosen glibc's malloc policy.
 USER_SETTINGS = (
     "MALLOC_TOP_PAD_",
@@ -43,8 +46,9 @@ _applied: bool | None = None
 def retain_freed_heap() -> bool:
     """Sets glibc's ``M_MMAP_THRESHOLD`` to 32 MiB and ``M_TOP_PAD`` to 64 MiB, once per
     process; returns whether they are set. Nothing happens on another C library (macOS,
-    musl), or when the user chose a malloc policy through the environment (``USER_SETTINGS``)
-    or preloads another allocator (``LD_PRELOAD``: jemalloc, tcmalloc)."""
+    musl), when the user chose a malloc policy through the environment (``USER_SETTINGS``),
+    preloads another allocator (``LD_PRELOAD``: jemalloc, tcmalloc) or opts out
+    (``FL_LIGHTNING_HEAP=default``)."""
     global _applied
     if _applied is None:
         _applied = _apply()
@@ -53,6 +57,8 @@ def retain_freed_heap() -> bool:
 
 def _apply() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    if os.environ.get(OPT_OUT) == "default":
         return False
     if any(os.environ.get(name) for name in (*USER_SETTINGS, "LD_PRELOAD")):
         return False
