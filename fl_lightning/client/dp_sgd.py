@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.profiler import record_function
 
+from fl_lightning.client.book_keeping import phase
 from fl_lightning.privacy.clipping import clip_factors
 from fl_lightning.utils.heap import retain_freed_heap
 
@@ -141,13 +141,13 @@ class DPSGDEngine(GradientEngine):
     ) -> torch.Tensor:
         if precision != "32":  # LocalTrainingConfig refuses it first; see its docstring
             raise ValueError(f"client.precision: {precision!r} is refused under client.dp_sgd")
-        for s in self._sums:
-            s.zero_()
+        if self._sums:  # one call for every parameter
+            torch._foreach_zero_(self._sums)
         chunk_losses = [
             self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
             for lo, hi in self._chunks(len(x))
         ]
-        with record_function("dp_sgd.noise"):  # named for torch.profiler
+        with phase("dp_sgd.noise"):
             released = noisy_mean(
                 self._sums,
                 std=self.noise_multiplier * self.max_grad_norm,
@@ -158,7 +158,8 @@ class DPSGDEngine(GradientEngine):
             p.grad = g
         if not chunk_losses:  # an empty Poisson batch
             return torch.full((), float("nan"), device=x.device)
-        return torch.stack(chunk_losses).sum() / len(x)
+        total = chunk_losses[0] if len(chunk_losses) == 1 else torch.stack(chunk_losses).sum()
+        return total / len(x)
 
 
 def noisy_mean_(
@@ -194,10 +195,11 @@ def noisy_mean(
     engines a copy of the sums per step."""
     from opacus.optimizers.optimizer import _generate_noise
 
-    return [
-        _generate_noise(std=std, reference=s, generator=generator).add_(s).div_(expected_batch_size)
-        for s in sums
-    ]
+    released = [_generate_noise(std=std, reference=s, generator=generator) for s in sums]
+    if released:  # one call for every parameter, the same arithmetic as add_ and div_
+        torch._foreach_add_(released, sums)
+        torch._foreach_div_(released, expected_batch_size)
+    return released
 
 
 def per_sample_losses(loss_fn: LossFn, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
