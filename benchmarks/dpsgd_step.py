@@ -23,9 +23,20 @@ subprocess per variant during two steps at batch 1024, minus the RSS just before
 (tracemalloc does not see PyTorch's C++ CPU allocations and the torch profiler reports
 allocations per op, not a peak, so the process's own high-water mark is used.)
 
+``--profile`` adds, per model and batch, a torch.profiler breakdown of the bare loop against
+``bk`` (profiled step by step in turn): ``bk``'s phases (``bk.forward``, ``bk.backward``,
+``bk.norms`` = the per-example gradients and their norms, ``bk.clipped_sum``,
+``dp_sgd.noise``) and the operators whose time differs most. The DP engines keep freed heap
+memory for reuse (``fl_lightning/utils/heap.py``; each run says which policy it ran under);
+``--default-heap`` runs under glibc's own policy instead, for comparison.
+
     PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 5 --out benchmarks/results
     PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 15 --engines bk --no-memory \
         --out benchmarks/results   # the bk ratio alone, more repeats
+    # issue 37's check: bk ÷ bare ≤ 1.3x at batch 64 and 256 (read the CPU-time column when
+    # the recorded load average is above the core count), with the breakdown
+    PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 21 --batches 64 256 --threads 1 \
+        --engines bk --no-memory --profile --out benchmarks/results
 """
 
 from __future__ import annotations

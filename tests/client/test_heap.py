@@ -49,7 +49,8 @@ def test_applied_once_per_process_on_glibc(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_bk_step_does_not_page_fault_once_warm() -> None:
     """The point of the setting (issue 37): with freed heap kept, a warm ``bk`` step reuses
     its memory instead of touching fresh pages (thousands of minor faults a step before)."""
-    assert heap.retain_freed_heap()
+    if not heap.retain_freed_heap():
+        pytest.skip("the environment sets the malloc policy (MALLOC_*, LD_PRELOAD, opt-out)")
     torch.manual_seed(0)
     net = MnistCNN()
     eng = build_engine(net, "bk")
