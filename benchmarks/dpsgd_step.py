@@ -23,9 +23,20 @@ subprocess per variant during two steps at batch 1024, minus the RSS just before
 (tracemalloc does not see PyTorch's C++ CPU allocations and the torch profiler reports
 allocations per op, not a peak, so the process's own high-water mark is used.)
 
+``--profile`` adds, per model and batch, a torch.profiler breakdown of the bare loop against
+``bk`` (profiled step by step in turn): ``bk``'s phases (``bk.forward``, ``bk.backward``,
+``bk.norms`` = the per-example gradients and their norms, ``bk.clipped_sum``,
+``dp_sgd.noise``) and the operators whose time differs most. The DP engines keep freed heap
+memory for reuse (``fl_lightning/utils/heap.py``; each run says which policy it ran under);
+``--default-heap`` runs under glibc's own policy instead, for comparison.
+
     PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 5 --out benchmarks/results
     PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 15 --engines bk --no-memory \
         --out benchmarks/results   # the bk ratio alone, more repeats
+    # issue 37's check: bk ÷ bare ≤ 1.3x at batch 64 and 256 (read the CPU-time column when
+    # the recorded load average is above the core count), with the breakdown
+    PYTHONPATH=. python benchmarks/dpsgd_step.py --reps 21 --batches 64 256 --threads 1 \
+        --engines bk --no-memory --profile --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ from _record import record_run
 
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.models.cnn import CifarCNN, MnistCNN
+from fl_lightning.utils.heap import retain_freed_heap
 
 MODELS = {"MnistCNN": (MnistCNN, (1, 28, 28)), "CifarCNN": (CifarCNN, (3, 32, 32))}
 ENGINES = ["plain", "opacus", "ghost", "functorch", "bk"]
@@ -115,6 +127,68 @@ def time_steps(
             cpu[key].append(time.thread_time() - start_cpu)
             times[key].append(time.perf_counter() - start)
     return times, cpu
+
+
+#: The phases ``bk`` names for torch.profiler (``record_function`` in client/book_keeping.py and
+#: client/dp_sgd.py); the rest of a step is the optimizer and the engine's own book-keeping.
+PHASES = ["bk.forward", "bk.backward", "bk.norms", "bk.clipped_sum", "dp_sgd.noise"]
+
+
+def profile_steps(model: str, batch: int, reps: int) -> list[str]:
+    """Where ``bk``'s extra time goes: torch.profiler over ``reps`` steps of the bare loop and
+    of ``bk``, one profiled step of each in turn (interleaved, after one warm-up step each),
+    CPU time per step (the profiler's clock: wall time inside each operator, so a loaded
+    machine inflates it; the timing table's CPU-time ratio is the measurement). Two tables:
+    ``bk``'s phases, and the operators whose time differs most between the two."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fns = {"bare": _bare_step(model, batch), "bk": _setup(model, "bk", batch, None)}
+    totals = dict.fromkeys(fns, 0.0)
+    ops: dict[str, dict[str, float]] = {name: {} for name in fns}
+    phases: dict[str, dict[str, float]] = {name: {} for name in fns}
+    for fn in fns.values():
+        fn()
+    for _ in range(reps):
+        for name, fn in fns.items():
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                fn()
+            for e in prof.key_averages():
+                ms = e.self_cpu_time_total / reps / 1e3
+                totals[name] += ms
+                if e.key in PHASES:
+                    phases[name][e.key] = (
+                        phases[name].get(e.key, 0.0) + e.cpu_time_total / reps / 1e3
+                    )
+                else:
+                    ops[name][e.key] = ops[name].get(e.key, 0.0) + ms
+    bare, bk = totals["bare"], totals["bk"]
+    lines = [
+        f"Profile, {model} batch {batch} (torch.profiler, time per step inside operators, mean "
+        f"of {reps} steps, bare and bk in turn; a breakdown, not the measurement: the table "
+        f"above is): bare {bare:.1f} ms, bk {bk:.1f} ms ({bk / bare:.2f}x).",
+        "",
+        "| bk phase | ms per step | share of bk |",
+        "|---|---|---|",
+    ]
+    named = 0.0
+    for phase in PHASES:
+        ms = phases["bk"].get(phase, 0.0)
+        named += ms
+        lines.append(f"| {phase} | {ms:.1f} | {ms / bk:.0%} |")
+    lines += [
+        f"| rest (optimizer step, engine) | {bk - named:.1f} | {(bk - named) / bk:.0%} |",
+        "",
+        "| operator | bare ms | bk ms | bk − bare |",
+        "|---|---|---|---|",
+    ]
+    names = set(ops["bare"]) | set(ops["bk"])
+    diff = {n: ops["bk"].get(n, 0.0) - ops["bare"].get(n, 0.0) for n in names}
+    for n in sorted(names, key=lambda n: -abs(diff[n]))[:12]:
+        lines.append(
+            f"| {n} | {ops['bare'].get(n, 0.0):.1f} | {ops['bk'].get(n, 0.0):.1f} "
+            f"| {diff[n]:+.1f} |"
+        )
+    return [*lines, ""]
 
 
 def _memory_child(model: str, engine: str, batch: int, physical: int | None, threads: int) -> None:
@@ -219,12 +293,25 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="directory: append the run there")
     parser.add_argument("--memory-only", action="store_true")
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument(
+        "--default-heap",
+        action="store_true",
+        help="leave glibc's malloc policy as it is (FL_LIGHTNING_HEAP=default; by default the "
+        "DP engines keep freed heap for reuse, fl_lightning/utils/heap.py)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile bare vs bk (torch.profiler, --reps steps each) per model and batch",
+    )
     parser.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         model, engine, batch, physical = args.child
         _memory_child(model, engine, int(batch), int(physical) or None, args.threads)
         return
+    if args.default_heap:
+        os.environ["FL_LIGHTNING_HEAP"] = "default"  # read when the first engine is built
     if args.out is not None and not os.path.isdir(args.out):
         parser.error(f"--out: {args.out} is not a directory (the run is appended there)")
     torch.set_num_threads(args.threads)
@@ -248,10 +335,18 @@ def main() -> None:
         "median; goal (issue 37): DP-SGD step ÷ non-private step ≤ 1.3x on CPU.",
         "",
     ]
+    heap = "glibc default" if args.default_heap else "kept for reuse (utils/heap.py)"
+    if not args.default_heap and not retain_freed_heap():
+        heap = "glibc default (retain_freed_heap declined: not glibc, or MALLOC_* set)"
+    lines[0] += f" Freed heap: {heap}."
     if times:
         lines += [*_time_table(times, cpu, models, args.batches, engines), ""]
     if memory:
         lines += _memory_table(memory, models, args.memory_batch)
+    if args.profile:
+        for m in models:
+            for b in args.batches:
+                lines += ["", *profile_steps(m, b, args.reps)]
     record_run(
         args.out,
         "dpsgd_step",

@@ -14,7 +14,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fl_lightning.client.book_keeping import phase
 from fl_lightning.privacy.clipping import clip_factors
+from fl_lightning.utils.heap import retain_freed_heap
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -96,6 +98,8 @@ class DPSGDEngine(GradientEngine):
         self.expected_batch_size = 1.0
         self.generator: torch.Generator | None = None
         self._sums = [torch.zeros_like(p) for p in self.params]
+        # A step's per-example buffers would otherwise page-fault on every step (utils/heap.py).
+        retain_freed_heap()
 
     def configure_client(
         self,
@@ -137,23 +141,25 @@ class DPSGDEngine(GradientEngine):
     ) -> torch.Tensor:
         if precision != "32":  # LocalTrainingConfig refuses it first; see its docstring
             raise ValueError(f"client.precision: {precision!r} is refused under client.dp_sgd")
-        for s in self._sums:
-            s.zero_()
+        if self._sums:  # one call for every parameter
+            torch._foreach_zero_(self._sums)
         chunk_losses = [
             self._clipped_sum_(x[lo:hi], y[lo:hi], loss_fn, self._sums)
             for lo, hi in self._chunks(len(x))
         ]
-        noisy_mean_(
-            self._sums,
-            std=self.noise_multiplier * self.max_grad_norm,
-            expected_batch_size=self.expected_batch_size,
-            generator=self.generator,
-        )
-        for p, s in zip(self.params, self._sums):
-            p.grad = s.clone()
+        with phase("dp_sgd.noise"):
+            released = noisy_mean(
+                self._sums,
+                std=self.noise_multiplier * self.max_grad_norm,
+                expected_batch_size=self.expected_batch_size,
+                generator=self.generator,
+            )
+        for p, g in zip(self.params, released):
+            p.grad = g
         if not chunk_losses:  # an empty Poisson batch
             return torch.full((), float("nan"), device=x.device)
-        return torch.stack(chunk_losses).sum() / len(x)
+        total = chunk_losses[0] if len(chunk_losses) == 1 else torch.stack(chunk_losses).sum()
+        return total / len(x)
 
 
 def noisy_mean_(
@@ -174,6 +180,26 @@ def noisy_mean_(
         s.add_(_generate_noise(std=std, reference=s, generator=generator))
         s.div_(expected_batch_size)
     return sums
+
+
+def noisy_mean(
+    sums: list[torch.Tensor],
+    *,
+    std: float,
+    expected_batch_size: float,
+    generator: torch.Generator | None,
+) -> list[torch.Tensor]:
+    """The release of :func:`noisy_mean_`, bit for bit (the same draws in the same order;
+    N + S equals S + N exactly in floating point), into fresh tensors, leaving ``sums``
+    unchanged: each parameter's noise buffer becomes its released gradient, which saves the
+    engines a copy of the sums per step."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    released = [_generate_noise(std=std, reference=s, generator=generator) for s in sums]
+    if released:  # one call for every parameter, the same arithmetic as add_ and div_
+        torch._foreach_add_(released, sums)
+        torch._foreach_div_(released, expected_batch_size)
+    return released
 
 
 def per_sample_losses(loss_fn: LossFn, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

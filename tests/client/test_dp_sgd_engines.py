@@ -10,7 +10,13 @@ from torch import nn
 
 from fl_lightning.client.book_keeping import unsupported_layers
 from fl_lightning.client.config import DPSGDConfig
-from fl_lightning.client.dp_sgd import DP_SGD_ENGINES, auto_engine, build_engine
+from fl_lightning.client.dp_sgd import (
+    DP_SGD_ENGINES,
+    auto_engine,
+    build_engine,
+    noisy_mean,
+    noisy_mean_,
+)
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.abadi_cnn import AbadiCNN
@@ -225,3 +231,39 @@ def test_fused_recurrent_layers_are_refused_under_dp_sgd_with_their_replacement(
     assert reason is not None and reason.startswith("client.net: ") and advice in reason
     for ok in (DPRNN(4, 4), DPGRU(4, 4), DPLSTM(4, 4)):
         assert dp_incompatibility(torch.nn.Sequential(ok)) is None
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("physical", [None, 2])
+def test_the_release_is_noisy_mean_of_the_clipped_sum_bit_for_bit(
+    engine: str, physical: int | None
+) -> None:
+    """compute_gradients releases exactly noisy_mean_(clipped sum) (Abadi et al. 2016, Alg. 1):
+    the same noise draws in the same order from the client's generator, the same float
+    operations (the release into the noise buffers of ``noisy_mean`` is N + S, which equals
+    S + N exactly), and the sums are left as they were."""
+    torch.manual_seed(0)
+    net = MnistCNN(image_size=8, channels=(4, 8), hidden=16)
+    x, y = _images(1, 8, n=5)(torch.Generator().manual_seed(1))
+    eng = build_engine(net, engine, max_physical_batch_size=physical)
+    eng.configure_client(
+        noise_multiplier=0.9,
+        max_grad_norm=0.2,
+        expected_batch_size=4.0,
+        generator=torch.Generator().manual_seed(3),
+    )
+    expected = noisy_mean_(
+        eng.clipped_sum(x, y, F.cross_entropy),
+        std=0.9 * 0.2,
+        expected_batch_size=4.0,
+        generator=torch.Generator().manual_seed(3),
+    )
+    eng.compute_gradients(x, y, F.cross_entropy)
+    for p, want in zip(eng.params, expected, strict=True):
+        assert torch.equal(p.grad, want)
+    sums = [torch.randn(3, 2), torch.randn(5)]
+    kept = [s.clone() for s in sums]
+    fresh = noisy_mean(sums, std=0.5, expected_batch_size=3.0, generator=torch.Generator())
+    assert all(torch.equal(s, k) for s, k in zip(sums, kept))
+    in_place = noisy_mean_(sums, std=0.5, expected_batch_size=3.0, generator=torch.Generator())
+    assert all(torch.equal(a, b) for a, b in zip(fresh, in_place))
