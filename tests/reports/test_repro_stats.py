@@ -374,11 +374,12 @@ def test_arm_seeds_and_stored_seeds_extend_the_points():
     points = repro.plan(defn, seeds=3, extra={}, tables=[t])
     seeds = sorted(rp.seed for rp in points if rp.arm.name == "dpsgd")
     assert seeds == [0, 1, 2, 3, 4]
-    assert max(rp.seed for rp in points if rp.arm.name == "agn") == 2
+    assert defn.arms["anr"].seeds is None  # an arm without its own seeds runs the profile's
+    assert max(rp.seed for rp in points if rp.arm.name == "anr") == 2
     # a seed stored beyond the plan (run with --seeds 7) is found and used
-    extra = repro.points._repro_point(defn, defn.arms["agn"], 3, {}, 0, t)
+    extra = repro.points._repro_point(defn, defn.arms["anr"], 3, {}, 0, t)
     more = repro.with_stored_seeds(defn, points, {extra.point.id}, {})
-    assert [rp.seed for rp in more if rp.arm.name == "agn"] == [0, 1, 2, 3]
+    assert [rp.seed for rp in more if rp.arm.name == "anr"] == [0, 1, 2, 3]
 
 
 def test_repro_is_listed_in_the_cli_help(capsys):
