@@ -31,7 +31,9 @@ from fl_lightning.server.noise_signal import run_estimate, warning_line
 from fl_lightning.server.privacy_plan import declare_private_run
 from fl_lightning.server.round import FederatedRound
 from fl_lightning.server.run_files import (
+    NOT_WRITTEN,
     log_upload_guarantee,
+    run_files_dir,
     run_summary,
     summary_line,
     write_label_histogram,
@@ -252,7 +254,8 @@ class FederatedModule(pl.LightningModule):
     def _log_partition(self) -> None:
         hist = self.data.label_histogram().cpu()
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
-        write_label_histogram(hist, log_dir if self.trainer.is_global_zero else None, self.loggers)
+        out = run_files_dir(log_dir) if self.trainer.is_global_zero else None
+        write_label_histogram(hist, out, self.loggers)
 
     # -- one round (server/round.py) ---------------------------------------------------------
     @property
@@ -338,9 +341,12 @@ class FederatedModule(pl.LightningModule):
         )
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero:
-            write_run_files(summary, self.accountant, log_dir, self.loggers)
-            statement = write_privacy_statement(self.accountant, self._run_facts(summary), log_dir)
+            out = run_files_dir(log_dir)  # never the working directory Lightning fell back to
+            write_run_files(summary, self.accountant, out, self.loggers)
+            statement = write_privacy_statement(self.accountant, self._run_facts(summary), out)
             line = summary_line(summary, final)
+            if log_dir and out is None:
+                line = f"{line}; {NOT_WRITTEN}"
             print(f"{line}; details: {statement}" if statement else line, flush=True)
 
     def _run_facts(self, summary: dict[str, Any]) -> RunFacts:

@@ -24,6 +24,29 @@ from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.redact import redact
 
 
+def run_files_dir(log_dir: str | None) -> str | None:
+    """Where a run's own files go: the trainer's ``log_dir``, or None when that is the directory
+    the process was started in.
+
+    Lightning falls back to the working directory when a Trainer has neither a logger nor a
+    ``default_root_dir``: a run never chose it, and a ``summary.json`` or ``privacy_statement.md``
+    there may be the user's own, so the run writes none of its files (the CLI chooses ``runs/``;
+    a Trainer given ``default_root_dir`` or a logger gets them there).
+    """
+    if not log_dir:
+        return None
+    if Path(log_dir).resolve() == Path.cwd().resolve():
+        return None
+    return log_dir
+
+
+NOT_WRITTEN = (
+    "run files not written: the trainer's directory is the working directory "
+    "(give the Trainer a default_root_dir or a logger to keep summary.json, "
+    "privacy_ledger.json and privacy_statement.md)"
+)
+
+
 def write_label_histogram(hist: torch.Tensor, log_dir: str | None, loggers: Iterable[Any]) -> None:
     """The partition's client × label counts, as ``label_histogram.csv`` and hyperparameters."""
     sizes = hist.sum(dim=1)
@@ -127,6 +150,8 @@ def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
 
 
 __all__ = [
+    "NOT_WRITTEN",
+    "run_files_dir",
     "run_summary",
     "summary_line",
     "write_label_histogram",

@@ -18,6 +18,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from fl_lightning.server.run_files import run_files_dir
+
 
 class Throughput(Callback):
     """Samples per second of training rounds and of test evaluation."""
@@ -70,8 +72,9 @@ class Throughput(Callback):
             )
         for logger in trainer.loggers:
             logger.log_metrics(summary, step=int(trainer.global_step))
-        if trainer.is_global_zero and trainer.log_dir:
+        out = run_files_dir(trainer.log_dir)  # not the working directory Lightning fell back to
+        if trainer.is_global_zero and out:
             from fl_lightning.utils.atomic import atomic_write
 
             text = json.dumps(summary, indent=2) + "\n"
-            atomic_write(Path(trainer.log_dir) / "throughput.json", text)
+            atomic_write(Path(out) / "throughput.json", text)

@@ -14,13 +14,13 @@ from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.analysis import epsilon
 from fl_lightning.privacy.budget import BudgetError, dp_sgd_event
 from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.records import RoundContext
 from fl_lightning.server.privacy_plan import (
     calibrate_client_noise,
     planned_privacy,
     resolve_client_noise,
 )
 from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.testing import round_context
 
 SIZES = [40, 80, 120, 160]
 SAMPLING = CohortSampling("poisson", 0.5, len(SIZES))
@@ -77,9 +77,7 @@ def test_a_target_that_cannot_pay_for_one_round_is_refused_naming_the_client():
 
 
 def test_planned_round_has_one_dp_sgd_event_per_cohort_client():
-    ctx = RoundContext(round_idx=0, total_rounds=3, seed=0, num_clients=4, cohort=[1, 3],
-                       expected_cohort_size=2.0, sample_rate=0.5,
-                       global_params=torch.zeros(3), sampling=SAMPLING)  # fmt: skip
+    ctx = round_context(3, [1, 3], total_rounds=3, sampling=SAMPLING)  # N=4, q=0.5, m=2
     plan = planned_privacy(FedAvg(), dp_config(1.3), torch.tensor(SIZES), ctx)
     assert sorted(plan.record_level) == [1, 3]
     assert plan.record_level[3] == [dp_sgd_event(1.3, batch_size=8, size=160, steps=2)]

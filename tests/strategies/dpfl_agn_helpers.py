@@ -28,6 +28,7 @@ def tiny_run(
     num_clients: int = 4,
     num_examples: int = 400,
     clients_per_round: int | None = None,
+    default_root_dir: str | None = None,
 ) -> tuple[FederatedModule, pl.Trainer]:
     pl.seed_everything(0, verbose=False)
     client = ClientModule(
@@ -63,6 +64,7 @@ def tiny_run(
         num_sanity_val_steps=0,
         limit_val_batches=0,
         accelerator="cpu",
+        default_root_dir=default_root_dir,
     )
     trainer.fit(module, datamodule=data)
     return module, trainer

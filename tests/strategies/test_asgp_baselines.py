@@ -7,26 +7,26 @@ import torch
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate
 from fl_lightning.strategies.cpsgd import CPSGD
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal, paper_gaussian_sigma
 from fl_lightning.strategies.dp_fedsnlc import DPFedSNLC
 from fl_lightning.strategies.fedsmp import FedSMP
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
+from fl_lightning.testing import round_context
 from fl_lightning.utils.rng import generator_for
 
 
 def ctx(d, cohort=(0, 1, 2), round_idx=0):
-    return RoundContext(
+    return round_context(
+        d,
+        cohort,
+        num_clients=10,
         round_idx=round_idx,
         total_rounds=10,
-        seed=0,
-        num_clients=10,
-        cohort=list(cohort),
-        expected_cohort_size=len(cohort),
+        sampling="fixed",
         sample_rate=0.3,
-        global_params=torch.zeros(d),
-        sampling=CohortSampling("fixed", 0.3, 10),
+        expected_cohort_size=len(cohort),
     )
 
 

@@ -6,23 +6,23 @@ import pytest
 import torch
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate
 from fl_lightning.strategies.dp_fedasgp import DPFedASGP, asgp_weights
 from fl_lightning.strategies.spec import FederationSpec
+from fl_lightning.testing import round_context
 from fl_lightning.utils.rng import generator_for
 
 
 def ctx(round_idx=0, total=100, d=10, cohort=(0, 1)):
-    return RoundContext(
+    return round_context(
+        d,
+        cohort,
+        num_clients=10,
         round_idx=round_idx,
         total_rounds=total,
-        seed=0,
-        num_clients=10,
-        cohort=list(cohort),
-        expected_cohort_size=len(cohort),
         sample_rate=0.2,
-        global_params=torch.zeros(d),
-        client_config={},
+        expected_cohort_size=len(cohort),
+        sampling=None,
     )
 
 

@@ -11,13 +11,14 @@ import torch
 from fl_lightning.privacy.analysis import epsilon
 from fl_lightning.privacy.clipping import clip_by_l2_norm_ as clip_parameters_
 from fl_lightning.privacy.events import SampledGaussian
-from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.records import ClientUpdate
 from fl_lightning.strategies.nbafl import (
     NbAFL,
     downlink_sigma,
     nbafl_c,
     uplink_sigma,
 )
+from fl_lightning.testing import round_context
 from tests.strategies.dpfl_agn_helpers import tiny_run
 
 
@@ -84,16 +85,9 @@ def test_uploaded_parameters_are_clipped_then_noised_with_sigma_u():
     glob[0] = 1.0
     delta = torch.zeros(d)
     delta[1] = 100.0  # ‖w‖ ≈ 100 → clipped to 2
-    ctx = RoundContext(
-        round_idx=0,
-        total_rounds=10,
-        seed=0,
-        num_clients=10,
-        cohort=[0],
-        expected_cohort_size=10,
-        sample_rate=1.0,
-        global_params=glob,
-    )
+    ctx = round_context(
+        glob, [0], num_clients=10, total_rounds=10, sample_rate=1.0, sampling=None
+    )  # m = q·N = 10
     up = s.process_update(
         ClientUpdate(0, delta, 1000, 0.0), ctx, generator=torch.Generator().manual_seed(1)
     )

@@ -21,6 +21,7 @@ from fl_lightning.strategies.ldp_fedavg import LDPFedAvg
 from fl_lightning.strategies.per_coordinate_ldp import PerCoordinateLDP
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
+from fl_lightning.testing import round_context
 
 D = 40
 
@@ -51,15 +52,15 @@ PAIRS = {
 
 
 def _ctx(round_idx: int = 0) -> RoundContext:
-    return RoundContext(
+    # q = 0.5 of N = 6 (m = q·N = 3), no client-level sampling recorded
+    return round_context(
+        torch.linspace(-0.5, 0.5, D),
+        [0, 2, 5],
+        num_clients=6,
         round_idx=round_idx,
         total_rounds=3,
-        seed=0,
-        num_clients=6,
-        cohort=[0, 2, 5],
-        expected_cohort_size=3.0,
         sample_rate=0.5,
-        global_params=torch.linspace(-0.5, 0.5, D),
+        sampling=None,
     )
 
 
