@@ -318,19 +318,22 @@ class _LayerGrads:
         m = self.module
         if m.weight is not None and m.weight.requires_grad:
             assert self.layer.weight_index is not None  # a trainable weight is one of params
-            total = sums[self.layer.weight_index]
-            # Accumulated in place (addmv_/addmm_): no temporary of the weight's size.
+            # Computed, then added: the arithmetic of the stored reproduction runs (a fused
+            # addmv_/addmm_ into the sum would save a temporary but round differently).
             if self.weight_grads is not None:  # Σ over chunks of Σ_i c_i ∇_W ℓ_i
-                lo = 0
+                weight, lo = None, 0
                 for grads in self.weight_grads:
-                    total.view(-1).addmv_(grads.flatten(1).t(), factors[lo : lo + len(grads)])
+                    part = torch.tensordot(factors[lo : lo + len(grads)], grads, dims=1)
+                    weight = part if weight is None else weight.add_(part)
                     lo += len(grads)
+                assert weight is not None  # at least one chunk
             elif isinstance(m, nn.Conv2d):  # Σ_i c_i (G_i ⋆ x_i): the weight gradient of c ⊙ G
                 x, g = self._activations()  # kept: no weight_grads, so not released
-                total.add_(self._weight_grad(g * factors.view(-1, 1, 1, 1), x, m.weight, groups=1))
+                weight = self._weight_grad(g * factors.view(-1, 1, 1, 1), x, m.weight, groups=1)
             else:  # (c ⊙ G)ᵀ a, one product
                 a, g = self.rows()
-                total.addmm_((g * factors.view(-1, 1, 1)).flatten(0, 1).t(), a.flatten(0, 1))
+                weight = (g * factors.view(-1, 1, 1)).flatten(0, 1).t() @ a.flatten(0, 1)
+            sums[self.layer.weight_index].add_(weight.view_as(m.weight))
         if self.bias_grads is not None:
             assert self.layer.bias_index is not None and m.bias is not None  # a trainable bias
             sums[self.layer.bias_index].add_(
