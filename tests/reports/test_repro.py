@@ -307,6 +307,10 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
     points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
     arms = {rp.arm.name: rp.arm for rp in points}  # headline arms run their own seeds: 5
     assert len(points) == sum(max(3, a.seeds or 0) for a in arms.values())
+    # an arm compared with seeds the headline has not taken starts at its first_seed
+    seeds = {(rp.arm.name, rp.seed) for rp in points}
+    assert {s for a, s in seeds if a == "adp_rising_e10_as1"} == {5, 6, 7}
+    assert {s for a, s in seeds if a == "even_rounds_e10"} == set(range(8))
     assert len(repro.plan(defn, seeds=3, extra={}, tables=defn.tables, arm_seeds=False)) == 3 * len(
         arms
     )
@@ -316,6 +320,11 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(repro.ReproError, match="paper_where: 'nope'"):
+        repro.load_definition("004", "scaled", path)
+    bad = yaml.safe_load(repro.definition_path("004").read_text())
+    bad["arms"]["adp_rising_e5_as1"]["first_seed"] = -1
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(repro.ReproError, match="adp_rising_e5_as1.first_seed: must be >= 0"):
         repro.load_definition("004", "scaled", path)
 
 

@@ -42,6 +42,9 @@ class Arm:
     where: dict[str, Any] = field(default_factory=dict)  # the arm's own paper cell (e.g. its ε)
     paper_epsilon: float | None = None  # the paper's ε this arm stands for (printed beside ours)
     seeds: int | None = None  # more seeds than the profile's (headline arms: n >= 5 pairs)
+    # the arm's seeds start here: an arm whose comparison arm's first seeds already serve
+    # another verdict runs only the fresh ones (no run serves two verdicts)
+    first_seed: int = 0
 
 
 @dataclass
@@ -208,10 +211,13 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             where=dict(a.get("where") or {}),
             paper_epsilon=None if pe is None else float(pe),
             seeds=None if a.get("seeds") is None else int(a["seeds"]),
+            first_seed=int(a.get("first_seed", 0)),
         )
         n_seeds = arms[name].seeds
         if n_seeds is not None and n_seeds < 1:
             raise ReproError(f"{where}.arms.{name}.seeds: must be >= 1")
+        if arms[name].first_seed < 0:
+            raise ReproError(f"{where}.arms.{name}.first_seed: must be >= 0")
     tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"

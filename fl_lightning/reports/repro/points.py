@@ -70,7 +70,8 @@ def plan(
     """The (arm, seed) points of ``tables`` (with their references, controls and positive
     controls), seed-major (every arm's seed 0 first, so a sweep stopped early has every arm).
     An arm runs ``seeds`` seeds, or its own ``seeds`` where that is more (headline arms) unless
-    ``arm_seeds`` is false (an explicit ``--seeds N``: exactly N for every arm)."""
+    ``arm_seeds`` is false (an explicit ``--seeds N``: exactly N for every arm), counted from
+    its ``first_seed``."""
     names: list[tuple[str, TableDef]] = []
     seen: set[tuple[str, str]] = set()
     for t in tables:
@@ -79,14 +80,16 @@ def plan(
                 seen.add((a, t.variant))
                 names.append((a, t))
 
-    def wanted(name: str) -> int:
-        return max(seeds, defn.arms[name].seeds or 0) if arm_seeds else seeds
+    def wanted(name: str) -> range:
+        n = max(seeds, defn.arms[name].seeds or 0) if arm_seeds else seeds
+        first = defn.arms[name].first_seed
+        return range(first, first + n)
 
-    most = max([seeds] + [wanted(n) for n, _ in names])
+    most = max([seeds] + [wanted(n).stop for n, _ in names])
     out: list[ReproPoint] = []
     for seed in range(most):
         for name, view in names:
-            if seed < wanted(name):
+            if seed in wanted(name):
                 out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out), view))
     return out
 
