@@ -12,6 +12,12 @@ from fl_lightning.utils.shared import find_shared
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# No end-of-fit PNGs (a third of a tiny run's CPU): the tests that read them, and every
+# experiment config's run (tests/configs/test_experiments.py), switch them back on.
+os.environ.setdefault("FL_LIGHTNING_PLOTS", "0")
+# Subprocesses (a CLI run, a repro point) share the 2 cores with the other test worker: one
+# intra-op thread each, as this process (below).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # One intra-op thread: small models gain nothing from more, and a busy 2-core machine loses a lot
 # to oversubscribed OpenMP threads (Opacus steps measured 8x slower).
 torch.set_num_threads(1)

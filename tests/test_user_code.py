@@ -81,7 +81,9 @@ def test_client_callbacks_wrap_every_client(run_cli, capsys, executor: str) -> N
             assert calls.index(("start", r, c)) < calls.index(("end", r, c))
 
 
-def test_fit_writes_plots_and_evaluates_the_last_round(run_cli, capsys, tmp_path) -> None:
+def test_fit_writes_plots_and_evaluates_the_last_round(
+    run_cli, capsys, tmp_path, monkeypatch
+) -> None:
     import matplotlib
     import matplotlib.pyplot as plt
 
@@ -90,6 +92,7 @@ def test_fit_writes_plots_and_evaluates_the_last_round(run_cli, capsys, tmp_path
     before = matplotlib.get_backend()
     matplotlib.use("svg")  # a backend that is not the Agg the plots draw with
     backend = matplotlib.get_backend()
+    monkeypatch.setenv("FL_LIGHTNING_PLOTS", "1")  # the suite's default is 0 (tests/conftest.py)
     cli = build_cli_class()(["--config", str(QUICKSTART), *TINY, "--model.eval_every", "10",
                              "--trainer.max_steps", "3",
                              "--trainer.default_root_dir", str(tmp_path)], run=False)  # fmt: skip
@@ -105,6 +108,16 @@ def test_fit_writes_plots_and_evaluates_the_last_round(run_cli, capsys, tmp_path
     after, figures = matplotlib.get_backend(), plt.get_fignums()
     matplotlib.use(before)
     assert after == backend and figures == []
+
+
+def test_plots_are_left_out_with_FL_LIGHTNING_PLOTS_0(run_cli, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FL_LIGHTNING_PLOTS", "0")
+    assert run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "1"]) == 0
+    assert not list(tmp_path.rglob("*.png")) and list(tmp_path.rglob("summary.json"))
+    monkeypatch.setenv("FL_LIGHTNING_PLOTS", "yes")
+    assert run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--trainer.max_steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "error: FL_LIGHTNING_PLOTS: expected 0 or 1, got 'yes'", err
 
 
 def test_top_level_help_lists_every_command(capsys) -> None:

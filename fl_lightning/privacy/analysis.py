@@ -272,7 +272,6 @@ def calibrate_noise_multiplier(
 
 
 @lru_cache(maxsize=4096)
-
 def calibrate_repeated_gaussian(
     steps: int,
     *,
@@ -290,6 +289,7 @@ def calibrate_repeated_gaussian(
         accountant=accountant,
         field=field,
     )
+
 
 def _optimal_composition(releases: tuple[tuple[float, float, int], ...], delta: float) -> float:
     """ε at ``delta`` of composing (ε_i, δ_i)-DP mechanisms k_i times each: dp-accounting's PLD

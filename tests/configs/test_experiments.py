@@ -66,8 +66,10 @@ def check_finished_line(out: str, summary: dict, ledger: dict) -> None:
 
 
 @pytest.mark.parametrize(("config", "shrink"), CASES)
-def test_experiment_runs(config, shrink, run_experiment, capsys):
+def test_experiment_runs(config, shrink, run_experiment, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FL_LIGHTNING_PLOTS", "1")  # every config's plots (the suite's default: 0)
     run = run_experiment(config, shrink=shrink)
+    assert len(list(tmp_path.rglob("accuracy_vs_round.png"))) == 1
     check_finished_line(capsys.readouterr().out, run.summary, run.ledger)
     summary = run.summary
     if calibrates_noise(config):

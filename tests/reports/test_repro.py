@@ -3,13 +3,18 @@ its resumability, the JSON schema, and the paper profile building one round on s
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import subprocess
+import types
 from pathlib import Path
 
 import pytest
 import yaml
 
 from fl_lightning.reports import repro
+from fl_lightning.sweeps import runner
 from fl_lightning.sweeps.store import ResultStore
 
 BASE = {
@@ -76,8 +81,39 @@ def _definition(tmp_path: Path) -> Path:
     return path
 
 
+class InProcessFit:
+    """``subprocess.Popen`` as the sweep runner calls it, running its ``python -m
+    fl_lightning.cli fit ...`` in this process: the runner's claims, store rows, curves,
+    reports and resume are the ones under test, without a fresh interpreter importing torch
+    and Lightning for every point (seconds of CPU each). The real subprocess is run by
+    ``test_paper_profile_runs_one_round_on_synthetic_stand_ins``."""
+
+    def __init__(self, argv: list[str], *, stdout, **_: object) -> None:
+        from fl_lightning.cli import main
+
+        assert argv[1:3] == ["-m", "fl_lightning.cli"], argv
+        log = io.TextIOWrapper(stdout, encoding="utf-8", write_through=True)
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                self.returncode = main(argv[3:])
+            except SystemExit as exit_:
+                self.returncode = exit_.code if isinstance(exit_.code, int) else 1
+        log.detach()  # the runner closes its own file
+
+    def wait(self) -> int:
+        return self.returncode
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def terminate(self) -> None:
+        pass
+
+
 def test_repro_end_to_end_and_resume(tmp_path: Path, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
+    in_process = types.SimpleNamespace(**{**vars(subprocess), "Popen": InProcessFit})
+    monkeypatch.setattr(runner, "subprocess", in_process)  # only the runner's launches
     defn = _definition(tmp_path)
     store, out = tmp_path / "store", tmp_path / "out"
     args = ["002", "--definition", str(defn), "--store", str(store), "--out", str(out)]
