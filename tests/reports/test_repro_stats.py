@@ -278,6 +278,36 @@ def test_pooled_claim_pairs_each_run_once():
         verdicts(_defn([t2, t3], bad), cells)
 
 
+def test_a_claims_seeds_leave_the_other_seeds_to_a_later_claim():
+    """A headline given every seed would take all 8 pairs; ``seeds`` keeps 5-7 for the next
+    comparison of the same arms (paper 004: ADP-FL at eps = 10 against FedAvg without DP)."""
+    t = TableDef("T", {}, ["a", "b", "c"], None)
+    cells = {
+        "T": {
+            "a": _cell("a", [70, 71, 72, 73, 74, 75, 76, 77]),
+            "b": _cell("b", [60, 62, 61, 63, 60, 61, 62, 63]),
+            "c": _cell("c", [80, 81, 83, 82, 84, 85, 86, 88]),
+        }
+    }
+    claims = [
+        {"claim": "a beats b", "table": "T", "headline": True, "seeds": [0, 1, 2, 3, 4],
+         "better": {"arm": "a", "than": ["b"]}, "paper_value": 10.0},
+        {"claim": "a beats c", "table": "T", "seeds": [5, 6, 7],
+         "better": {"arm": "a", "than": ["c"]}, "paper_value": 5.0},
+    ]  # fmt: skip
+    (head, side), merged = verdicts(_defn([t], claims), cells)
+    assert head["test"]["n"] == 5 and set(head["runs"]) == {
+        f"{x}-s{s}" for x in "ab" for s in range(5)
+    }
+    assert side["test"]["n"] == 3 and side["verdict"] == "contradicted" and not merged
+    assert set(side["runs"]) == {f"{x}-s{s}" for x in "ac" for s in (5, 6, 7)}
+    # without the headline's seeds the later claim finds every pair of a taken: merged
+    (head,), merged = verdicts(_defn([t], [{**claims[0], "seeds": None}, claims[1]]), cells)
+    assert head["test"]["n"] == 8 and merged[0]["claim"] == "a beats c"
+    with pytest.raises(repro.ReproError, match="seeds: expected a non-empty list"):
+        verdicts(_defn([t], [{**claims[0], "seeds": "0-4"}]), cells)
+
+
 # --------------------------------------------------------------------------- provenance
 
 

@@ -14,11 +14,11 @@ arms whose guarantees are in different privacy units, an arm with a NaN loss, a 
 never fired, both arms near chance, arms identical seed for seed, fewer than 2 pairs.
 
 No run serves two verdicts: claims are decided headline first, then in the definition's order,
-and each takes only runs no earlier verdict took; a claim left with fewer than 2 pairs is
-merged into the verdict that holds its runs (listed with the reason). A headline claim needs
-n >= 5 pairs; with fewer its verdict stands but not as a headline. The per-cell diagnostics
-(rounds, ANR firings, final σ, cosines, budgets) that the evidence and the tables cite are
-here too."""
+and each takes only runs no earlier verdict took (and only the seeds it names in ``seeds``); a
+claim left with fewer than 2 pairs is merged into the verdict that holds its runs (listed with
+the reason). A headline claim needs n >= 5 pairs; with fewer its verdict stands but not as a
+headline. The per-cell diagnostics (rounds, ANR firings, final σ, cosines, budgets) that the
+evidence and the tables cite are here too."""
 
 from __future__ import annotations
 
@@ -156,11 +156,16 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _paired(p: Pair, used: set[str]) -> tuple[list[float], list[str]]:
-    """The paired differences a − b over the seeds both arms have, skipping runs in ``used``."""
+def _paired(
+    p: Pair, used: set[str], seeds: frozenset[int] | None = None
+) -> tuple[list[float], list[str]]:
+    """The paired differences a − b over the seeds both arms have (only ``seeds`` where the
+    claim names them), skipping runs in ``used``."""
     va, vb = p.a.by_seed(), p.b.by_seed()
     diffs, runs = [], []
     for s in sorted(set(va) & set(vb)):
+        if seeds is not None and s not in seeds:
+            continue
         (x, ia), (y, ib) = va[s], vb[s]
         if ia in used or ib in used:
             continue
@@ -247,6 +252,18 @@ def _verdict_of(outcomes: list[Outcome], scope: str, null: float) -> tuple[str, 
         o.label = label(o.test.ci95, o.paper_value, null, scope)
     worst = min(outcomes, key=lambda o: (ORDER[o.label], o.test.ci95[0]))  # type: ignore[union-attr]
     return worst.label, worst
+
+
+def _claim_seeds(claim: dict[str, Any], where: str) -> frozenset[int] | None:
+    """The seeds a claim's comparisons may pair (``seeds: [0, 1, 2, 3, 4]``), declared with the
+    arms' seeds so that a headline does not take the seeds planned for a later comparison of
+    the same arms; None: every seed both arms have."""
+    seeds = claim.get("seeds")
+    if seeds is None:
+        return None
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) for x in seeds):
+        raise ReproError(f"{where}.seeds: expected a non-empty list of seeds, got {seeds!r}")
+    return frozenset(seeds)
 
 
 def _claim_pairs(
@@ -415,6 +432,7 @@ def _decide(
         return _tracks(row, claim, cells, used, where)
     null = float(claim.get("null_value", 0.0))
     pairs = _claim_pairs(claim, cells, tables, where)
+    only = _claim_seeds(claim, where)
     pvs, given = _paper_values(claim, len(pairs), where)
     if "pooled" in claim and len(set(pvs)) > 1:
         raise ReproError(f"{where}.paper_value: a pooled claim has one paper value")
@@ -431,17 +449,18 @@ def _decide(
         diffs: list[float] = []
         runs: list[str] = []
         for p in ok:
-            ds, rs = _paired(p, used)
+            ds, rs = _paired(p, used, only)
             diffs += ds
             runs += rs
         if len(runs) != len(set(runs)):
             raise ReproError(
                 f"{where}.pooled: an arm appears in two pairs (its runs would count twice)"
             )
-        n_all = sum(len(_paired(p, set())[0]) for p in ok)
+        n_all = sum(len(_paired(p, set(), only)[0]) for p in ok)
         if len(diffs) < MIN_PAIRS:
             if n_all >= MIN_PAIRS:
-                return {**row, "merged_into_runs": [r for p in ok for r in _paired(p, set())[1]]}
+                merged = [r for p in ok for r in _paired(p, set(), only)[1]]
+                return {**row, "merged_into_runs": merged}
             return _untestable(row, [f"fewer than {MIN_PAIRS} paired seeds"], inspected, context)
         test = mean_test(diffs, "paired t (by seed), pooled over pairs")
         assert test is not None
@@ -467,9 +486,9 @@ def _decide(
     for p, pv in zip(pairs, pvs):
         if reasons[id(p)]:
             continue
-        ds, rs = _paired(p, used)
+        ds, rs = _paired(p, used, only)
         if len(ds) < MIN_PAIRS:
-            ds_all, rs_all = _paired(p, set())
+            ds_all, rs_all = _paired(p, set(), only)
             if len(ds_all) >= MIN_PAIRS:
                 return {**row, "merged_into_runs": rs_all}
             return _untestable(
