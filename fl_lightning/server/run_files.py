@@ -66,8 +66,9 @@ def write_label_histogram(hist: torch.Tensor, log_dir: str | None, loggers: Iter
 
 def log_upload_guarantee(note: str | None, loggers: Iterable[Any]) -> None:
     """What the strategy's upload mechanism guarantees (``UploadPrivacy.guarantee_note``), when
-    it says: printed once and logged as the ``strategy/guarantee`` hyperparameter, beside the
-    accountant's headline."""
+    it says: logged once at INFO (``rank_zero_info``; the CLI's console keeps to the round bar,
+    warnings and the summary, so it shows there only with Lightning's INFO logging on) and as the
+    ``strategy/guarantee`` hyperparameter, beside the accountant's headline."""
     if note is None:
         return
     rank_zero_info(f"local_dp privacy: {note}")

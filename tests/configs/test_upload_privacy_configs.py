@@ -93,7 +93,9 @@ def test_the_upload_guarantee_is_logged_at_the_start_of_fit(fit, tmp_path, caplo
     config = CASES["spm_fl_ldp_fedavg"][0]
     csv = ["--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
            "--trainer.logger.save_dir", str(tmp_path / "logs")]  # fmt: skip
-    with caplog.at_level(logging.INFO):
+    # the logger rank_zero_info writes to: a CLI run earlier in this process set it to WARNING
+    # (cli.quiet_console), so the level is set on it, not only on the root logger
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch.utilities.rank_zero"):
         model = fit(config, *csv)
     note = model.strategy.local_dp.guarantee_note()
     assert note and f"local_dp privacy: {note}" in caplog.text
