@@ -48,7 +48,7 @@ PLOTS_ENV = "FL_LIGHTNING_PLOTS"  # "0": no end-of-fit PNGs (sweeps of many shor
 
 def plots_enabled() -> bool:
     """Whether runs write their end-of-fit PNGs: yes unless ``FL_LIGHTNING_PLOTS`` is ``0``
-    (about 0.1 CPU-second a run, a third of a tiny run's time)."""
+    (they cost 0.09 of a tiny run's 0.32 CPU-seconds, docs/performance.md)."""
     value = os.environ.get(PLOTS_ENV, "1").strip()
     if value not in ("0", "1"):
         raise ValueError(f"{PLOTS_ENV}: expected 0 or 1, got {value!r}")
