@@ -362,6 +362,16 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(repro.ReproError, match="adp_rising_e5_as1.first_seed: must be >= 0"):
         repro.load_definition("004", "scaled", path)
+    bad["arms"]["adp_rising_e5_as1"]["first_seed"] = "3"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(repro.ReproError, match="first_seed: expected a whole number, got '3'"):
+        repro.load_definition("004", "scaled", path)
+    # a claim's seeds are checked when the definition loads, before any point runs
+    bad = yaml.safe_load(repro.definition_path("004").read_text())
+    bad["claims"][0]["seeds"] = "0-4"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(repro.ReproError, match=r"claims\[0\]\.seeds: expected a non-empty list"):
+        repro.load_definition("004", "scaled", path)
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fl_lightning.reports.repro.cells import ArmCells, CellResult
-from fl_lightning.reports.repro.definition import Definition, ReproError, TableDef
+from fl_lightning.reports.repro.definition import Definition, ReproError, TableDef, claim_seeds
 from fl_lightning.reports.repro.points import TuneResult
 from fl_lightning.reports.repro.stats import (
     VERDICTS,
@@ -254,18 +254,6 @@ def _verdict_of(outcomes: list[Outcome], scope: str, null: float) -> tuple[str, 
     return worst.label, worst
 
 
-def _claim_seeds(claim: dict[str, Any], where: str) -> frozenset[int] | None:
-    """The seeds a claim's comparisons may pair (``seeds: [0, 1, 2, 3, 4]``), declared with the
-    arms' seeds so that a headline does not take the seeds planned for a later comparison of
-    the same arms; None: every seed both arms have."""
-    seeds = claim.get("seeds")
-    if seeds is None:
-        return None
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) for x in seeds):
-        raise ReproError(f"{where}.seeds: expected a non-empty list of seeds, got {seeds!r}")
-    return frozenset(seeds)
-
-
 def _claim_pairs(
     claim: dict[str, Any], cells: ArmCells, tables: dict[str, TableDef], where: str
 ) -> list[Pair]:
@@ -432,7 +420,7 @@ def _decide(
         return _tracks(row, claim, cells, used, where)
     null = float(claim.get("null_value", 0.0))
     pairs = _claim_pairs(claim, cells, tables, where)
-    only = _claim_seeds(claim, where)
+    only = claim_seeds(claim, where)
     pvs, given = _paper_values(claim, len(pairs), where)
     if "pooled" in claim and len(set(pvs)) > 1:
         raise ReproError(f"{where}.paper_value: a pooled claim has one paper value")

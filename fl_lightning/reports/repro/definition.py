@@ -169,6 +169,31 @@ def definition_path(paper: str) -> Path:
     return Path(str(resources.files("fl_lightning.reports") / "repro_specs" / f"{paper}.yaml"))
 
 
+def _whole(raw: dict[str, Any], key: str, where: str, *, minimum: int) -> int | None:
+    """``raw[key]`` as a whole number of at least ``minimum`` (None when absent); anything
+    else is one line naming ``where.key``."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ReproError(f"{where}.{key}: expected a whole number, got {value!r}")
+    if value < minimum:
+        raise ReproError(f"{where}.{key}: must be >= {minimum}")
+    return value
+
+
+def claim_seeds(claim: dict[str, Any], where: str) -> frozenset[int] | None:
+    """The seeds a claim's comparisons may pair (``seeds: [0, 1, 2, 3, 4]``), declared with the
+    arms' seeds so that a headline does not take the seeds planned for a later comparison of
+    the same arms; None: every seed both arms have. Checked when the definition loads."""
+    seeds = claim.get("seeds")
+    if seeds is None:
+        return None
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) for x in seeds):
+        raise ReproError(f"{where}.seeds: expected a non-empty list of seeds, got {seeds!r}")
+    return frozenset(seeds)
+
+
 def _need(raw: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
     if key not in raw:
         raise ReproError(f"{where}.{key}: missing")
@@ -210,14 +235,9 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             str(a.get("note", "")),
             where=dict(a.get("where") or {}),
             paper_epsilon=None if pe is None else float(pe),
-            seeds=None if a.get("seeds") is None else int(a["seeds"]),
-            first_seed=int(a.get("first_seed", 0)),
+            seeds=_whole(a, "seeds", f"{where}.arms.{name}", minimum=1),
+            first_seed=_whole(a, "first_seed", f"{where}.arms.{name}", minimum=0) or 0,
         )
-        n_seeds = arms[name].seeds
-        if n_seeds is not None and n_seeds < 1:
-            raise ReproError(f"{where}.arms.{name}.seeds: must be >= 1")
-        if arms[name].first_seed < 0:
-            raise ReproError(f"{where}.arms.{name}.first_seed: must be >= 0")
     tables: list[TableDef] = []
     for i, t in enumerate(_need(raw, "tables", where, list)):
         tw = f"{where}.tables[{i}]"
@@ -358,6 +378,7 @@ def _check_claim(c: Any, where: str, labels: set[str], arms: dict[str, Arm]) -> 
         raise ReproError(f"{where}: expected exactly one of {', '.join(CLAIM_RULES)}")
     if c.get("scope", "value") not in ("value", "direction"):
         raise ReproError(f"{where}.scope: expected 'value' or 'direction'")
+    claim_seeds(c, where)
     pv = c.get("paper_value")
     if pv is not None and not isinstance(pv, (int, float, list)):
         raise ReproError(f"{where}.paper_value: expected a number or a list of numbers")
