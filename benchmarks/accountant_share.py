@@ -157,6 +157,7 @@ def clear_caches() -> None:
         analysis._rdp_per_step,
         analysis._epsilon_prv,
         analysis.gaussian_epsilon,
+        analysis.rdp_screen_epsilon,
     ):
         fn.cache_clear()
 

@@ -44,6 +44,7 @@ from fl_lightning.privacy.analysis import (
     epsilon,
     extend_history,
     local_epsilon,
+    rdp_screen_epsilon,
 )
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.statement import with_seed_clause
@@ -147,11 +148,12 @@ class PrivacyAccountant(Callback):
 
     def _screened_epsilon(self, history: History, known: float) -> float:
         """A valid ε of ``history`` for taking a max over clients whose max is at least
-        ``known``: its RDP ε when that is already ≤ ``known`` (an RDP bound is a guarantee too,
-        and cannot raise the max), else its ε on the run's accountant. RDP costs microseconds,
+        ``known``: a quick RDP bound when that is already ≤ ``known`` (an RDP bound is a
+        guarantee too, and cannot raise the max), else its ε on the run's accountant. The
+        bound (``rdp_screen_epsilon``, integer orders) costs milliseconds for a new (σ, q),
         PLD/PRV tens of milliseconds, so only the clients that can be the worst pay for it."""
         if self.accountant not in ("rdp", "none"):
-            bound = epsilon(history, self.delta, "rdp")
+            bound = rdp_screen_epsilon(history, self.delta)
             if bound <= known:
                 return bound
         return self._history_epsilon(history)
@@ -162,7 +164,7 @@ class PrivacyAccountant(Callback):
         known = max(self._record_eps.values(), default=0.0)
         stale = [c for c in self._record_histories if c not in self._record_eps]
         if self.accountant not in ("rdp", "none"):
-            stale.sort(key=lambda c: -epsilon(self._record_histories[c], self.delta, "rdp"))
+            stale.sort(key=lambda c: -rdp_screen_epsilon(self._record_histories[c], self.delta))
         for c in stale:
             self._record_eps[c] = self._screened_epsilon(self._record_histories[c], known)
             known = max(known, self._record_eps[c])
@@ -348,7 +350,7 @@ class PrivacyAccountant(Callback):
                 for c, ev in prospective.record_level.items()
             ]
             if self.accountant not in ("rdp", "none"):  # the likely worst first (see screen)
-                histories.sort(key=lambda h: -epsilon(h, self.delta, "rdp"))
+                histories.sort(key=lambda h: -rdp_screen_epsilon(h, self.delta))
             for history in histories:
                 worst = max(worst, self._screened_epsilon(history, worst))
             return worst

@@ -91,27 +91,51 @@ def dominating_history(history: History) -> History:
     return tuple((s / 2.0, q, k, 0) for s, q, k, _ in history)
 
 
-@lru_cache(maxsize=1024)
-def _rdp_per_step(sigma: float, q: float) -> np.ndarray:
-    """Opacus' RDP of one sampled-Gaussian step at its default orders (cached per (σ, q))."""
+def _opacus_orders() -> tuple[float, ...]:
     from opacus.accountants import RDPAccountant
+
+    return tuple(RDPAccountant.DEFAULT_ALPHAS)
+
+
+@lru_cache(maxsize=1024)
+def _rdp_per_step(sigma: float, q: float, orders: tuple[float, ...]) -> np.ndarray:
+    """Opacus' RDP of one sampled-Gaussian step at ``orders`` (cached per (σ, q, orders))."""
     from opacus.accountants.analysis.rdp import compute_rdp
 
-    return np.asarray(
-        compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS)
-    )
+    return np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=list(orders)))
+
+
+def _rdp_epsilon_at(history: History, delta: float, orders: tuple[float, ...]) -> float:
+    """Opacus' RDP ε of the history at ``orders`` (RDP composes additively, so each (σ, q) is
+    computed once and scaled by its steps)."""
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    rdp = sum(steps * _rdp_per_step(sigma, min(q, 1.0), orders) for sigma, q, steps, _ in history)
+    eps, _ = get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
+    return float(eps)
 
 
 @lru_cache(maxsize=4096)
 def _epsilon_rdp(history: History, delta: float) -> float:
-    """Same result as ``opacus.accountants.RDPAccountant`` with this history (RDP composes
-    additively, so each (σ, q) is computed once and scaled by its steps)."""
-    from opacus.accountants import RDPAccountant
-    from opacus.accountants.analysis.rdp import get_privacy_spent
+    """Same result as ``opacus.accountants.RDPAccountant`` with this history (its default
+    orders)."""
+    return _rdp_epsilon_at(history, delta, _opacus_orders())
 
-    rdp = sum(steps * _rdp_per_step(sigma, min(q, 1.0)) for sigma, q, steps, _ in history)
-    eps, _ = get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rdp, delta=delta)
-    return float(eps)
+
+@lru_cache(maxsize=4096)
+def rdp_screen_epsilon(history: History, delta: float) -> float:
+    """A quick upper bound on the ε of a (canonical) history, for screening which clients can
+    be the worst (``PrivacyAccountant``): Opacus' RDP ε at its integer default orders only.
+    RDP at a subset of orders is still a valid bound (Mironov 2017, Prop. 3, holds at every
+    order), only looser than at all of them; an integer order's RDP is a finite binomial sum
+    (Mironov, Talwar, Zhang 2019, §3.3), about 4 ms for a new (σ, q) on one core against
+    10–120 ms for Opacus' 90 fractional orders, whose series is summed term by term."""
+    if not history:
+        return 0.0
+    if any(sigma == 0 for sigma, _, _, _ in history):
+        return math.inf
+    integer_orders = tuple(a for a in _opacus_orders() if float(a).is_integer())
+    return _rdp_epsilon_at(dominating_history(history), float(delta), integer_orders)
 
 
 @lru_cache(maxsize=4096)

@@ -9,7 +9,7 @@ import pytest
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon
+from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon, rdp_screen_epsilon
 from fl_lightning.privacy.events import SampledGaussian
 
 DELTA = 1e-5
@@ -118,3 +118,31 @@ def test_gaussian_epsilon_is_cached():
     hits = gaussian_epsilon.cache_info().hits
     gaussian_epsilon(0.9, 1e-5)
     assert gaussian_epsilon.cache_info().hits == hits + 1
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        ((1.1, 0.01, 1000, 0),),
+        ((0.7, 0.25, 40, 0), (2.0, 0.5, 10, 0)),
+        ((1.2, 0.3, 5, 100),),  # fixed-size: its dominating pair's σ/2
+        ((3.0, 1.0, 7, 0),),
+    ],
+)
+def test_the_screening_bound_is_rdp_at_integer_orders_and_never_below_the_reported_epsilon(
+    history,
+):
+    """``rdp_screen_epsilon`` may stand in for a client that cannot be the worst only if it
+    bounds that client's ε from above on every accountant: RDP at Opacus' integer orders is
+    Opacus' RDP at fewer orders, so no smaller than at all of them; here also above PLD and
+    PRV, which the accountant then computes only for the clients the screen cannot rule out."""
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+    screen = rdp_screen_epsilon(history, DELTA)
+    orders = [a for a in RDPAccountant.DEFAULT_ALPHAS if float(a).is_integer()]
+    assert orders and len(orders) < len(RDPAccountant.DEFAULT_ALPHAS)
+    dominated = [(s / 2 if n else s, q, k) for s, q, k, n in history]
+    rdp = sum(compute_rdp(q=q, noise_multiplier=s, steps=k, orders=orders) for s, q, k in dominated)
+    assert screen == pytest.approx(get_privacy_spent(orders=orders, rdp=rdp, delta=DELTA)[0])
+    for accountant in ("rdp", "pld", "prv"):
+        assert screen >= epsilon(history, DELTA, accountant) * (1 - 1e-9)
