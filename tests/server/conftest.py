@@ -1,15 +1,17 @@
 """The DDP tests' runs, launched once per session in three batches (tests/server/ddp_batch.py).
 
 A CLI process spends seconds of CPU importing torch, Lightning and fl_lightning, more than each
-tiny run here; the DDP tests used to start 20 such processes, now 5 (side by side):
+tiny run here; the DDP tests used to start 20 such processes, now 4 (side by side), and run the
+1-process references in the test worker itself, which has imported all of it already:
 
 * ``lightning``: two processes launched by Lightning's own DDP launcher (its first run
   re-executes the batch as rank 1; later runs find the ranks there): LIGHTNING_LAUNCHED runs;
 * ``torchrun``: two processes started torchrun-style (``RANK``/``WORLD_SIZE`` set, every rank
   runs every step): the raw collectives of test_distributed.py, the refused run of
   test_ddp_client_state.py, then the other 2-process runs of RUNS;
-* ``one``: one process running the 1-process references, in the reverse order of RUNS, so that
-  state leaking from one run into the next in a process would show as a difference.
+* ``one``: the 1-process references, run in this (test worker) process while the others run,
+  in the reverse order of RUNS, so that state leaking from one run into the next in a process
+  would show as a difference.
 
 Every test asserts on its own steps: a failing step fails only the tests that read it. Under
 pytest-xdist the first worker to need the runs launches them, any other waits for them
@@ -18,7 +20,9 @@ pytest-xdist the first worker to need the runs launches them, any other waits fo
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import io
 import json
 import os
 import signal
@@ -32,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import QUICKSTART, REPO, TINY
+from tests.server.ddp_batch import run as run_steps
 from tests.server.ddp_batch import split
 
 TIMEOUT_S = 480
@@ -180,6 +185,24 @@ def _start(spec: Path, steps: list[dict], env: dict[str, str]) -> subprocess.Pop
                             stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
 
 
+def _run_here(spec: Path, steps: list[dict]) -> tuple[str, int]:
+    """``steps`` run in this process as ``python -m tests.server.ddp_batch`` would run them:
+    (its stderr, its exit status). The environment variables a step sets are restored."""
+    spec.write_text(json.dumps(steps))
+    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            status = run_steps(steps)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return err.getvalue(), status
+
+
 def _finish(procs: list[subprocess.Popen], timeout_s: float) -> list[str]:
     """Each process's stderr (ranks above 0 write theirs to their log); kills the ones still
     running ``timeout_s`` after the start (a hang: their unfinished steps read as None)."""
@@ -230,12 +253,12 @@ def _launch(root: Path) -> DDPRuns:
     elastic = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
                "TORCHELASTIC_RUN_ID": "ddp-batch", "MASTER_ADDR": "127.0.0.1"}  # fmt: skip
     procs = [
-        _start(runs.one.spec, one_steps, _env()),
         _start(runs.lightning.spec, lightning_steps, _env()),
         *[_start(runs.torchrun.spec, torchrun_steps,
                  _env(**elastic, RANK=str(r), LOCAL_RANK=str(r))) for r in (0, 1)],
     ]  # fmt: skip
-    outs = _finish(procs, TIMEOUT_S)
+    one_out, one_exit = _run_here(runs.one.spec, one_steps)
+    outs = [one_out, *_finish(procs, TIMEOUT_S)]
     for batch, out in zip([runs.one, runs.lightning, runs.torchrun], outs):
         Path(f"{batch.spec}.rank0.log").write_text(out)  # to read after a failure
         batch.ranks.append(split(out))
@@ -243,8 +266,8 @@ def _launch(root: Path) -> DDPRuns:
     # CLI command): its log is for reading only. Both torchrun ranks are waited for.
     log = Path(f"{runs.torchrun.spec}.rank1.log")
     runs.torchrun.ranks.append(split(log.read_text() if log.exists() else ""))
-    runs.one.exits, runs.lightning.exits = [procs[0].returncode], [procs[1].returncode]
-    runs.torchrun.exits = [procs[2].returncode, procs[3].returncode]
+    runs.one.exits, runs.lightning.exits = [one_exit], [procs[0].returncode]
+    runs.torchrun.exits = [procs[1].returncode, procs[2].returncode]
     return runs
 
 
