@@ -58,9 +58,9 @@ def main() -> None:
     out = out_dir(parser, args.out, "accountant_screen")
 
     import fl_lightning.privacy.accountant as accountant_module
-    from fl_lightning.privacy.analysis import epsilon, rdp_screen_epsilon
+    from fl_lightning.privacy.analysis import History, epsilon, rdp_screen_epsilon
 
-    def all_orders(history, delta):  # the screen as it was
+    def all_orders(history: History, delta: float) -> float:  # the screen as it was
         return epsilon(history, delta, "rdp")
 
     arms = {"all orders": all_orders, "integer orders": rdp_screen_epsilon}
