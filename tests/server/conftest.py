@@ -257,7 +257,12 @@ def _launch(root: Path) -> DDPRuns:
         *[_start(runs.torchrun.spec, torchrun_steps,
                  _env(**elastic, RANK=str(r), LOCAL_RANK=str(r))) for r in (0, 1)],
     ]  # fmt: skip
-    one_out, one_exit = _run_here(runs.one.spec, one_steps)
+    try:
+        one_out, one_exit = _run_here(runs.one.spec, one_steps)
+    except BaseException:  # e.g. Ctrl-C: the launched batches go too (their own sessions)
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+        raise
     outs = [one_out, *_finish(procs, TIMEOUT_S)]
     for batch, out in zip([runs.one, runs.lightning, runs.torchrun], outs):
         Path(f"{batch.spec}.rank0.log").write_text(out)  # to read after a failure
