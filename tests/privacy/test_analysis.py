@@ -136,8 +136,6 @@ def test_the_screening_bound_is_rdp_at_integer_orders_and_never_below_the_report
     bounds that client's ε from above on every accountant: RDP at Opacus' integer orders is
     Opacus' RDP at fewer orders, so no smaller than at all of them; here also above PLD and
     PRV, which the accountant then computes only for the clients the screen cannot rule out."""
-    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
-
     screen = rdp_screen_epsilon(history, DELTA)
     orders = [a for a in RDPAccountant.DEFAULT_ALPHAS if float(a).is_integer()]
     assert orders and len(orders) < len(RDPAccountant.DEFAULT_ALPHAS)
