@@ -70,7 +70,6 @@ def main() -> None:
     eps: dict[str, set[float]] = {name: set() for name in arms}
     for _ in range(args.repeats):
         for name, screen in arms.items():
-            rdp_screen_epsilon.cache_clear()
             accountant_module.rdp_screen_epsilon = screen
             try:
                 run = accounting_only(args.rounds, args.accountant, sizes)

@@ -444,11 +444,10 @@ def _decide(
             raise ReproError(
                 f"{where}.pooled: an arm appears in two pairs (its runs would count twice)"
             )
-        n_all = sum(len(_paired(p, set(), only)[0]) for p in ok)
+        every_run = [_paired(p, set(), only) for p in ok]  # whether or not a verdict took it
         if len(diffs) < MIN_PAIRS:
-            if n_all >= MIN_PAIRS:
-                merged = [r for p in ok for r in _paired(p, set(), only)[1]]
-                return {**row, "merged_into_runs": merged}
+            if sum(len(ds) for ds, _ in every_run) >= MIN_PAIRS:
+                return {**row, "merged_into_runs": [r for _, rs in every_run for r in rs]}
             return _untestable(row, [f"fewer than {MIN_PAIRS} paired seeds"], inspected, context)
         test = mean_test(diffs, "paired t (by seed), pooled over pairs")
         assert test is not None
