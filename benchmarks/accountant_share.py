@@ -158,6 +158,7 @@ def clear_caches() -> None:
         analysis._epsilon_prv,
         analysis.gaussian_epsilon,
         analysis.rdp_screen_epsilon,
+        analysis._optimal_composition,
     ):
         fn.cache_clear()
 

@@ -165,17 +165,24 @@ def dirichlet(
     classes = np.unique(labels)
     if equal_size:
         return _dirichlet_equal(labels, classes, num_clients, alpha, rng)
+    members = [np.flatnonzero(labels == c) for c in classes]
     for _attempt in range(100):
-        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-        for c in classes:
-            idx = rng.permutation(np.flatnonzero(labels == c))
+        # Class c's shuffled examples are cut at ⌊cumsum(p)·n_c⌋: client j holds the piece
+        # between its cuts (np.split's pieces), so its size is the cuts' difference and each
+        # example's owner is the number of cuts at or before its position.
+        shuffled, owners = [], []
+        sizes = np.zeros(num_clients, dtype=np.int64)
+        for idx in members:
+            idx = rng.permutation(idx)
             props = rng.dirichlet(np.full(num_clients, alpha))
             cuts = (np.cumsum(props)[:-1] * len(idx)).astype(int)
-            for j, chunk in enumerate(np.split(idx, cuts)):
-                parts[j].append(chunk)
-        merged = [np.concatenate(p) for p in parts]
-        if min(len(p) for p in merged) >= min_size:
-            return _to_tensors(merged)
+            sizes += np.diff(cuts, prepend=0, append=len(idx))
+            shuffled.append(idx)
+            owners.append(np.searchsorted(cuts, np.arange(len(idx)), side="right"))
+        if sizes.min() >= min_size:
+            flat = np.concatenate(shuffled)
+            by_owner = flat[np.argsort(np.concatenate(owners), kind="stable")]
+            return _to_tensors(np.split(by_owner, np.cumsum(sizes)[:-1]))
     raise ValueError(
         f"data.alpha: could not give each of {num_clients} clients >= {min_size} examples "
         f"with alpha={alpha}; use fewer clients or a larger alpha"

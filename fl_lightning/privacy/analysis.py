@@ -140,11 +140,66 @@ def rdp_screen_epsilon(history: History, delta: float) -> float:
 
 @lru_cache(maxsize=4096)
 def _epsilon_prv(history: History, delta: float) -> float:
-    from opacus.accountants import PRVAccountant
-
-    acc = PRVAccountant()
+    """Opacus' PRV accountant's ε of the history (Gopi et al. 2021), its discretisation domain
+    computed by :func:`_prv_domain` from the cached per-step RDP (the same domain, and so the
+    same ε, to the last digit)."""
+    acc = _prv_accountant_class()()
     acc.history = [(sigma, q, steps) for sigma, q, steps, _ in history]
     return float(acc.get_epsilon(delta))
+
+
+@lru_cache(maxsize=1)
+def _prv_accountant_class() -> type:
+    from opacus.accountants import PRVAccountant
+
+    class CachedDomainPRVAccountant(PRVAccountant):
+        """Opacus' PRV accountant whose ``_get_domain`` is :func:`_prv_domain`."""
+
+        def _get_domain(
+            self,
+            prvs: list[Any],
+            num_self_compositions: list[int],
+            eps_error: float,
+            delta_error: float,
+        ) -> Any:
+            rows = tuple(
+                (float(p.noise_multiplier), float(p.sample_rate), int(k))
+                for p, k in zip(prvs, num_self_compositions, strict=True)
+            )
+            return _prv_domain(rows, float(eps_error), float(delta_error))
+
+    return CachedDomainPRVAccountant
+
+
+def _prv_domain(
+    rows: tuple[tuple[float, float, int], ...], eps_error: float, delta_error: float
+) -> Any:
+    """The domain Opacus' PRV accountant discretises on, as Opacus computes it (Gopi et al.
+    2021, Remark 5.6, in ``opacus.accountants.analysis.prv.domain.compute_safe_domain_size``):
+    half-width L = max(RDP ε of the whole history at δ_err/4, RDP ε of each row's single step
+    at δ_err/(8T), eps_error) + 3 over T steps, mesh eps_error / sqrt(T·ln(12/δ_err)/2).
+
+    Opacus recomputes every row's RDP at its 151 default orders on each call, summing the 99
+    fractional orders' series term by term (10–120 ms per row); here each (σ, q) is computed
+    once (:func:`_rdp_per_step`) and scaled by its steps, as Opacus' own RDP accountant sums
+    them, so L is Opacus' to the last digit (tests/privacy/test_analysis.py)."""
+    from opacus.accountants.analysis.prv import Domain
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    orders = _opacus_orders()
+
+    def rdp_epsilon(history: Sequence[tuple[float, float, int]], delta: float) -> float:
+        rdp = sum([_rdp_per_step(sigma, q, orders) * steps for sigma, q, steps in history])
+        eps, _ = get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
+        return float(eps)
+
+    total = sum(steps for _, _, steps in rows)
+    half_width = rdp_epsilon(rows, delta_error / 4)
+    for sigma, q, _ in rows:
+        half_width = max(half_width, rdp_epsilon([(sigma, q, 1)], delta_error / (8 * total)))
+    half_width = max(half_width, eps_error) + 3
+    mesh = eps_error / np.sqrt(total * np.log(12 / delta_error) / 2)
+    return Domain.create_aligned(-half_width, half_width, mesh)
 
 
 @lru_cache(maxsize=512)
@@ -315,11 +370,15 @@ def calibrate_repeated_gaussian(
     )
 
 
+@lru_cache(maxsize=1024)
 def _optimal_composition(releases: tuple[tuple[float, float, int], ...], delta: float) -> float:
     """ε at ``delta`` of composing (ε_i, δ_i)-DP mechanisms k_i times each: dp-accounting's PLD
     of a generic (ε, δ)-DP mechanism (its dominating pair), self-composed and composed; ∞ when
     the mechanisms' own δ already exceeds ``delta``. Discretisation is pessimistic (an upper
-    bound), with an interval scaled to the size of the result."""
+    bound), with an interval scaled to the size of the result.
+
+    Cached: every client of a cohort holding the same releases asks for the same composition
+    (SPM-FL's clients each upload one release per weight), once per client and per report."""
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 

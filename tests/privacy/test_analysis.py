@@ -50,6 +50,37 @@ def test_prv_matches_opacus_prv_and_is_below_rdp():
     assert ours <= epsilon([SampledGaussian(1.0, 0.02, 500)], DELTA, "rdp")
 
 
+@pytest.mark.parametrize(
+    ("history", "delta"),
+    [
+        (((1.0, 0.02, 500, 0),), DELTA),
+        (((1.0, 0.1, 30, 0),), 1e-3),  # a short history: the eps_error floor of the width
+        (((1.2, 0.05, 100, 0), (0.8, 0.3, 7, 0), (1.2, 0.05, 40, 0)), 1e-6),
+    ],
+)
+def test_prv_is_opacus_prv_to_the_last_digit(history, delta):
+    """The PRV accountant computes Opacus' discretisation domain from cached per-step RDP
+    (``analysis._prv_domain``): the same domain, so the same ε, exactly, as Opacus' own."""
+    from fl_lightning.privacy import analysis
+
+    stock = PRVAccountant()
+    stock.history = [(s, q, k) for s, q, k, _ in history]
+    prvs_and_steps = (_prvs(stock.history), [k for _, _, k in stock.history])
+    expected = stock._get_domain(*prvs_and_steps, eps_error=0.01, delta_error=delta / 1000)
+    ours = analysis._prv_accountant_class()()._get_domain(
+        *prvs_and_steps, eps_error=0.01, delta_error=delta / 1000
+    )
+    fields = ("t_min", "t_max", "size", "shifts")
+    assert [getattr(ours, f) for f in fields] == [getattr(expected, f) for f in fields]
+    assert epsilon(history, delta, "prv") == stock.get_epsilon(delta)
+
+
+def _prvs(history: list[tuple[float, float, int]]) -> list:
+    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV
+
+    return [PoissonSubsampledGaussianPRV(q, s) for s, q, _ in history]
+
+
 def test_three_accountants_agree_roughly():
     events = [SampledGaussian(1.0, 0.1, 200)]
     values = {name: epsilon(events, DELTA, name) for name in ("rdp", "prv", "pld")}
