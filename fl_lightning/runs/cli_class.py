@@ -57,8 +57,12 @@ def build_cli_class():  # noqa: ANN201
                     "choose another directory so nothing is overwritten"
                 )
             if trainer.is_global_zero:
-                # Dumped once (a dump re-validates the whole config): written, then logged.
-                self._dumped = self.parser.dump(self.config, skip_none=False, format="yaml")
+                # Dumped once, written, then logged; not validated again (parsing validated
+                # it; a validating dump took twice as long, with the same text for every
+                # config in configs/experiment).
+                self._dumped = self.parser.dump(
+                    self.config, skip_unset=False, skip_validation=True, format="yaml"
+                )
                 if log_dir and self.save_to_log_dir:
                     # Atomic, and with environment secrets redacted (utils/redact.py).
                     from fl_lightning.utils.atomic import atomic_write
