@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from fl_lightning.utils.shared import find_shared
 
@@ -18,9 +17,18 @@ os.environ.setdefault("FL_LIGHTNING_PLOTS", "0")
 # Subprocesses (a CLI run, a repro point) share the 2 cores with the other test worker: one
 # intra-op thread each, as this process (below).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# One intra-op thread: small models gain nothing from more, and a busy 2-core machine loses a lot
-# to oversubscribed OpenMP threads (Opacus steps measured 8x slower).
-torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_intra_op_thread() -> None:
+    """One intra-op thread: small models gain nothing from more, and a busy 2-core machine loses
+    a lot to oversubscribed OpenMP threads (Opacus steps measured 8x slower). A fixture, not an
+    import-time call: pytest-xdist's controller loads this file too, runs no test, and would
+    spend seconds importing torch before it starts the workers."""
+    import torch
+
+    torch.set_num_threads(1)
+
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST_TEST_IMAGES = Path("MNIST", "raw", "t10k-images-idx3-ubyte.gz")
