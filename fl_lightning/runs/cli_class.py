@@ -75,6 +75,8 @@ def build_cli_class():  # noqa: ANN201
             self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
         def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            if not trainer.loggers:  # e.g. trainer.logger: false; config.yaml is written
+                return
             config = self._dumped  # dumped by ``setup``, this method's only caller
             import yaml
 

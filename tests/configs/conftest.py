@@ -24,6 +24,8 @@ for what this file changes, and only that:
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import json
 import math
@@ -73,6 +75,13 @@ RUN_OVERRIDES = [
 
 
 def _load(path: Path) -> dict[str, Any]:
+    return copy.deepcopy(_parsed(path))
+
+
+@functools.cache
+def _parsed(path: Path) -> dict[str, Any]:
+    """A config file as parsed once per test process (the shrink rules read each group of each
+    config several times, and collection reads every config)."""
     return yaml.safe_load(path.read_text()) or {}
 
 
