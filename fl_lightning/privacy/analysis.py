@@ -325,16 +325,22 @@ def calibrate_noise_multiplier(
     check_accountant(accountant)
     if not histories:
         raise ValueError(f"{field}: nothing to calibrate (no event would be released)")
-    keys = {as_history(h) for h in histories}
+    keys = list(dict.fromkeys(as_history(h) for h in histories))
 
-    def eps(sigma: float) -> float:
-        return max(
-            epsilon(tuple((sigma * s, q, k, n) for s, q, k, n in h), delta, accountant)
-            for h in keys
-        )
+    def exceeds(sigma: float) -> bool:
+        """Whether some history's ε at ``sigma`` exceeds the target (the max over histories
+        does): the first that does ends the search, and is asked first at the next σ, so a
+        bisection step that fails costs about one composition instead of one per history."""
+        for i, h in enumerate(keys):
+            if epsilon(tuple((sigma * s, q, k, n) for s, q, k, n in h), delta, accountant) > (
+                target_epsilon
+            ):
+                keys.insert(0, keys.pop(i))
+                return True
+        return False
 
     low, high = 0.05, 1.0
-    while eps(high) > target_epsilon:
+    while exceeds(high):
         low, high = high, high * 2
         if high > 1e4:
             raise ValueError(
@@ -343,7 +349,7 @@ def calibrate_noise_multiplier(
             )
     while high - low > tolerance:
         mid = (low + high) / 2
-        if eps(mid) > target_epsilon:
+        if exceeds(mid):
             low = mid
         else:
             high = mid

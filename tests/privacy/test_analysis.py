@@ -9,7 +9,12 @@ import pytest
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon, rdp_screen_epsilon
+from fl_lightning.privacy.analysis import (
+    calibrate_noise_multiplier,
+    epsilon,
+    rdp_screen_epsilon,
+    scaled,
+)
 from fl_lightning.privacy.events import SampledGaussian
 
 DELTA = 1e-5
@@ -107,6 +112,29 @@ def test_calibration_meets_target_tightly(accountant):
     eps = epsilon([SampledGaussian(sigma, 0.1, 100)], DELTA, accountant)
     assert eps <= 2.0
     assert epsilon([SampledGaussian(sigma - 0.02, 0.1, 100)], DELTA, accountant) > 2.0 * 0.97
+
+
+def test_calibration_over_many_histories_is_the_bisection_of_their_max():
+    """Calibrating for several clients (each its own rate and steps) gives the σ of bisecting
+    the max over them, with the same bracket and tolerance: the search only stops asking the
+    other clients once one exceeds the target, it decides nothing differently."""
+    histories = [[SampledGaussian(1.0, 8 / n, 3 * math.ceil(n / 8))] for n in (9, 20, 57, 140)]
+    target = 3.0
+
+    def worst(sigma: float) -> float:
+        return max(epsilon(scaled(h, sigma), DELTA, "rdp") for h in histories)
+
+    low, high = 0.05, 1.0
+    while worst(high) > target:
+        low, high = high, high * 2
+    while high - low > 0.01:
+        mid = (low + high) / 2
+        low, high = (mid, high) if worst(mid) > target else (low, mid)
+    ours = calibrate_noise_multiplier(
+        histories, target_epsilon=target, delta=DELTA, accountant="rdp"
+    )
+    assert ours == high
+    assert worst(ours) <= target < worst(ours - 0.01)
 
 
 def test_unknown_accountant_is_refused():

@@ -372,6 +372,11 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(repro.ReproError, match=r"claims\[0\]\.seeds: expected a non-empty list"):
         repro.load_definition("004", "scaled", path)
+    for seed, message in ((True, "expected a whole number, got True"), (-1, "must be >= 0")):
+        bad["claims"][0]["seeds"] = [0, seed]
+        path.write_text(yaml.safe_dump(bad))
+        with pytest.raises(repro.ReproError, match=rf"claims\[0\]\.seeds: {message}"):
+            repro.load_definition("004", "scaled", path)
 
 
 @pytest.mark.slow

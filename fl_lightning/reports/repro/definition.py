@@ -189,8 +189,10 @@ def claim_seeds(claim: dict[str, Any], where: str) -> frozenset[int] | None:
     seeds = claim.get("seeds")
     if seeds is None:
         return None
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) for x in seeds):
+    if not isinstance(seeds, list) or not seeds:
         raise ReproError(f"{where}.seeds: expected a non-empty list of seeds, got {seeds!r}")
+    for seed in seeds:  # whole numbers >= 0, as an arm's first_seed (``_whole``)
+        _whole({"seeds": seed}, "seeds", where, minimum=0)
     return frozenset(seeds)
 
 
