@@ -25,8 +25,6 @@ machine and its load.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -34,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _record import out_dir, record_run  # noqa: E402
+from _record import out_dir  # noqa: E402
 from accountant_screen import client_sizes  # noqa: E402
-from accountant_share import accounting_only  # noqa: E402
+from accountant_share import compare_arms  # noqa: E402
 
 
 def main() -> None:
@@ -52,49 +50,25 @@ def main() -> None:
 
     import fl_lightning.privacy.analysis as analysis
 
-    shipped = analysis._prv_accountant_class
-    arms = {"Opacus' domain": lambda: PRVAccountant, "cached domain": shipped}
-    sizes = client_sizes()
-    load_before = os.getloadavg()
-    seconds: dict[str, list[float]] = {name: [] for name in arms}
-    eps: dict[str, set[float]] = {name: set() for name in arms}
-    for _ in range(args.repeats):
-        for name, accountant_class in arms.items():
-            analysis._prv_accountant_class = accountant_class  # type: ignore[assignment]
-            try:
-                run = accounting_only(args.rounds, "prv", sizes)
-            finally:
-                analysis._prv_accountant_class = shipped
-            seconds[name].append(run["wall_s"])
-            eps[name].add(run["epsilon"])
-    median = {name: statistics.median(v) for name, v in seconds.items()}
-    ratio = median["Opacus' domain"] / median["cached domain"]
-    lines = [
-        "",
-        "| domain | median s | runs (s) | ε |",
-        "|---|---|---|---|",
-        *[
-            f"| {name} | {median[name]:.2f} | {', '.join(f'{s:.2f}' for s in seconds[name])} "
-            f"| {', '.join(repr(e) for e in sorted(eps[name]))} |"
-            for name in arms
-        ],
-        "",
-        f"- ratio Opacus' / cached domain: {ratio:.2f}",
-    ]
-    record_run(
+    compare_arms(
         out,
         "accountant_prv_domain",
+        target=(analysis, "_prv_accountant_class"),
+        arms={
+            "Opacus' domain": lambda: PRVAccountant,
+            "cached domain": analysis._prv_accountant_class,
+        },
+        rounds=args.rounds,
+        accountant="prv",
+        sizes=client_sizes(),
+        repeats=args.repeats,
         title=f"PRV accountant, {args.rounds} rounds, {args.repeats} repeats",
         intro="# The PRV accountant's domain (benchmarks/accountant_prv_domain.py)\n",
-        lines=lines,
-        load_before=load_before,
-        command=" ".join(sys.argv),
+        column="domain",
+        ratio="Opacus' / cached domain",
+        differ="the cached domain changed the headline",
         note=args.note,
-        seconds=seconds,
-        epsilon={name: sorted(v) for name, v in eps.items()},
     )
-    if len({e for v in eps.values() for e in v}) != 1:
-        sys.exit("the arms' ε differ: the cached domain changed the headline")
 
 
 if __name__ == "__main__":

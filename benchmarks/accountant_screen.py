@@ -25,8 +25,6 @@ the screen only decides which clients are composed). Appended to
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -34,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _record import out_dir, record_run  # noqa: E402
-from accountant_share import accounting_only  # noqa: E402
+from _record import out_dir  # noqa: E402
+from accountant_share import compare_arms  # noqa: E402
 
 
 def client_sizes() -> list[int]:
@@ -63,47 +61,23 @@ def main() -> None:
     def all_orders(history: History, delta: float) -> float:  # the screen as it was
         return epsilon(history, delta, "rdp")
 
-    arms = {"all orders": all_orders, "integer orders": rdp_screen_epsilon}
-    sizes = client_sizes()
-    load_before = os.getloadavg()
-    seconds: dict[str, list[float]] = {name: [] for name in arms}
-    eps: dict[str, set[float]] = {name: set() for name in arms}
-    for _ in range(args.repeats):
-        for name, screen in arms.items():
-            accountant_module.rdp_screen_epsilon = screen
-            try:
-                run = accounting_only(args.rounds, args.accountant, sizes)
-            finally:
-                accountant_module.rdp_screen_epsilon = rdp_screen_epsilon
-            seconds[name].append(run["wall_s"])
-            eps[name].add(run["epsilon"])
-    median = {name: statistics.median(v) for name, v in seconds.items()}
-    lines = [
-        "",
-        "| screen | median s | runs (s) | ε |",
-        "|---|---|---|---|",
-        *[
-            f"| {name} | {median[name]:.2f} | {', '.join(f'{s:.2f}' for s in seconds[name])} "
-            f"| {', '.join(f'{e:.6f}' for e in sorted(eps[name]))} |"
-            for name in arms
-        ],
-        "",
-        f"- ratio all / integer orders: {median['all orders'] / median['integer orders']:.2f}",
-    ]
-    record_run(
+    compare_arms(
         out,
         "accountant_screen",
+        target=(accountant_module, "rdp_screen_epsilon"),
+        arms={"all orders": all_orders, "integer orders": rdp_screen_epsilon},
+        rounds=args.rounds,
+        accountant=args.accountant,
+        sizes=client_sizes(),
+        repeats=args.repeats,
         title=f"accountant {args.accountant}, {args.rounds} rounds, {args.repeats} repeats",
         intro="# The budget stop's screening bound (benchmarks/accountant_screen.py)\n",
-        lines=lines,
-        load_before=load_before,
-        command=" ".join(sys.argv),
+        column="screen",
+        ratio="all / integer orders",
+        differ="the screen changed the headline",
         note=args.note,
-        seconds=seconds,
-        epsilon={name: sorted(v) for name, v in eps.items()},
+        epsilon_format="{:.6f}",
     )
-    if len({e for v in eps.values() for e in v}) != 1:
-        sys.exit("the arms' ε differ: the screen changed the headline")
 
 
 if __name__ == "__main__":

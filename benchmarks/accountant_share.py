@@ -205,6 +205,73 @@ def accounting_only(rounds: int, accountant: str, sizes: list[int]) -> dict[str,
     }
 
 
+def compare_arms(
+    out: Path | None,
+    name: str,
+    *,
+    target: tuple[Any, str],
+    arms: dict[str, Any],
+    rounds: int,
+    accountant: str,
+    sizes: list[int],
+    repeats: int,
+    title: str,
+    intro: str,
+    column: str,
+    ratio: str,
+    differ: str,
+    note: str | None,
+    epsilon_format: str = "{!r}",
+) -> None:
+    """``accounting_only`` once per arm and repeat, interleaved, with ``target`` (a module and
+    one of its attributes) set to the arm's value for its runs and restored after; then records
+    the median seconds of each arm, their ratio (first arm / second, labelled ``ratio``) and each
+    arm's ε, and exits with ``differ`` when the arms' ε differ (the variants must only change how
+    fast it is found)."""
+    module, attribute = target
+    shipped = getattr(module, attribute)
+    load_before = os.getloadavg()
+    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+    eps: dict[str, set[float]] = {arm: set() for arm in arms}
+    for _ in range(repeats):
+        for arm, value in arms.items():
+            setattr(module, attribute, value)
+            try:
+                run = accounting_only(rounds, accountant, sizes)
+            finally:
+                setattr(module, attribute, shipped)
+            seconds[arm].append(run["wall_s"])
+            eps[arm].add(run["epsilon"])
+    median = {arm: statistics.median(v) for arm, v in seconds.items()}
+    first, second = arms  # the reference, then the variant shipped
+    lines = [
+        "",
+        f"| {column} | median s | runs (s) | ε |",
+        "|---|---|---|---|",
+        *[
+            f"| {arm} | {median[arm]:.2f} | {', '.join(f'{s:.2f}' for s in seconds[arm])} "
+            f"| {', '.join(epsilon_format.format(e) for e in sorted(eps[arm]))} |"
+            for arm in arms
+        ],
+        "",
+        f"- ratio {ratio}: {median[first] / median[second]:.2f}",
+    ]
+    record_run(
+        out,
+        name,
+        title=title,
+        intro=intro,
+        lines=lines,
+        load_before=load_before,
+        command=" ".join(sys.argv),
+        note=note,
+        seconds=seconds,
+        epsilon={arm: sorted(v) for arm, v in eps.items()},
+    )
+    if len({e for v in eps.values() for e in v}) != 1:
+        sys.exit(f"the arms' ε differ: {differ}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=1000, help="rounds of the DP-SGD run")
