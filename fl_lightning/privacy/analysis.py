@@ -184,19 +184,14 @@ def _prv_domain(
     once (:func:`_rdp_per_step`) and scaled by its steps, as Opacus' own RDP accountant sums
     them, so L is Opacus' to the last digit (tests/privacy/test_analysis.py)."""
     from opacus.accountants.analysis.prv import Domain
-    from opacus.accountants.analysis.rdp import get_privacy_spent
 
     orders = _opacus_orders()
-
-    def rdp_epsilon(history: Sequence[tuple[float, float, int]], delta: float) -> float:
-        rdp = sum([_rdp_per_step(sigma, q, orders) * steps for sigma, q, steps in history])
-        eps, _ = get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
-        return float(eps)
-
+    history = tuple((sigma, q, steps, 0) for sigma, q, steps in rows)
     total = sum(steps for _, _, steps in rows)
-    half_width = rdp_epsilon(rows, delta_error / 4)
+    half_width = _rdp_epsilon_at(history, delta_error / 4, orders)
     for sigma, q, _ in rows:
-        half_width = max(half_width, rdp_epsilon([(sigma, q, 1)], delta_error / (8 * total)))
+        one_step = ((sigma, q, 1, 0),)
+        half_width = max(half_width, _rdp_epsilon_at(one_step, delta_error / (8 * total), orders))
     half_width = max(half_width, eps_error) + 3
     mesh = eps_error / np.sqrt(total * np.log(12 / delta_error) / 2)
     return Domain.create_aligned(-half_width, half_width, mesh)
