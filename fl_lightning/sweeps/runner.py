@@ -181,6 +181,7 @@ class SweepRunner:
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
         self._stopping = False
+        self.extra_env: dict[str, str] = {}  # set in every point's environment (e.g. threads)
 
     def print(self, msg: str) -> None:
         print(msg, file=self.out or sys.stdout, flush=True)
@@ -230,6 +231,7 @@ class SweepRunner:
         argv = list(base["command"])
         env = {**os.environ, RUN_DIR_ENV: str(run_dir), "FL_SWEEP_POINT": point.id}
         env.setdefault("WANDB_SILENT", "true")
+        env.update(self.extra_env)
         log = run_dir / "output.log"
         start = time.perf_counter()
         with log.open("wb") as fh:

@@ -117,6 +117,7 @@ def test_repro_end_to_end_and_resume(tmp_path: Path, capsys, monkeypatch):
     defn = _definition(tmp_path)
     store, out = tmp_path / "store", tmp_path / "out"
     args = ["002", "--definition", str(defn), "--store", str(store), "--out", str(out)]
+    args.append("--allow-dirty")  # a development checkout: rows record +dirty
     assert repro.main([*args, "--seeds", "1", "--arm", "dpfl_agn", "--arm", "ref"]) == 0
     rows = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
     assert len(rows) == 2 and all(r["metrics"]["test/accuracy"] > 0 for r in rows)
@@ -250,6 +251,7 @@ def test_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, cap
         "trainer.max_steps=1",
         "--set",
         "client.batch_size=4",
+        "--allow-dirty",
     ]
     assert repro.main(argv) == 0, capsys.readouterr()
     (row,) = [r for r in ResultStore(store).rows() if r["status"] == "finished"]
@@ -342,14 +344,17 @@ def test_shipped_004_definition_plans_every_table(tmp_path: Path):
     assert [t.table for t in defn.tables] == ["2", "3", "4"]
     points = repro.plan(defn, seeds=3, extra={}, tables=defn.tables)
     arms = {rp.arm.name: rp.arm for rp in points}  # headline arms run their own seeds: 5
-    assert len(points) == sum(max(3, a.seeds or 0) for a in arms.values())
+    fresh = [rp for i in range(len(defn.claims)) for rp in repro.claim_points(defn, i, {})]
+    assert len(fresh) == 30  # the registered headline: 6 arms x 5 fresh seeds (20-24)
+    assert {rp.seed for rp in fresh} == {20, 21, 22, 23, 24}
+    assert len(points) == sum(max(3, a.seeds or 0) for a in arms.values()) + len(fresh)
     # an arm compared with seeds the headline has not taken starts at its first_seed
     seeds = {(rp.arm.name, rp.seed) for rp in points}
     assert {s for a, s in seeds if a == "adp_rising_e10_as1"} == {5, 6, 7}
-    assert {s for a, s in seeds if a == "even_rounds_e10"} == set(range(8))
+    assert {s for a, s in seeds if a == "even_rounds_e10"} == set(range(8)) | set(range(20, 25))
     assert len(repro.plan(defn, seeds=3, extra={}, tables=defn.tables, arm_seeds=False)) == 3 * len(
         arms
-    )
+    ) + len(fresh)  # --seeds N sets the arms' own seeds, not a registered plan's
     assert defn.tables[0].paper_where["adp_rising_e1"] == {"epsilon": 1}
     bad = yaml.safe_load(repro.definition_path("004").read_text())
     bad["tables"][0]["paper_where"]["nope"] = {"epsilon": 1}
@@ -386,7 +391,7 @@ def test_004_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path,
     store, out = tmp_path / "store", tmp_path / "out"
     argv = [
         "004", "--profile", "paper", "--table", "2", "--arm", "adp_rising_e10", "--seeds", "1",
-        "--store", str(store), "--out", str(out),
+        "--store", str(store), "--out", str(out), "--allow-dirty",
         "--set", "data.dataset=synthetic", "--set", "data.download=false",
         "--set", 'data.dataset_options={"shape": [1, 28, 28], "num_examples": 1200}',
         "--set", "trainer.max_steps=1", "--set", "strategy.init_args.rounds=100",

@@ -101,7 +101,8 @@ def test_repro_000_documents_from_a_store(tmp_path: Path, monkeypatch):
     assert iv["asgp_e01"]["epsilon_paper"] == 0.1 and iv["asgp_e01"]["paper"] == 91.16
     assert iv["fedsmp_e05"]["paper"] == 94.53  # the arm's own where picks its ε row
     assert iv["asgp_e01"]["epsilon_reported"] is None  # ∞: no guarantee
-    assert iv["asgp_e01"]["diagnostics"]["epsilon_infinite_runs"] == 3
+    # 3 seeds and the 5 fresh seeds of the registered ε = 0.1 headline (points of one view)
+    assert iv["asgp_e01"]["diagnostics"]["epsilon_infinite_runs"] == 8
     assert iv["fedavg_e01"]["epsilon_reported"] == 1.15e5
     assert tables["IV"]["nonprivate_reference"]["ours_mean"] > 90
     vi = {c["arm"]: c for c in tables["VI"]["cells"]}
@@ -126,13 +127,18 @@ def test_repro_000_documents_from_a_store(tmp_path: Path, monkeypatch):
     merged = {m["claim"]: m for m in doc["merged_claims"]}
     published = next(m for c, m in merged.items() if c.startswith("Eq. 1/13/14 as published"))
     assert any("epsilon = 0.5" in c for c in published["merged_into"])
-    # the headline is Table VI's pair (its arms run 5 seeds in the shipped store); with the 3
-    # seeds of this store it is decided but not a headline, and Table IV's five-way claim on
-    # the same runs is merged into it
-    vi05 = next(v for c, v in verdicts.items() if c.startswith("Table VI, MNIST, epsilon = 0.5"))
-    assert vi05["test"]["n"] == 3
-    assert "headline" not in vi05 and "n >= 5" in vi05["headline_wanted"]
-    assert any(c.startswith("Table IV, MNIST CNN, epsilon = 0.5") for c in merged)
+    # the headline is Table VI's registered pair on its 5 fresh seeds (20-24); Table IV's
+    # five-way claim takes the 3 older seeds, and the exploratory Table VI claim on the same
+    # runs is merged into it
+    head = next(v for c, v in verdicts.items() if c.startswith("Table VI, MNIST, epsilon = 0.5 (r"))
+    assert head["headline"] and head["test"]["n"] == 5 and head["reading"] == "published"
+    assert {r.split("-s")[1].split("-")[0] for r in head["runs"]} == {"20", "21", "22", "23", "24"}
+    assert head["plan"] is None and not head["confirmatory"]  # no registry in this test
+    iv05 = next(
+        v for c, v in verdicts.items() if c.startswith("Table IV, MNIST CNN, epsilon = 0.5")
+    )
+    assert iv05["test"]["n"] == 3 and "headline" not in iv05
+    assert any(c.startswith("Table VI, MNIST, epsilon = 0.5:") for c in merged)
     used = [r for v in doc["verdicts"] for r in v["runs"]]
     assert len(used) == len(set(used))  # no run serves two verdicts
     md = (out / "000.md").read_text()
@@ -183,7 +189,7 @@ def test_repro_000_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path:
         "trainer.max_steps": "1",
     }
     argv = ["000", "--profile", "paper", "--table", "IV", "--arm", "asgp_e01", "--seeds", "1"]
-    argv += ["--store", str(store), "--out", str(out)]
+    argv += ["--store", str(store), "--out", str(out), "--allow-dirty"]
     for k, v in sets.items():
         argv += ["--set", f"{k}={v}"]
     assert repro.main(argv) == 0, capsys.readouterr()

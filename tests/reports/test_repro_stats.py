@@ -403,7 +403,8 @@ def test_arm_seeds_and_stored_seeds_extend_the_points():
     t = next(x for x in defn.tables if "dpsgd" in x.arms)
     points = repro.plan(defn, seeds=3, extra={}, tables=[t])
     seeds = sorted(rp.seed for rp in points if rp.arm.name == "dpsgd")
-    assert seeds == [0, 1, 2, 3, 4]
+    # its own 5, and the fresh seeds of the confirmatory §5.1 headline's registered plan
+    assert seeds == [0, 1, 2, 3, 4, 25, 26, 27, 28, 29]
     assert defn.arms["anr"].seeds is None  # an arm without its own seeds runs the profile's
     assert max(rp.seed for rp in points if rp.arm.name == "anr") == 2
     # a seed stored beyond the plan (run with --seeds 7) is found and used

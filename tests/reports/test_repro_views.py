@@ -206,7 +206,7 @@ def test_003_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path,
     28x28 images."""
     store, out = tmp_path / "store", tmp_path / "out"
     argv = ["003", "--profile", "paper", "--table", "2 (C=5, update)", "--arm", "spm_update"]
-    argv += ["--seeds", "1", "--store", str(store), "--out", str(out)]
+    argv += ["--seeds", "1", "--store", str(store), "--out", str(out), "--allow-dirty"]
     for s in (
         "data.dataset=synthetic",
         "data.download=false",

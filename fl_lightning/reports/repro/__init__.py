@@ -31,6 +31,9 @@ The package, one module a job; each imports only the modules listed before it (n
 - ``stored``: what a finished run leaves (its curve, its audit, ``curves.jsonl``);
 - ``provenance``: the code's commit and relative paths in store rows, the store migration;
 - ``points``: the points to run (tables and tuning grid), the tuned values, the runner;
+- ``registration``: each claim's analysis plan, registered (sha256, commit, time) before its
+  runs; whether a verdict is confirmatory;
+- ``verify``: ``--verify K``, re-running stored cells and comparing every stored metric;
 - ``cells``: a table's cells collected from the store beside the paper's values;
 - ``setting``: an arm's flattened setting, where a reference differs from the private arms;
 - ``claims``: each claim's verdict (or why it is untestable), the per-cell diagnostics;
@@ -78,6 +81,7 @@ from fl_lightning.reports.repro.points import (
     ReproRunner,
     TuneResult,
     choose,
+    claim_points,
     find_shared_data,
     plan,
     point_id,
@@ -129,6 +133,7 @@ __all__ = [
     "build_parser",
     "cell_json",
     "choose",
+    "claim_points",
     "code_commit",
     "collect",
     "copy_images",

@@ -174,6 +174,78 @@ def _paired(
     return diffs, runs
 
 
+def _pooled_columns(
+    columns: list[tuple[Pair, list[float], float | None]],
+    null: float,
+    scope: str,
+    unit: str,
+    d: int,
+) -> tuple[list[dict[str, Any]], Outcome | None]:
+    """Each pooled column's own paired test beside its paper value, and the column whose
+    interval excludes its paper value (the worst such, None if none does): a pool is not
+    "confirmed" by averaging columns that disagree with the paper."""
+    out: list[dict[str, Any]] = []
+    worst: Outcome | None = None
+    for p, ds, pv in columns:
+        test = mean_test(ds, f"paired t (by seed), column {p.name()} of the pooled claim")
+        if test is None:
+            out.append(
+                {
+                    "column": p.name(),
+                    "table": p.table.label,
+                    "n": len(ds),
+                    "paper_value": pv,
+                    "estimate": None,
+                    "ci95": None,
+                }
+            )
+            continue
+        col = {"column": p.name(), "table": p.table.label, **test.as_json(pv or 0.0, null)}
+        col["paper_value"] = pv
+        out.append(col)
+        if pv is None:
+            continue
+        o = Outcome(p, test, [], pv)
+        o.label = label(test.ci95, pv, null, scope)
+        if o.label == "contradicted":
+            gap = min(abs(pv - test.ci95[0]), abs(pv - test.ci95[1]))
+            if worst is None or gap > worst.extra.get("gap", 0.0):
+                o.extra["gap"] = gap
+                worst = o
+    return out, worst
+
+
+def _too_little_activity(
+    claim: dict[str, Any], pairs: list[Pair], seeds: frozenset[int] | None
+) -> list[str]:
+    """The registered plan's ``min_activity: {arm, column, per_run}``: the mechanism that
+    distinguishes the arms must act at least ``per_run`` times a run (summed over rounds, mean
+    over the arm's runs of the claim's seeds), else the comparison does not test it."""
+    need = claim.get("min_activity")
+    if not need:
+        return []
+    for p in pairs:
+        for c in (p.a, p.b):
+            if c.arm.name != need["arm"]:
+                continue
+            per = [
+                sum(x or 0 for x in (cv or {}).get(need["column"], []))
+                for s, cv in zip(c.seeds, c.curves)
+                if seeds is None or s in seeds
+            ]
+            if not per:
+                return []
+            mean = sum(per) / len(per)
+            if mean < float(need["per_run"]):
+                return [
+                    f"{need['column']} acted {mean:.1f} times a run in {c.arm.method}'s "
+                    f"{len(per)} runs; the registered plan requires >= {need['per_run']} for "
+                    "the comparison to test the mechanism (it acted far less than in the paper)"
+                ]
+            return []
+    return []
+
+
 def _unit(t: TableDef) -> str:
     return " pt" if t.percent else ""
 
@@ -378,8 +450,7 @@ def _untestable(
         runs=[],  # no inference is drawn from them, so they serve no verdict
         runs_inspected=inspected,
     )
-    row.pop("headline", None)
-    return row
+    return row  # a headline stays the headline, labelled untestable with its reason
 
 
 def _finish(
@@ -436,10 +507,15 @@ def _decide(
             return _untestable(row, [r for p in pairs for r in reasons[id(p)]], inspected, context)
         diffs: list[float] = []
         runs: list[str] = []
-        for p in ok:
+        columns: list[tuple[Pair, list[float], float | None]] = []
+        for p, spec in zip(pairs, claim["pooled"]):
+            if p not in ok:
+                continue
             ds, rs = _paired(p, used, only)
             diffs += ds
             runs += rs
+            col_pv = spec.get("paper_value")
+            columns.append((p, ds, None if col_pv is None else float(col_pv)))
         if len(runs) != len(set(runs)):
             raise ReproError(
                 f"{where}.pooled: an arm appears in two pairs (its runs would count twice)"
@@ -467,8 +543,26 @@ def _decide(
         if left:
             text += "; left out as untestable: " + "; ".join(left)
         row["runs"] = runs
-        return _finish(row, o, null, unit, d, text + context)
+        cols, worst = _pooled_columns(columns, null, scope, unit, d)
+        if worst is not None:  # a column's own test contradicts the paper: it decides
+            text += (
+                f"; but column {worst.pair.name()} (table {worst.pair.table.label}) alone "  # type: ignore[union-attr]
+                f"gives {worst.test.estimate:+.{d}f}{unit} [{worst.test.ci95[0]:+.{d}f}, "  # type: ignore[union-attr]
+                f"{worst.test.ci95[1]:+.{d}f}], which excludes its paper value "  # type: ignore[union-attr]
+                f"{worst.paper_value:+.{d}f}{unit}: the pool's agreement is an average of "
+                "columns that disagree, so the claim is decided by that column"
+            )
+            row = _finish(row, worst, null, unit, d, text + context)
+            row["pooled_test"] = test.as_json(round(o.paper_value, 4), null)
+            row["pooled_test"]["columns"] = cols
+            return row
+        row = _finish(row, o, null, unit, d, text + context)
+        row["test"]["columns"] = cols
+        return row
     bad = [r for p in pairs for r in reasons[id(p)]]
+    idle = _too_little_activity(claim, pairs, only)
+    if idle:  # the plan's mechanism barely acted: no comparison tests it
+        return _untestable(row, idle + bad, inspected, context.lstrip(". ("))
     outcomes = []
     for p, pv in zip(pairs, pvs):
         if reasons[id(p)]:

@@ -17,7 +17,12 @@ import yaml
 
 from fl_lightning.reports.repro.cells import ArmCells, CellResult, collect
 from fl_lightning.reports.repro.claims import _positive, verdicts
-from fl_lightning.reports.repro.definition import Definition, ReproError, load_definition
+from fl_lightning.reports.repro.definition import (
+    Definition,
+    ReproError,
+    definition_path,
+    load_definition,
+)
 from fl_lightning.reports.repro.documents import (
     build_json,
     copy_images,
@@ -35,8 +40,25 @@ from fl_lightning.reports.repro.points import (
     tuning_points,
     with_stored_seeds,
 )
-from fl_lightning.reports.repro.provenance import ProvenanceStore, migrate_store, report_commits
+from fl_lightning.reports.repro.provenance import (
+    DIRTY,
+    ProvenanceStore,
+    code_commit,
+    dirty_files,
+    migrate_store,
+    report_commits,
+)
+from fl_lightning.reports.repro.registration import (
+    annotate,
+    claim_plan,
+    claim_points,
+    load_registry,
+    point_plans,
+    register,
+    registry_path,
+)
 from fl_lightning.reports.repro.stored import load_curves
+from fl_lightning.reports.repro.verify import load_verification, verify
 from fl_lightning.reports.tables import list_papers, load_paper
 from fl_lightning.sweeps.store import ResultStore
 
@@ -85,6 +107,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="reproduction definition YAML (default: the shipped one of PAPER)",
     )
+    p.add_argument(
+        "--register",
+        action="store_true",
+        help="freeze every claim's analysis plan (arms, points, seeds, reading, test, scope) "
+        "with its sha256, the commit and the time in <paper>.<profile>.plans.json beside the "
+        "definition, then stop; commit that file before the runs (rows record the plan they ran "
+        "under; a verdict is confirmatory only on runs made after its registration)",
+    )
+    p.add_argument(
+        "--verify",
+        type=int,
+        default=None,
+        metavar="K",
+        help="re-run K stored cells drawn at random (the draw's seed is printed) with each row's "
+        "threads, compare every stored metric, record it beside the store, write the documents",
+    )
+    p.add_argument("--verify-seed", type=int, default=None, help="the --verify draw's seed")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads of every run (OMP_NUM_THREADS; recorded in each row: a "
+        "row re-runs to the last digit only with its own count; default 1)",
+    )
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run from a checkout with uncommitted code changes (rows then record +dirty and "
+        "no plan: they can serve no confirmatory verdict)",
+    )
     p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
     p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
     p.add_argument(
@@ -110,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproError("--seeds: must be >= 1")
         if args.jobs < 1:
             raise ReproError("--jobs: must be >= 1")
+        if args.threads < 1:
+            raise ReproError("--threads: must be >= 1")
+        if args.verify is not None and args.verify < 1:
+            raise ReproError("--verify: must be >= 1")
         defn = load_definition(
             args.paper, args.profile, Path(args.definition) if args.definition else None
         )
@@ -167,15 +223,37 @@ def main(argv: list[str] | None = None) -> int:
     store = ProvenanceStore(store_dir)
     out_dir = Path(args.out or "docs/reproductions")
     name = f"repro-{defn.paper}-{defn.profile}"
+    registry = registry_path(
+        defn, Path(args.definition) if args.definition else definition_path(defn.paper)
+    )
+    try:
+        entries = load_registry(registry)
+    except ReproError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    plans = point_plans(entries)
+    runs_anything = not (args.report_only or args.dry_run or args.register)
+    if runs_anything and store.commit and store.commit.endswith(DIRTY):
+        if not args.allow_dirty:
+            files = dirty_files()
+            print(
+                f"error: the checkout has uncommitted changes ({', '.join(files[:3])}"
+                f"{', ...' if len(files) > 3 else ''}): a row must name the commit that ran it; "
+                "commit them, or pass --allow-dirty (rows then serve no confirmatory verdict)",
+                file=sys.stderr,
+            )
+            return 2
+        plans = {}  # a dirty run serves no registered plan
+    kw = {"data_root": root, "parallel": args.jobs, "threads": args.threads, "plans": plans}
     rc = 0
     if tpoints:  # phase 1: the tuning grid, whose best values set the tables' arms
-        trunner = ReproRunner(tpoints, store, name=name, data_root=root, parallel=args.jobs)
+        trunner = ReproRunner(tpoints, store, name=name, **kw)
         ttodo, tdone, _ = trunner.pending([rp.point for rp in tpoints])
         if args.dry_run:
             print(f"tuning: {len(tpoints)} points, {tdone} finished, {len(ttodo)} to run")
             for p in ttodo:
                 print(" ".join(trunner.command_for(p, store.root / "runs" / p.id / "a?")))
-        elif ttodo and not args.report_only:
+        elif ttodo and runs_anything:
             rc = _run(trunner, tpoints)
     tuning = choose(defn, tpoints, store)
     points = plan(  # at the chosen values
@@ -183,7 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.arm:
         points = [rp for rp in points if rp.arm.name in args.arm]
-    runner = ReproRunner(points, store, name=name, data_root=root, parallel=args.jobs)
+    plans_now = {
+        str(c.get("claim")): claim_plan(defn, i, claim_points(defn, i, extra))
+        for i, c in enumerate(defn.claims)
+    }
+    if args.register:
+        return _register(defn, registry, plans_now, out_dir)
+    runner = ReproRunner(points, store, name=name, **kw)
     todo, done, _ = runner.pending([rp.point for rp in points])
     if args.dry_run:
         untuned = [r.arm for r in tuning if r.chosen is None]
@@ -194,7 +278,27 @@ def main(argv: list[str] | None = None) -> int:
         for p in todo:
             print(" ".join(runner.command_for(p, store.root / "runs" / p.id / "a?")))
         return 0
-    if todo and not args.report_only and rc != 130:
+    if args.verify:
+        if store.commit and store.commit.endswith(DIRTY) and not args.allow_dirty:
+            print(
+                "error: --verify: the checkout has uncommitted changes; commit them first",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            verify(
+                store,
+                points + tpoints,
+                args.verify,
+                seed=args.verify_seed,
+                name=name,
+                data_root=root,
+                commit=store.commit,
+            )
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    elif todo and runs_anything and rc != 130:
         rc = _run(runner, points) or rc
     command = "fl-lightning repro " + " ".join(
         [defn.paper]
@@ -208,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         + [f"--set {k}={v}" for k, v in extra.items()]
     )
     points = with_stored_seeds(defn, points, set(store.latest()), extra)
-    write_documents(defn, points, store, out_dir, command, tuning=tuning)
+    write_documents(
+        defn, points, store, out_dir, command, tuning=tuning, entries=entries, plans=plans_now
+    )
     if args.update_readme:
         from fl_lightning.reports.repro.readme import update_readme
 
@@ -231,6 +337,39 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _register(
+    defn: Definition, registry: Path, plans_now: dict[str, dict[str, Any]], out_dir: Path
+) -> int:
+    """``--register``: every claim's plan into the registry (the old report's verdict kept
+    beside a plan that changed)."""
+    old: dict[str, dict[str, Any]] = {}
+    report = out_dir / f"{defn.paper}.json"
+    if report.exists():
+        for v in json.loads(report.read_text()).get("verdicts") or []:
+            t = v.get("test") or {}
+            old[v["claim"]] = {
+                "verdict": v.get("verdict"),
+                "test": (
+                    f"{t.get('estimate')} {t.get('ci95')}, n = {t.get('n')}"
+                    if t
+                    else v.get("reason")
+                ),
+                "runs": v.get("runs"),
+            }
+    try:
+        new, same, superseded = register(
+            defn, list(plans_now.values()), registry, code_commit() or "", old_verdicts=old
+        )
+    except ReproError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"registered {new} plan(s) in {registry} ({same} unchanged, {superseded} superseded); "
+        "commit it before the runs"
+    )
+    return 0
+
+
 def write_documents(
     defn: Definition,
     points: list[ReproPoint],
@@ -238,6 +377,9 @@ def write_documents(
     out_dir: Path,
     command: str,
     tuning: list[TuneResult] | None = None,
+    *,
+    entries: list[dict[str, Any]] | None = None,
+    plans: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     paper = load_paper(defn.paper)
     results = {}
@@ -253,6 +395,11 @@ def write_documents(
     verdict_rows, merged = verdicts(defn, arm_cells, tuning or [])
     positive = {t.label: _positive(t, arm_cells) for t in defn.tables if t.kind == "attack"}
     ids = {i for cs in arm_cells.values() for c in cs.values() for i in c.ids}
+    deviations = annotate(defn, verdict_rows, entries or [], plans or {}, latest)
+    top = {
+        "plan_deviations": deviations,
+        "verification": load_verification(store.root, set(latest)),
+    }
     doc = build_json(
         defn,
         results,
@@ -263,6 +410,7 @@ def write_documents(
         merged=merged,
         commit=report_commits(store, ids),
         positive=positive,
+        top=top,
     )
     problems = validate_document(doc)
     if problems:  # a defect of this module, not of the user's input

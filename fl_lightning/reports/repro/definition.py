@@ -150,6 +150,8 @@ class Definition:
     """Every headline claim / table of the paper: ``claim``, ``status`` (run / not_run /
     untestable), ``reason`` unless run, and ``tables`` (our labels) where run."""
     chosen: dict[str, Any] = field(default_factory=dict)  # arm -> tuned value (filled by main)
+    scale: dict[str, Any] = field(default_factory=dict)
+    """Ours as a fraction of the paper's: ``steps_fraction``, ``data_fraction``, ``note``."""
 
 
 def _columns(raw: Any, where: str) -> list[dict[str, Any]]:
@@ -317,7 +319,16 @@ def load_definition(paper: str, profile: str, path: Path | None = None) -> Defin
             raise ReproError(f"{cw}.status: expected one of {', '.join(COVERAGE_STATUS)}")
         if c["status"] != "run" and not c.get("reason"):
             raise ReproError(f"{cw}.reason: missing (status {c['status']})")
+    scale = dict(prof.get("scale") or {})
+    for key in ("steps_fraction", "data_fraction") if scale else ():
+        if (
+            isinstance(scale.get(key), bool)
+            or not isinstance(scale.get(key), (int, float))
+            or scale[key] <= 0
+        ):
+            raise ReproError(f"{where}.profiles.{profile}.scale.{key}: expected a number > 0")
     return Definition(
+        scale=scale,
         paper=pid,
         title=str(raw.get("title", "")),
         profile=profile,
@@ -384,6 +395,24 @@ def _check_claim(c: Any, where: str, labels: set[str], arms: dict[str, Arm]) -> 
     pv = c.get("paper_value")
     if pv is not None and not isinstance(pv, (int, float, list)):
         raise ReproError(f"{where}.paper_value: expected a number or a list of numbers")
+    if c.get("headline") and not (c.get("confirmatory") and c.get("seeds")):
+        raise ReproError(
+            f"{where}.confirmatory: a headline claim is confirmatory (confirmatory: true and its "
+            "own fresh seeds: [...], run under its registered plan)"
+        )
+    if c.get("reading") not in (None, "published", "variant"):
+        raise ReproError(
+            f"{where}.reading: expected published (the paper's algorithm as printed) or variant "
+            f"(an implementer's reading), got {c.get('reading')!r}"
+        )
+    act = c.get("min_activity")
+    if act is not None:
+        if not isinstance(act, dict) or not {"arm", "column", "per_run"} <= set(act):
+            raise ReproError(f"{where}.min_activity: expected {{arm, column, per_run}}")
+        if act["arm"] not in arms:
+            raise ReproError(f"{where}.min_activity.arm: unknown arm {act['arm']!r}")
+        if isinstance(act["per_run"], bool) or not isinstance(act["per_run"], (int, float)):
+            raise ReproError(f"{where}.min_activity.per_run: expected a number")
     if rules[0] == "pooled":
         pairs = c["pooled"]
         if not isinstance(pairs, list) or not pairs:
@@ -394,6 +423,9 @@ def _check_claim(c: Any, where: str, labels: set[str], arms: dict[str, Arm]) -> 
             for a in (p.get("arm"), p.get("than")):
                 if a not in arms:
                     raise ReproError(f"{where}.pooled[{j}]: unknown arm {a!r}")
+            pv_j = p.get("paper_value")
+            if pv_j is not None and (isinstance(pv_j, bool) or not isinstance(pv_j, (int, float))):
+                raise ReproError(f"{where}.pooled[{j}].paper_value: expected a number")
         return
     if str(c.get("table")) not in labels:
         raise ReproError(f"{where}.table: {c.get('table')!r} is not a table label")

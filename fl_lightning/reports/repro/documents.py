@@ -101,7 +101,10 @@ def build_json(
     merged: list[dict[str, Any]] | None = None,
     commit: dict[str, Any] | None = None,
     positive: dict[str, float | None] | None = None,
+    top: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The report's JSON; ``top``: top-level entries computed elsewhere (the registered
+    plans' deviations, the verified re-runs)."""
     tables: list[dict[str, Any]] = []
     arm_cells = arm_cells or {}
     for t in defn.tables:
@@ -166,8 +169,10 @@ def build_json(
             "merged_claims": merged or [],
             "coverage": coverage_json(defn, results),
             "deviations": defn.deviations,
+            "scale": defn.scale,
         }
     )
+    doc.update(top or {})
     if defn.tune is not None:
         doc["tuning"] = tuning_json(defn, tuning or [])
     return doc
@@ -515,10 +520,22 @@ def verdicts_markdown(doc: dict[str, Any]) -> list[str]:
     for v in doc["verdicts"]:
         h = " (H)" if v.get("headline") else ""
         ev = v["evidence"] + (f" ({v['headline_wanted']})" if v.get("headline_wanted") else "")
+        plan = v.get("plan") or {}
+        status = (
+            "confirmatory"
+            if v.get("confirmatory")
+            else "exploratory"
+            + (f": {v['confirmatory_note']}" if v.get("confirmatory_note") else "")
+        )
+        ev += (
+            f" Reading: {v.get('reading', '?')}. Plan `{str(plan.get('sha256', ''))[:12]}` "
+            f"registered {plan.get('registered_at', 'never')}; {status}."
+        )
         lines.append(
             f"| {v['claim']}{h} | **{v['verdict']}** | {v.get('scope', 'value')} | "
             f"{_test_cell(v)} | {ev} |"
         )
+    lines += _plans_markdown(doc)
     if doc.get("merged_claims"):
         lines += [
             "",
@@ -559,6 +576,46 @@ def verdicts_markdown(doc: dict[str, Any]) -> list[str]:
             + ".",
         ]
     return lines
+
+
+def _plans_markdown(doc: dict[str, Any]) -> list[str]:
+    """Scale, the plans changed after their runs (old verdict beside the new) and the
+    verified re-runs of stored cells."""
+    out: list[str] = []
+    scale = doc.get("scale") or {}
+    if scale:
+        out += [
+            "",
+            f"Scale: our steps are {scale.get('steps_fraction')} of the paper's and our data "
+            f"{scale.get('data_fraction')} of its data. {scale.get('note', '')}".rstrip(),
+        ]
+    devs = doc.get("plan_deviations") or []
+    if devs:
+        out += ["", "Plans changed after registration (the old plan's result beside the new):", ""]
+        for d in devs:
+            then = d.get("verdict_then") or {}
+            out.append(
+                f"- {d['claim']}: plan `{d['sha256'][:12]}` registered {d['registered_at']}, "
+                f"superseded {d.get('superseded_at')}; its verdict then: "
+                f"{then.get('verdict', 'none')} {then.get('test', '')}".rstrip()
+            )
+    ver = doc.get("verification") or []
+    if ver:
+        out += [
+            "",
+            "Stored cells re-run (`fl-lightning repro P --verify K`) with each row's recorded "
+            "threads: every stored metric compared.",
+            "",
+            "| Run | Threads | Re-run at | Metrics compared | Identical |",
+            "|---|---|---|---|---|",
+        ]
+        for e in ver:
+            same = "yes" if e["identical"] else "no: " + ", ".join(e.get("differs") or [])
+            out.append(
+                f"| {e['run']} | {e['threads']} | `{str(e['commit'])[:12]}` | "
+                f"{e['metrics_compared']} | {same} |"
+            )
+    return out
 
 
 def tuning_markdown(

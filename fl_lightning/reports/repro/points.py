@@ -11,7 +11,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.reports.repro.definition import Arm, Definition, ReproError, TableDef
+from fl_lightning.reports.repro.definition import (
+    Arm,
+    Definition,
+    ReproError,
+    TableDef,
+    claim_seeds,
+)
 from fl_lightning.reports.repro.stored import _pct, read_audit, read_curve
 from fl_lightning.sweeps.runner import SweepRunner, logger_override
 from fl_lightning.sweeps.spec import Point, SweepSpec, build_command, point_id
@@ -20,6 +26,21 @@ from fl_lightning.utils.shared import find_shared_data  # noqa: F401  (one looku
 
 REPO = Path(__file__).resolve().parents[3]
 SEED_KEY = "seed_everything"
+
+
+def numeric_versions() -> dict[str, str]:
+    """The versions of the libraries that decide a run's numerics (a row re-runs to the last
+    digit with the same ones, the same threads and the same commit)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "numpy", "opacus", "lightning", "dp-accounting", "scipy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
 
 
 def _file_digest(paths: list[str]) -> str:
@@ -91,6 +112,47 @@ def plan(
         for name, view in names:
             if seed in wanted(name):
                 out.append(_repro_point(defn, defn.arms[name], seed, extra, len(out), view))
+    have = {rp.point.id for rp in out}
+    labels = {t.label for t in tables}
+    for i in range(len(defn.claims)):  # the fresh seeds of the confirmatory claims' plans
+        for rp in claim_points(defn, i, extra, labels):
+            if rp.point.id not in have:
+                have.add(rp.point.id)
+                out.append(replace(rp, point=replace(rp.point, index=len(out))))
+    return out
+
+
+def claim_arms(claim: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (table label, arm) pairs a claim compares (empty for ``peak`` and ``tracks``)."""
+    if "pooled" in claim:
+        return [(str(p["table"]), str(a)) for p in claim["pooled"] for a in (p["arm"], p["than"])]
+    rule: Any = claim.get("better") or claim.get("lower")
+    if "close" in claim:
+        rule = {"arm": claim["close"]["arm"], "than": [claim["close"]["to"]]}
+    if not isinstance(rule, dict):
+        return []
+    t = str(claim.get("table"))
+    return [(t, str(rule["arm"]))] + [(t, str(b)) for b in rule.get("than") or []]
+
+
+def claim_points(
+    defn: Definition, i: int, extra: dict[str, Any], labels: set[str] | None = None
+) -> list[ReproPoint]:
+    """The points of a confirmatory claim's own seeds (``confirmatory: true`` and ``seeds:
+    [...]``: fresh points run under its registered plan): each arm it compares at each seed,
+    in the view of the claim's table (none for an exploratory claim, whose ``seeds`` only
+    select among the stored runs, or for a table outside ``labels``)."""
+    claim = defn.claims[i]
+    seeds = claim_seeds(claim, f"claims[{i}]")
+    if seeds is None or not claim.get("confirmatory"):
+        return []
+    views = {t.label: t for t in defn.tables}
+    out: list[ReproPoint] = []
+    for seed in sorted(seeds):
+        for label, arm in claim_arms(claim):
+            if label not in views or (labels is not None and label not in labels):
+                continue
+            out.append(_repro_point(defn, defn.arms[arm], seed, extra, len(out), views[label]))
     return out
 
 
@@ -194,6 +256,8 @@ class ReproRunner(SweepRunner):
         *,
         name: str,
         data_root: str | None,
+        threads: int = 1,
+        plans: dict[str, str] | None = None,
         **kw: Any,
     ) -> None:
         self.by_id = {rp.point.id: rp for rp in points}
@@ -201,6 +265,19 @@ class ReproRunner(SweepRunner):
         super().__init__(spec, store, **kw)
         self.data_root = data_root
         self.curves = store.root / "curves.jsonl"
+        # torch's intra-op threads decide the float sums, so a row re-runs to the last digit
+        # only with its own count: every point runs with it explicitly, and its row says so
+        self.threads = threads
+        self.extra_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.plans = plans or {}  # point id -> the sha256 of the registered plan it serves
+
+    def _running_row(self, point: Point, attempt: int) -> dict[str, Any]:
+        row = super()._running_row(point, attempt)
+        row["threads"] = self.threads
+        row["versions"] = numeric_versions()
+        if point.id in self.plans:
+            row["plan_sha256"] = self.plans[point.id]
+        return row
 
     def command_for(self, point: Point, run_dir: Path) -> list[str]:
         rp = self.by_id[point.id]

@@ -28,14 +28,27 @@ def _git(args: list[str], cwd: Path = REPO) -> str | None:
     return out.stdout
 
 
+OUTPUTS = "docs/reproductions"  # what the runs and reports write: not the code that ran
+
+
+def dirty_files(root: Path = REPO) -> list[str]:
+    """Tracked files that differ from HEAD, outside :data:`OUTPUTS` (the stores and reports
+    the runs themselves append to)."""
+    status = _git(
+        ["status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){OUTPUTS}"],
+        root,
+    )
+    return [line[3:] for line in (status or "").splitlines() if line.strip()]
+
+
 def code_commit(root: Path = REPO) -> str | None:
     """``git rev-parse HEAD`` of the checkout the code runs from, ``+dirty`` appended when a
-    tracked file differs from that commit (None outside a git checkout)."""
+    tracked file outside the stores and reports differs from that commit (None outside a git
+    checkout)."""
     head = _git(["rev-parse", "HEAD"], root)
     if not head:
         return None
-    status = _git(["status", "--porcelain", "--untracked-files=no"], root)
-    return head.strip() + (DIRTY if status and status.strip() else "")
+    return head.strip() + (DIRTY if dirty_files(root) else "")
 
 
 def _rel(text: str, root: str) -> str:

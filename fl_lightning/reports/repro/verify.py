@@ -1,0 +1,128 @@
+"""``fl-lightning repro P --verify K``: re-run K stored cells and compare every stored metric.
+
+A cell is eligible when its row finished, recorded the intra-op thread count it ran with
+(``threads``) and a clean commit, and is a point of the current definition (so the same command
+can be rebuilt). K of them are drawn at random (the seed is printed, and ``--verify-seed`` replays
+the draw), each re-run into a temporary store with its row's threads, and every key of the
+row's ``metrics`` is compared for equality (floats to the last digit). Each result is appended to
+``verification.jsonl`` beside the store, which the report lists."""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fl_lightning.reports.repro.points import ReproPoint, ReproRunner, numeric_versions
+from fl_lightning.reports.repro.provenance import DIRTY
+from fl_lightning.sweeps.store import ResultStore
+
+LOG = "verification.jsonl"
+
+
+def eligible(store: ResultStore, points: list[ReproPoint]) -> list[str]:
+    """The ids of rows that can be verified (finished, threads and a clean commit recorded,
+    a point of the current definition), sorted."""
+    ids = {rp.point.id for rp in points}
+    out = []
+    for rid, row in store.latest().items():
+        commit = str(row.get("commit") or "")
+        if (
+            rid in ids
+            and row.get("status") == "finished"
+            and isinstance(row.get("threads"), int)
+            and commit
+            and not commit.endswith(DIRTY)
+        ):
+            out.append(rid)
+    return sorted(out)
+
+
+def compare(stored: dict[str, Any], new: dict[str, Any]) -> tuple[int, list[str]]:
+    """(metrics compared, the keys whose values differ or are missing in ``new``)."""
+    differs = [k for k in sorted(stored) if k not in new or new[k] != stored[k]]
+    return len(stored), differs
+
+
+def verify(
+    store: ResultStore,
+    points: list[ReproPoint],
+    k: int,
+    *,
+    seed: int | None,
+    name: str,
+    data_root: str | None,
+    commit: str | None,
+) -> list[dict[str, Any]]:
+    """Re-runs ``k`` eligible cells drawn with ``seed`` (a fresh one when None, printed) and
+    appends each comparison to ``<store>/verification.jsonl``; returns the entries."""
+    pool = eligible(store, points)
+    if len(pool) < k:
+        raise ValueError(
+            f"--verify: {len(pool)} stored cells can be verified (finished, with threads and a "
+            f"clean commit recorded, in the current definition); {k} asked"
+        )
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    chosen = random.Random(seed).sample(pool, k)
+    print(f"verifying {k} of {len(pool)} eligible cells (draw seed {seed}): {', '.join(chosen)}")
+    latest = store.latest()
+    by_id = {rp.point.id: rp for rp in points}
+    out = []
+    for rid in chosen:
+        row = latest[rid]
+        with tempfile.TemporaryDirectory(prefix="fl-verify-") as tmp:
+            runner = ReproRunner(
+                [by_id[rid]],
+                ResultStore(Path(tmp)),
+                name=name,
+                data_root=data_root,
+                threads=int(row["threads"]),
+            )
+            new = runner.run_point(by_id[rid].point)
+        n, differs = compare(row.get("metrics") or {}, new.get("metrics") or {})
+        entry = {
+            "run": rid,
+            "commit": commit,
+            "stored_commit": row.get("commit"),
+            "threads": int(row["threads"]),
+            "identical": new.get("status") == "finished" and not differs and n > 0,
+            "metrics_compared": n,
+            "differs": differs
+            if new.get("status") == "finished"
+            else [f"the re-run {new.get('status')}: {new.get('error', '')}"],
+            "versions": numeric_versions(),
+            "stored_versions": row.get("versions"),
+            "draw_seed": seed,
+            "verified_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        if differs and new.get("status") == "finished":
+            entry["values"] = {
+                k: {"stored": (row.get("metrics") or {}).get(k), "rerun": new["metrics"].get(k)}
+                for k in differs
+            }
+        with (store.root / LOG).open("a") as f:
+            f.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
+        print(
+            f"{rid}: {'identical' if entry['identical'] else 'DIFFERS in ' + ', '.join(differs)}"
+            f" ({n} metrics, {entry['threads']} thread(s))"
+        )
+        out.append(entry)
+    return out
+
+
+def load_verification(store_root: Path, ids: set[str]) -> list[dict[str, Any]]:
+    """The latest verification of each stored cell in ``ids`` (in the order first verified)."""
+    path = store_root / LOG
+    latest: dict[str, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if e.get("run") in ids:
+                latest[e["run"]] = e
+    return list(latest.values())
