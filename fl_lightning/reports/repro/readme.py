@@ -27,7 +27,20 @@ def _row(doc: dict[str, Any], rel: str) -> str:
         for k in ("confirmed", "contradicted", "inconclusive", "untestable")
     }
     head = [x for x in v if x.get("headline")]
-    heads = ", ".join(f"{x['verdict']}" for x in head) or "none (n < 5)"
+    heads = (
+        ", ".join(
+            f"{x['verdict']} ({x.get('reading') or 'reading not stated'}, "
+            f"{'confirmatory' if x.get('confirmatory') else 'exploratory'})"
+            for x in head
+        )
+        or "none (n < 5)"
+    )
+    scale = doc.get("scale") or {}
+    scale_text = (
+        f"steps {_fraction(scale['steps_fraction'])}, data {_fraction(scale['data_fraction'])}"
+        if scale
+        else "not stated"
+    )
     merged = len(doc.get("merged_claims") or [])
     cov = doc.get("coverage") or []
     cov_open = sum(1 for c in cov if c.get("status") != "run")
@@ -39,18 +52,26 @@ def _row(doc: dict[str, Any], rel: str) -> str:
         finding = str((yaml.safe_load(path.read_text()) or {}).get("finding", "")).strip()
     return (
         f"| {paper.id} {paper.name} | {n['confirmed']} / {n['contradicted']} / "
-        f"{n['inconclusive']} / {n['untestable']} | {heads} | {untested} ({n['untestable']} "
+        f"{n['inconclusive']} / {n['untestable']} | {heads} | {scale_text} | {untested} "
+        f"({n['untestable']} "
         f"untestable, {merged} merged, {cov_open} of {len(cov)} paper items not run) | "
         f"{' '.join(finding.split())} | [{paper.id}]({rel}/{paper.id}.md) |"
     )
+
+
+def _fraction(x: float) -> str:
+    """0.0056 -> '0.56 %', 0.133 -> '13 %'."""
+    pct = 100 * float(x)
+    return f"{pct:.2g} %" if pct < 10 else f"{pct:.0f} %"
 
 
 def results_table(out_dir: Path, rel: str = "docs/reproductions") -> list[str]:
     lines = [
         START,
         "| paper | verdicts (confirmed / contradicted / inconclusive / untestable) | headline "
-        "verdicts | left untested | the finding | report |",
-        "|---|---|---|---|---|---|",
+        "verdicts (the paper's algorithm as printed, registered before their runs) | scale "
+        "(ours / the paper's) | left untested | the finding | report |",
+        "|---|---|---|---|---|---|---|",
     ]
     for f in sorted(out_dir.glob("[0-9][0-9][0-9].json")):
         lines.append(_row(json.loads(f.read_text()), rel))
