@@ -375,7 +375,13 @@ def _context(claim: dict[str, Any]) -> str:
     if claim.get("paper"):
         out += f". Paper: {claim['paper']}"
     if claim.get("reading"):
-        out += f". Reading: {claim['reading']}"
+        kind = {
+            "published": "the paper's algorithm as printed",
+            "variant": "an implementer's reading",
+        }
+        out += f". Reading: {kind.get(claim['reading'], claim['reading'])}"
+        if claim.get("reading_note"):
+            out += f" ({claim['reading_note']})"
     return out
 
 
