@@ -188,6 +188,19 @@ class Strategy(Callback):
             self.central_dp.setup(spec)
 
     @property
+    def horizon_bound(self) -> str | None:
+        """What of this strategy's accounting is fixed for the planned rounds
+        (``FederationSpec.rounds``), in a clause of the refusal to resume past them
+        (``privacy/horizon.py``); None when every round is priced on its own, so the run may be
+        resumed with a larger ``trainer.max_steps``. This default asks the upload and central
+        mechanisms (their ``horizon_bound`` attribute, when they have one)."""
+        for part in (self.local_dp, self.central_dp):
+            reason = getattr(part, "horizon_bound", None)
+            if reason:
+                return str(reason)
+        return None
+
+    @property
     def traits(self) -> StrategyTraits:
         """What the server reads from the strategy before round 0: private when ``local_dp``
         privatises uploads or ``central_dp`` the release; amplified by sampling with

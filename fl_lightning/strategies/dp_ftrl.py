@@ -127,6 +127,15 @@ class DPFTRL(Strategy):
         if state is not None:
             self.noise.load_state_dict(state)
 
+    @property
+    def horizon_bound(self) -> str | None:
+        """Always: the whole run is one Gaussian event of Δ over the planned rounds, charged
+        at round 0 (module docstring)."""
+        return (
+            "DP-FTRL charges the whole planned run, its matrix factorisation and sensitivity "
+            "over those rounds, once at round 0"
+        )
+
     # -- the mechanism -----------------------------------------------------------------------
     @property
     def multiplier(self) -> float:

@@ -132,6 +132,14 @@ class NbAFL(Strategy):
         self.L: int | None = None
         self.uploads = 0
 
+    @property
+    def horizon_bound(self) -> str | None:
+        """Always once set up: σ_U and σ_D are fixed from the planned rounds T (Theorems 1-2)
+        and the budget ε is split over L exposures."""
+        if self.L is None:
+            return None
+        return f"NbAFL fixes σ_U and σ_D for L = {self.L} exposures over the planned rounds"
+
     # -- set-up ------------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
         super().setup_federation(spec)

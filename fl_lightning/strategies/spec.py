@@ -111,6 +111,9 @@ class FederationSpec:
     global_model: torch.nn.Module | None = field(default=None, compare=False, repr=False)
     client_data: ClientData | None = field(default=None, compare=False, repr=False)
     privacy: PrivacyTarget = field(default_factory=PrivacyTarget)
+    calibrated: list[str] = field(default_factory=list, compare=False, repr=False)
+    """What :meth:`cohort_noise_multiplier` calibrated over ``rounds`` (appended as it does):
+    the run's accounting is then bound to its planned horizon (``privacy/horizon.py``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layer_slices", MappingProxyType(dict(self.layer_slices)))
@@ -135,6 +138,7 @@ class FederationSpec:
         if sigma is not None:
             return sigma
         target = self.privacy.epsilon if target_epsilon is None else target_epsilon
+        self.calibrated.append(f"σ calibrated so that {self.rounds} rounds spend ε = {target}")
         rounds = [SampledGaussian.for_cohort(1.0, self.sampling, self.rounds)]
         return calibrate_noise_multiplier(
             [rounds],
