@@ -144,7 +144,7 @@ class CanaryAudit(Callback):
 
     # -- Lightning hooks ---------------------------------------------------------------------
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self.run_seed = int(pl_module.seed)
+        self.run_seed = int(pl_module.noise_seed)  # the run's secret in secure mode
         self.insert_here = bool(trainer.is_global_zero)
         g = generator_for(self.run_seed, self.seed, "canary_coins")
         self.inserted = (torch.rand(self.num_canaries, generator=g, device="cpu") < 0.5).numpy()

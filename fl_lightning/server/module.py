@@ -147,8 +147,10 @@ class FederatedModule(pl.LightningModule):
         return self._secret_seed
 
     def _draw_secret(self) -> None:
-        """Secure mode, a fresh run: rank 0's draw from the OS's entropy, for every rank. A
-        resumed run keeps the secret its checkpoint holds (``on_load_checkpoint``)."""
+        """Secure mode, a fresh run: rank 0's draw from the OS's entropy, for every rank, in
+        ``setup`` (before any callback's ``on_fit_start`` keys a generator by
+        :attr:`noise_seed`). A resumed run keeps the secret its checkpoint holds
+        (``on_load_checkpoint``, which Lightning calls after ``setup``, overwrites the draw)."""
         if self.secure_mode and self._secret_seed is None:
             self._secret_seed = int(self.trainer.strategy.broadcast(draw_secret_seed()))
 
@@ -191,6 +193,7 @@ class FederatedModule(pl.LightningModule):
             )
         refuse_trainer_precision(str(self.trainer.precision))
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
+            self._draw_secret()  # the one noise seed, before anything is keyed by it
             self._local = set_up_federation(
                 strategy=self.strategy,
                 client=self.client,
@@ -213,7 +216,6 @@ class FederatedModule(pl.LightningModule):
         from fl_lightning.callbacks import ClientHooks
 
         executor.hooks = ClientHooks(self.trainer, self)
-        self._draw_secret()
         self._round = FederatedRound(
             strategy=self.strategy,
             accountant=self.accountant,

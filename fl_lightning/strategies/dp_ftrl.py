@@ -123,7 +123,7 @@ class DPFTRL(Strategy):
             self.noise_multiplier = mult * delta_c
         bands = self.bands if self.factorization == "bsr" else 1
         state = self.noise.state_dict() if self.noise is not None else None
-        self.noise = StreamingNoise(self.factorization, seed=spec.seed, bands=bands)
+        self.noise = StreamingNoise(self.factorization, bands=bands)  # keyed in finalize
         if state is not None:
             self.noise.load_state_dict(state)
 
@@ -175,9 +175,11 @@ class DPFTRL(Strategy):
     def finalize(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
-        """(x_t + σC·w_t)/m: w_t from generators keyed by the run's seed (identical on every
-        rank), m the fixed cohort size."""
+        """(x_t + σC·w_t)/m: w_t from generators keyed by the round's noise seed
+        (``ctx.seed``: the run's secret in ``privacy.secure_mode``, never ``spec.seed``;
+        identical on every rank), m the fixed cohort size."""
         assert self.noise is not None and self.noise_multiplier is not None
+        self.noise.bind(ctx.seed)
         w = self.noise.next(ctx.round_idx, reduced.numel(), reduced.device)
         noisy = reduced + w.to(reduced.dtype) * (self.noise_multiplier * self.clip_norm)
         return noisy.div_(self.cohort_size), {}
@@ -201,9 +203,7 @@ class DPFTRL(Strategy):
         if "noise" in state_dict:
             if self.noise is None:
                 self.noise = StreamingNoise(
-                    self.factorization,
-                    seed=self.seed,
-                    bands=self.bands if self.factorization == "bsr" else 1,
+                    self.factorization, bands=self.bands if self.factorization == "bsr" else 1
                 )
             self.noise.load_state_dict(state_dict["noise"])
 
