@@ -1,7 +1,8 @@
 """A resume past a planned horizon (issue 46), through the CLI: DP-FTRL, whose one event
 priced the planned rounds at round 0, refuses a larger ``trainer.max_steps`` with one line
 naming it and the planned horizon, exit 2, before anything is written (a resume to the planned
-rounds: ``tests/testing/test_horizon_contract.py``); DP-FedAvg (priced round by round) resumed K → 2K prints a fresh 2K run's ε."""
+rounds: ``tests/testing/test_horizon_contract.py``); DP-FedAvg (priced round by round) resumed
+K → 2K prints a fresh 2K run's ε."""
 
 from __future__ import annotations
 
