@@ -35,6 +35,7 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.privacy.one_run import gaussian_fit_epsilon, steinke_lower_bound
+from fl_lightning.privacy.statement import makes_claim
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten, trainable_parameters
 from fl_lightning.utils.rng import generator_for
@@ -213,8 +214,11 @@ class CanaryAudit(Callback):
             f"{bound.guesses} guesses right; Steinke et al. 2023), δ = {delta:g}; threat "
             f"model: {THREAT_MODEL}"
         )
+        guarantee = str(report.get("privacy/guarantee", "none: no accountant"))
         probed, claimed = probed_adjacency(self.sampling)
-        if probed != claimed:
+        if not makes_claim(guarantee):
+            claimed = guarantee  # nothing is claimed, so nothing to probe against
+        elif probed != claimed:
             sentence += (
                 f"; adjacency probed: {probed}, not the guarantee's {claimed}, so the estimate "
                 "does not test the claim made"
@@ -243,7 +247,7 @@ class CanaryAudit(Callback):
         return {
             "accountant_epsilon": acc_eps,
             "accountant_delta": delta,
-            "guarantee": report.get("privacy/guarantee", "none: no accountant"),
+            "guarantee": guarantee,
             "rounds": int(module.rounds_completed) or int(module.global_step),
             "attacks": {"canaries": entry},
         }
@@ -271,10 +275,10 @@ class CanaryAudit(Callback):
         merged = {**results, **{k: v for k, v in existing.items() if k != "attacks"}}
         merged["attacks"] = {**existing.get("attacks", {}), "canaries": entry}
         path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
-        print(
-            f"audit: accountant ε = {results['accountant_epsilon']:.3g} "
-            f"(δ = {results['accountant_delta']:g}); {entry['sentence']}"
-        )
+        head = f"audit: accountant ε = {results['accountant_epsilon']:.3g}"
+        if not makes_claim(str(results["guarantee"])):
+            head = f"audit: {results['guarantee']}; accountant ε = ∞"
+        print(f"{head} (δ = {results['accountant_delta']:g}); {entry['sentence']}")
 
 
 ADD_REMOVE = "add/remove one client"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -345,14 +346,22 @@ class FederatedModule(pl.LightningModule):
         if self.trainer.is_global_zero:
             out = run_files_dir(log_dir)  # never the working directory Lightning fell back to
             write_run_files(summary, self.accountant, out, self.loggers)
-            statement = write_privacy_statement(self.accountant, self._run_facts(summary), out)
+            facts = self._run_facts(summary, out)
+            statement = write_privacy_statement(self.accountant, facts, out)
             line = summary_line(summary, final)
             if log_dir and out is None:
                 line = f"{line}; {NOT_WRITTEN}"
             print(f"{line}; details: {statement}" if statement else line, flush=True)
 
-    def _run_facts(self, summary: dict[str, Any]) -> RunFacts:
-        """What ``privacy_statement.md`` needs beyond the ledger."""
+    def _run_facts(self, summary: dict[str, Any], out: str | None) -> RunFacts:
+        """What ``privacy_statement.md`` needs beyond the ledger: among it the files the run
+        writes (those in ``out`` now, and ``client_times.csv`` when a ``ClientTimer`` will
+        write it at the end of fit)."""
+        from fl_lightning.callbacks import ClientTimer
+
+        files = {p.name for p in Path(out).iterdir()} if out and Path(out).is_dir() else set()
+        if any(isinstance(cb, ClientTimer) and cb.write_csv for cb in self.trainer.callbacks):
+            files.add("client_times.csv")
         acc = self.accountant
         return RunFacts(
             num_clients=int(self.data.num_clients),
@@ -362,4 +371,5 @@ class FederatedModule(pl.LightningModule):
             epsilon=float(summary.get("privacy/epsilon", float("inf"))),
             guarantee=str(summary.get("privacy/guarantee", "none: no accountant")),
             strategy=type(self.strategy).__name__,
+            files=tuple(sorted(files)),
         )
