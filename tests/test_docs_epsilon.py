@@ -105,54 +105,116 @@ def audit_figure(key: Callable[[dict], str]) -> Callable[[], str]:
 QS, FTRL = "quickstart.yaml", "quickstart_ftrl.yaml"
 QUOTES = [
     # docs/privacy.md: the sentences of the quickstart, Poisson and fixed-size cohorts (PLD)
-    Quote("privacy.md", "client-level (12.4, 1e-05)-DP, add/remove one client, Poisson cohorts "
-          "(q = 0.5), PLD accountant (dp-accounting, connect-the-dots)",
-          sentence(lambda: dp_fedavg(QS, "pld"))),  # fmt: skip
-    Quote("privacy.md", "client-level (35.8, 1e-05)-DP, replace-one client, fixed-size cohorts "
-          "(20 of 40 without replacement) by their dominating pair (Zhu, Dong & Wang 2022), PLD "
-          "accountant (dp-accounting, connect-the-dots)",
-          sentence(lambda: dp_fedavg(QS, "pld", "fixed"))),  # fmt: skip
+    Quote(
+        "privacy.md",
+        "client-level (12.4, 1e-05)-DP, add/remove one client, Poisson cohorts "
+        "(q = 0.5), PLD accountant (dp-accounting, connect-the-dots)",
+        sentence(lambda: dp_fedavg(QS, "pld")),
+    ),  # fmt: skip
+    Quote(
+        "privacy.md",
+        "client-level (35.8, 1e-05)-DP, replace-one client, fixed-size cohorts "
+        "(20 of 40 without replacement) by their dominating pair (Zhu, Dong & Wang 2022), PLD "
+        "accountant (dp-accounting, connect-the-dots)",
+        sentence(lambda: dp_fedavg(QS, "pld", "fixed")),
+    ),  # fmt: skip
     # docs/privacy.md, "Accountants: PLD by default": the quickstart on each accountant
     *[
-        Quote("privacy.md", f"| {row} | {{}} | {{}} | {{}} |", lambda mode=mode: (
-            " ".join(three(lambda a=a: dp_fedavg(QS, a, mode))() for a in ("pld", "prv", "rdp"))
-        ))
-        for row, mode in (("Poisson q = 0.5, σ = 1.5, 40 rounds", "poisson"),
-                          ("fixed-size 20 of 40", "fixed"))
+        Quote(
+            "privacy.md",
+            f"| {row} | {{}} | {{}} | {{}} |",
+            lambda mode=mode: " ".join(
+                three(lambda a=a: dp_fedavg(QS, a, mode))() for a in ("pld", "prv", "rdp")
+            ),
+        )
+        for row, mode in (
+            ("Poisson q = 0.5, σ = 1.5, 40 rounds", "poisson"),
+            ("fixed-size 20 of 40", "fixed"),
+        )
     ],  # fmt: skip
     # docs/privacy.md, DP-FTRL: the shipped quickstart variant (PLD, the default)
-    Quote("privacy.md", "client-level (5.68, 1e-05)-DP, add/remove one client, 20 participations "
-          "≥ 2 rounds apart (cyclic cohorts of 20), matrix mechanism (BSR, p = 2; Δ = 5), no "
-          "amplification, PLD accountant (dp-accounting, connect-the-dots)",
-          sentence(lambda: dp_ftrl(FTRL, "pld"))),  # fmt: skip
+    Quote(
+        "privacy.md",
+        "client-level (5.68, 1e-05)-DP, add/remove one client, 20 participations "
+        "≥ 2 rounds apart (cyclic cohorts of 20), matrix mechanism (BSR, p = 2; Δ = 5), no "
+        "amplification, PLD accountant (dp-accounting, connect-the-dots)",
+        sentence(lambda: dp_ftrl(FTRL, "pld")),
+    ),  # fmt: skip
     # docs/audit.md, the canary runs of 2026-11-27: measured with the RDP accountant (named)
-    Quote("audit.md", "client-level (13.4, 1e-05)-DP, add/remove one client, Poisson cohorts "
-          "(q = 0.5), RDP accountant (Opacus)", sentence(lambda: dp_fedavg(QS, "rdp"))),
-    Quote("audit.md", "client-level (6.12, 1e-05)-DP, add/remove one client, 20 participations "
-          "≥ 2 rounds apart (cyclic cohorts of 20), matrix mechanism (BSR, p = 2; Δ = 5), no "
-          "amplification, RDP accountant (Opacus)", sentence(lambda: dp_ftrl(FTRL, "rdp"))),
+    Quote(
+        "audit.md",
+        "client-level (13.4, 1e-05)-DP, add/remove one client, Poisson cohorts "
+        "(q = 0.5), RDP accountant (Opacus)",
+        sentence(lambda: dp_fedavg(QS, "rdp")),
+    ),
+    Quote(
+        "audit.md",
+        "client-level (6.12, 1e-05)-DP, add/remove one client, 20 participations "
+        "≥ 2 rounds apart (cyclic cohorts of 20), matrix mechanism (BSR, p = 2; Δ = 5), no "
+        "amplification, RDP accountant (Opacus)",
+        sentence(lambda: dp_ftrl(FTRL, "rdp")),
+    ),
     # docs/audit.md: the same two configs on the PLD accountant, as they print now
-    Quote("audit.md", "PLD accountant now prints {} for `quickstart` and {} for `quickstart_ftrl`",
-          lambda: " ".join(f"{dp(n, 'pld')['privacy/epsilon']:.3g}"
-                           for dp, n in ((dp_fedavg, QS), (dp_ftrl, FTRL)))),  # fmt: skip
+    Quote(
+        "audit.md",
+        "PLD accountant now prints {} for `quickstart` and {} for `quickstart_ftrl`",
+        lambda: " ".join(
+            f"{dp(n, 'pld')['privacy/epsilon']:.3g}" for dp, n in ((dp_fedavg, QS), (dp_ftrl, FTRL))
+        ),
+    ),  # fmt: skip
     # docs/audit.md, "The current quickstart": ε of the run and the stored audit's figures
-    Quote("audit.md", "| {} (1e-05) | threshold | AUC {}, bal. acc. {}, TPR@1%FPR {}, ε lower "
-          "bound {} |", audit_figure(lambda r: " ".join([
-              f"{dp_fedavg(QS, 'pld')['privacy/epsilon']:.3g}",
-              *(f"{r['attacks']['threshold'][k]:.3f}" for k in (
-                  "auc", "balanced_accuracy", "tpr_at_1pct_fpr", "epsilon_lower_bound"))]))),
-    Quote("audit.md", "recovered {} of 4 (SSIM ≥ 0.8); SSIM median {} / mean {}",
-          audit_figure(lambda r: " ".join([
-              str(round(r["attacks"]["dlg"]["recovered_fraction"] * 4)),
-              *(f"{r['attacks']['dlg'][k]:.3f}" for k in ("ssim_median", "ssim_mean"))]))),
-    Quote("audit.md", "PSNR median {} dB; label acc. {} |", audit_figure(lambda r: (
-        f"{r['attacks']['dlg']['psnr_median']:.1f} {r['attacks']['dlg']['label_accuracy']:.2f}"
-    ))),  # fmt: skip
-    Quote("audit.md", "say nothing against the ε = {} guarantee (PLD accountant)",
-          lambda: f"{dp_fedavg(QS, 'pld')['privacy/epsilon']:.3g}"),  # fmt: skip
+    Quote(
+        "audit.md",
+        "| {} (1e-05) | threshold | AUC {}, bal. acc. {}, TPR@1%FPR {}, ε lower bound {} |",
+        audit_figure(
+            lambda r: " ".join(
+                [
+                    f"{dp_fedavg(QS, 'pld')['privacy/epsilon']:.3g}",
+                    *(
+                        f"{r['attacks']['threshold'][k]:.3f}"
+                        for k in (
+                            "auc",
+                            "balanced_accuracy",
+                            "tpr_at_1pct_fpr",
+                            "epsilon_lower_bound",
+                        )
+                    ),
+                ]
+            )
+        ),
+    ),
+    Quote(
+        "audit.md",
+        "recovered {} of 4 (SSIM ≥ 0.8); SSIM median {} / mean {}",
+        audit_figure(
+            lambda r: " ".join(
+                [
+                    str(round(r["attacks"]["dlg"]["recovered_fraction"] * 4)),
+                    *(f"{r['attacks']['dlg'][k]:.3f}" for k in ("ssim_median", "ssim_mean")),
+                ]
+            )
+        ),
+    ),
+    Quote(
+        "audit.md",
+        "PSNR median {} dB; label acc. {} |",
+        audit_figure(
+            lambda r: (
+                f"{r['attacks']['dlg']['psnr_median']:.1f} {r['attacks']['dlg']['label_accuracy']:.2f}"
+            )
+        ),
+    ),  # fmt: skip
+    Quote(
+        "audit.md",
+        "say nothing against the ε = {} guarantee (PLD accountant)",
+        lambda: f"{dp_fedavg(QS, 'pld')['privacy/epsilon']:.3g}",
+    ),  # fmt: skip
     # docs/privacy.md, Secrets: the quickstart's ε (PLD) beside that of known cohorts
-    Quote("privacy.md", "(the quickstart's {} with the PLD accountant becomes",
-          lambda: f"{dp_fedavg(QS, 'pld')['privacy/epsilon']:.3g}"),  # fmt: skip
+    Quote(
+        "privacy.md",
+        "(the quickstart's {} with the PLD accountant becomes",
+        lambda: f"{dp_fedavg(QS, 'pld')['privacy/epsilon']:.3g}",
+    ),  # fmt: skip
 ]
 
 

@@ -360,7 +360,8 @@ class FederatedModule(pl.LightningModule):
         from fl_lightning.callbacks import ClientTimer
 
         files = {p.name for p in Path(out).iterdir()} if out and Path(out).is_dir() else set()
-        if any(isinstance(cb, ClientTimer) and cb.write_csv for cb in self.trainer.callbacks):
+        callbacks: list[Any] = getattr(self.trainer, "callbacks", [])
+        if any(isinstance(cb, ClientTimer) and cb.write_csv for cb in callbacks):
             files.add("client_times.csv")
         acc = self.accountant
         return RunFacts(
