@@ -90,7 +90,10 @@ class FederationSpec:
         layer_slices: each trainable parameter's slice of the flat vector, in order.
         server: the server optimizer.
         rounds: the planned number of rounds (the Trainer's ``max_steps``).
-        seed: the run's seed (every generator is keyed by it).
+        seed: the configured seed (``seed_everything``, public: it is in ``config.yaml``), for
+            public choices only (ADP-FL's validation subset). Never key privacy noise or a
+            cohort by it: those take ``RoundContext.seed``, the run's secret in
+            ``privacy.secure_mode`` (``fl_lightning/testing/secrecy.py`` checks every strategy).
         has_validation_split: whether the server holds a validation split.
         global_model: the global model, updated in place by the server after every round
             (read it, never write it), for strategies that evaluate it (ADP-FL's λ).
