@@ -277,3 +277,26 @@ def test_a_changed_figure_is_caught():
     wrong = Quote("privacy.md", QUOTES[0].quoted, lambda: QUOTES[0].now().replace("12.4", "6.1"))
     said, now = quoted_now(wrong)
     assert said != now and not math.isnan(float(said[14:18]))
+
+
+@pytest.mark.slow
+def test_the_privacy_tables_shipped_adp_fl_row_is_what_the_shipped_config_prints(tmp_path):
+    """docs/privacy_table.md's as-shipped ADP-FL row: the shipped config, run as shipped (20
+    rounds of the LSTM on the offline MNIST test set; minutes), prints the tabulated ε."""
+    from fl_lightning.cli import main
+    from fl_lightning.utils.shared import find_shared_data
+
+    if find_shared_data() is None:
+        pytest.skip("the offline MNIST data (shared/data) is not on this machine")
+    name = "adp_fl/mnist_offline_adp_fl.yaml"
+    row = next(
+        line
+        for line in (DOCS / "privacy_table.md").read_text().splitlines()
+        if line.startswith(f"| `{name}` | 20 |")
+    )
+    tabulated = row.split(" | ")[4]
+    args = ["fit", "--config", str(EXPERIMENT / name), "--trainer.default_root_dir",
+            str(tmp_path), "--trainer.enable_progress_bar", "false"]  # fmt: skip
+    assert main(args) == 0
+    (summary,) = tmp_path.rglob("summary.json")
+    assert f"{json.loads(summary.read_text())['privacy/epsilon']:.4g}" == tabulated == "5.794"
