@@ -200,7 +200,8 @@ QUOTES = [
         "PSNR median {} dB; label acc. {} |",
         audit_figure(
             lambda r: (
-                f"{r['attacks']['dlg']['psnr_median']:.1f} {r['attacks']['dlg']['label_accuracy']:.2f}"
+                f"{r['attacks']['dlg']['psnr_median']:.1f} "
+                f"{r['attacks']['dlg']['label_accuracy']:.2f}"
             )
         ),
     ),  # fmt: skip
