@@ -15,7 +15,9 @@ separation is refused. Privacy: the whole run is one Gaussian mechanism with mul
 σ/Δ, where Δ is the largest ‖C·u‖ over those participation patterns
 (:func:`~fl_lightning.privacy.matrix_mechanism.min_sep_sensitivity`), add/remove one client
 (zero-out); no amplification is claimed, so the ε holds for any cohort the schedule draws. The
-event is charged in full before round 0 (the ε reported mid-run is the whole run's).
+event is charged in full before round 0 (the ε reported mid-run is the whole run's), so a
+resume to more rounds than planned is refused (``horizon_bound``, ``privacy/horizon.py``). The
+noise is keyed by the round's noise seed, the run's secret in ``privacy.secure_mode``.
 """
 
 from __future__ import annotations
