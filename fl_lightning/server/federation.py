@@ -90,9 +90,9 @@ def planned_horizon(
     strategy: Strategy, spec: FederationSpec, *, client_calibrated: bool
 ) -> PlannedHorizon:
     """The run's planned rounds and what of its accounting is bound to them: the strategy's
-    own (``Strategy.horizon_bound``), a strategy σ calibrated over them
+    own (``StrategyTraits.horizon_bound``), a strategy σ calibrated over them
     (``FederationSpec.calibrated``) or the clients' DP-SGD σ calibrated over them."""
-    reasons = [r for r in (strategy.horizon_bound, *spec.calibrated) if r]
+    reasons = [r for r in (strategy.traits.horizon_bound, *spec.calibrated) if r]
     if client_calibrated:
         reasons.append(
             f"client.dp_sgd.noise_multiplier calibrated so that {spec.rounds} rounds spend "

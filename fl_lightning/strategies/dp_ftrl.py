@@ -16,8 +16,9 @@ separation is refused. Privacy: the whole run is one Gaussian mechanism with mul
 (:func:`~fl_lightning.privacy.matrix_mechanism.min_sep_sensitivity`), add/remove one client
 (zero-out); no amplification is claimed, so the ε holds for any cohort the schedule draws. The
 event is charged in full before round 0 (the ε reported mid-run is the whole run's), so a
-resume to more rounds than planned is refused (``horizon_bound``, ``privacy/horizon.py``). The
-noise is keyed by the round's noise seed, the run's secret in ``privacy.secure_mode``.
+resume to more rounds than planned is refused (``StrategyTraits.horizon_bound``,
+``privacy/horizon.py``). The noise is keyed by the round's noise seed, the run's secret in
+``privacy.secure_mode``.
 """
 
 from __future__ import annotations
@@ -90,7 +91,15 @@ class DPFTRL(Strategy):
 
     @property
     def traits(self) -> StrategyTraits:
-        return replace(super().traits, private=True, amplified_by_sampling=False)
+        return replace(
+            super().traits,
+            private=True,
+            amplified_by_sampling=False,
+            horizon_bound=(  # the whole run is one Gaussian event of Δ over the planned rounds
+                "DP-FTRL charges the whole planned run, its matrix factorisation and "
+                "sensitivity over those rounds, once at round 0"
+            ),
+        )
 
     # -- setup -------------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
@@ -128,15 +137,6 @@ class DPFTRL(Strategy):
         self.noise = StreamingNoise(self.factorization, bands=bands)  # keyed in finalize
         if state is not None:
             self.noise.load_state_dict(state)
-
-    @property
-    def horizon_bound(self) -> str | None:
-        """Always: the whole run is one Gaussian event of Δ over the planned rounds, charged
-        at round 0 (module docstring)."""
-        return (
-            "DP-FTRL charges the whole planned run, its matrix factorisation and sensitivity "
-            "over those rounds, once at round 0"
-        )
 
     # -- the mechanism -----------------------------------------------------------------------
     @property

@@ -1,7 +1,7 @@
 """The horizon contract, over every registered strategy (``privacy/horizon.py``): a run of K
 rounds resumed to 2K prints the ε of a fresh 2K-round run, or its resume is refused with one
 line naming ``trainer.max_steps`` and the planned horizon. A resume is refused only where the
-accounting is bound to the planned rounds (``Strategy.horizon_bound``, a calibrated σ)."""
+accounting is bound to the planned rounds (``StrategyTraits.horizon_bound``, a calibrated σ)."""
 
 from __future__ import annotations
 
