@@ -6,6 +6,9 @@ to the strategy's clip norm and then processed like any other upload (``process_
 clipped, privatised); each canary is inserted by an independent fair coin (Steinke, Nasr,
 Jagielski 2023) and an inserted canary takes part when a real client would: under cyclic
 cohorts every b-th round (its phase i mod b), else in each round with the cohort's sampling rate.
+A canary is an extra client, so the audit probes add/remove adjacency; under fixed-size cohorts
+the guarantee is replace-one, which it does not probe, and audit.json (``adjacency_probed``,
+``adjacency_claimed``) and the console sentence say so (:func:`probed_adjacency`).
 At the end, the score of canary i is cos(θ_T − θ_0, uᵢ); ``privacy/one_run.py`` turns the scores
 into Andrew et al.'s Gaussian-fit estimate and Steinke et al.'s lower bound.
 
@@ -30,7 +33,9 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from fl_lightning.privacy.events import CohortSampling
 from fl_lightning.privacy.one_run import gaussian_fit_epsilon, steinke_lower_bound
+from fl_lightning.privacy.statement import makes_claim
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten, trainable_parameters
 from fl_lightning.utils.rng import generator_for
@@ -87,6 +92,7 @@ class CanaryAudit(Callback):
         self.run_seed = 0
         self.insert_here = True
         self.results: dict[str, Any] = {}
+        self.sampling: CohortSampling | None = None  # the run's cohorts, seen in round 0
 
     # -- canaries ----------------------------------------------------------------------------
     def direction(self, i: int, d: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -96,8 +102,12 @@ class CanaryAudit(Callback):
         return u / u.norm()
 
     def participants(self, ctx: RoundContext) -> list[int]:
-        """The inserted canaries that take part in round ``ctx.round_idx``."""
+        """The inserted canaries that take part in round ``ctx.round_idx``: under cyclic
+        cohorts in the block of the schedule, otherwise each with probability q, independently
+        (an extra Poisson client: add/remove adjacency even under fixed-size cohorts, whose
+        guarantee is replace-one; :func:`probed_adjacency` says which the audit probes)."""
         sampling = ctx.cohort_sampling()
+        self.sampling = sampling
         chosen = []
         for i in np.flatnonzero(self.inserted):
             if sampling.mode == "cyclic":
@@ -144,7 +154,7 @@ class CanaryAudit(Callback):
 
     # -- Lightning hooks ---------------------------------------------------------------------
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self.run_seed = int(pl_module.seed)
+        self.run_seed = int(pl_module.noise_seed)  # the run's secret in secure mode
         self.insert_here = bool(trainer.is_global_zero)
         g = generator_for(self.run_seed, self.seed, "canary_coins")
         self.inserted = (torch.rand(self.num_canaries, generator=g, device="cpu") < 0.5).numpy()
@@ -204,6 +214,15 @@ class CanaryAudit(Callback):
             f"{bound.guesses} guesses right; Steinke et al. 2023), δ = {delta:g}; threat "
             f"model: {THREAT_MODEL}"
         )
+        guarantee = str(report.get("privacy/guarantee", "none: no accountant"))
+        probed, claimed = probed_adjacency(self.sampling)
+        if not makes_claim(guarantee):
+            claimed = guarantee  # nothing is claimed, so nothing to probe against
+        elif probed != claimed:
+            sentence += (
+                f"; adjacency probed: {probed}, not the guarantee's {claimed}, so the estimate "
+                "does not test the claim made"
+            )
         entry = {
             "epsilon_estimate": fit.epsilon,
             "epsilon_estimate_low": fit.low,
@@ -220,13 +239,15 @@ class CanaryAudit(Callback):
             "unobserved_mean": fit.unobserved_mean,
             "unobserved_std": fit.unobserved_std,
             "threat_model": THREAT_MODEL,
+            "adjacency_probed": probed,
+            "adjacency_claimed": claimed,
             "sentence": sentence,
             "strategy": type(module.strategy).__name__,
         }
         return {
             "accountant_epsilon": acc_eps,
             "accountant_delta": delta,
-            "guarantee": report.get("privacy/guarantee", "none: no accountant"),
+            "guarantee": guarantee,
             "rounds": int(module.rounds_completed) or int(module.global_step),
             "attacks": {"canaries": entry},
         }
@@ -254,10 +275,25 @@ class CanaryAudit(Callback):
         merged = {**results, **{k: v for k, v in existing.items() if k != "attacks"}}
         merged["attacks"] = {**existing.get("attacks", {}), "canaries": entry}
         path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
-        print(
-            f"audit: accountant ε = {results['accountant_epsilon']:.3g} "
-            f"(δ = {results['accountant_delta']:g}); {entry['sentence']}"
-        )
+        head = f"audit: accountant ε = {results['accountant_epsilon']:.3g}"
+        if not makes_claim(str(results["guarantee"])):
+            head = f"audit: {results['guarantee']}; accountant ε = ∞"
+        print(f"{head} (δ = {results['accountant_delta']:g}); {entry['sentence']}")
+
+
+ADD_REMOVE = "add/remove one client"
+REPLACE_ONE = "replace-one client"
+
+
+def probed_adjacency(sampling: CohortSampling | None) -> tuple[str, str]:
+    """(the adjacency the canaries probe, the adjacency the guarantee claims) under
+    ``sampling``. Canaries join as clients of the schedule (cyclic) or as extra Poisson clients
+    at rate q, so they always probe add/remove; fixed-size cohorts drawn without replacement
+    claim replace-one (Wang, Balle & Kasiviswanathan 2019), which adding a client cannot probe
+    (a substituted client would)."""
+    if sampling is not None and sampling.without_replacement:
+        return (f"{ADD_REMOVE} (canaries inserted as extra Poisson clients)", REPLACE_ONE)
+    return (ADD_REMOVE, ADD_REMOVE)
 
 
 def _chain(updates: Iterable[ClientUpdate], extra: list[ClientUpdate]) -> Iterator[ClientUpdate]:
@@ -269,4 +305,4 @@ def _flat(net: torch.nn.Module) -> torch.Tensor:
     return flatten(trainable_parameters(net)).detach().clone()
 
 
-__all__ = ["THREAT_MODEL", "CanaryAudit"]
+__all__ = ["THREAT_MODEL", "CanaryAudit", "probed_adjacency"]

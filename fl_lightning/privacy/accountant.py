@@ -47,6 +47,7 @@ from fl_lightning.privacy.analysis import (
     rdp_screen_epsilon,
 )
 from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.horizon import PlannedHorizon, horizon_problem
 from fl_lightning.privacy.statement import with_seed_clause
 
 ACCOUNTANT_NAMES = {
@@ -130,6 +131,10 @@ class PrivacyAccountant(Callback):
         """Set by the server when the strategy chooses its noise from released outputs
         (``StrategyTraits.adaptive_noise``): the sentence then names the theorem that covers
         it."""
+        self.horizon: PlannedHorizon | None = None
+        """The rounds this run's accounting was priced for and why it depends on them (set by
+        the run's set-up, ``server/federation.py``; saved in the checkpoint, so that a resume
+        past a bound horizon is refused: ``privacy/horizon.py``)."""
         self._reset_caches()
 
     # -- incremental state -------------------------------------------------------------------
@@ -393,6 +398,7 @@ class PrivacyAccountant(Callback):
             "no_guarantee": self.no_guarantee,
             "rounds": self.rounds,
             "private_run": self.private_run,
+            "horizon": None if self.horizon is None else self.horizon.state(),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -432,6 +438,13 @@ class PrivacyAccountant(Callback):
         self.no_guarantee = state_dict["no_guarantee"]
         self.private_run = bool(state_dict.get("private_run", True))
         self.rounds = int(state_dict["rounds"])
+        saved = PlannedHorizon.from_state(state_dict.get("horizon"))
+        if self.horizon is not None:  # the resumed run's plan, set up before the load
+            problem = horizon_problem(saved, self.horizon.rounds, path="the checkpoint")
+            if problem:
+                raise ValueError(problem)
+        if saved is not None and saved.reason is not None:
+            self.horizon = saved  # the bound stays the one the run was priced for
         self._reset_caches()
 
 

@@ -199,10 +199,13 @@ def brute_force_sensitivity(c: np.ndarray, k: int, b: int) -> float:
 # -- streaming noise ------------------------------------------------------------------------
 class StreamingNoise:
     """The per-round noise w_t of a factorisation, drawn from generators keyed by the run's
-    seed, in units of the noise std (multiply by σ·clip). ``state_dict`` restores it exactly
-    mid-run."""
+    noise seed, in units of the noise std (multiply by σ·clip). ``state_dict`` restores it
+    exactly mid-run; the seed is not part of it: a strategy binds it from the round
+    (``RoundContext.seed``: in ``privacy.secure_mode`` the run's secret, never the configured
+    seed) with :meth:`bind` before the first draw, a resumed run from its checkpoint's secret.
+    """
 
-    def __init__(self, kind: str, *, seed: int, bands: int = 1) -> None:
+    def __init__(self, kind: str, *, seed: int | None = None, bands: int = 1) -> None:
         if kind not in FACTORIZATIONS:
             raise ValueError(
                 f"strategy.factorization: unknown {kind!r}; choose from {FACTORIZATIONS}"
@@ -214,7 +217,16 @@ class StreamingNoise:
         """bsr: w_{t−1}, w_{t−2}, … (at most p − 1, newest first)."""
         self.next_round = 0
 
+    def bind(self, seed: int) -> None:
+        """Keys the draws by ``seed`` (the round's noise seed); refuses a second, other seed
+        (the stream's noise would mix two keys)."""
+        if self.seed is not None and self.seed != seed:
+            raise RuntimeError("matrix mechanism: the noise stream is bound to another seed")
+        self.seed = seed
+
     def _z(self, d: int, *keys: int | str, device: torch.device) -> torch.Tensor:
+        if self.seed is None:
+            raise RuntimeError("matrix mechanism: no noise seed bound before the first draw")
         g = generator_for(self.seed, *keys, "matrix_mechanism", device=device)
         return torch.randn(d, generator=g, device=device, dtype=torch.float32)
 

@@ -1,7 +1,10 @@
 """What a run's ε covers and what it assumes: the seed clause of the one-line guarantee and the
 run's ``privacy_statement.md`` (in the spirit of TF-Privacy's ``compute_dp_sgd_privacy_statement``).
 
-The statement is generated from ``privacy_ledger.json`` (the events behind the printed ε) and a
+The statement opens with its plain reading (:func:`plain_reading`: what an observer of
+everything released can learn about one unit, where ε sits on the scale of Ponomareva et al.
+2023, Sec. 5.2, and what the run did not protect), then is generated from
+``privacy_ledger.json`` (the events behind the printed ε) and a
 few facts of the run (:class:`RunFacts`): the unit and adjacency, the sampling and whether the ε
 uses amplification by it, the accountant, δ against 1/N, what the run releases outside the
 guarantee, the seed caveat and each event's parameters. docs/privacy.md explains each section.
@@ -16,6 +19,19 @@ from typing import Any
 
 SIMULATION_CLAUSE = "simulation: noise and cohorts reproducible from the seed"
 """Appended to the guarantee of a run not in ``privacy.secure_mode``."""
+
+SCALE_SOURCE = (
+    'Ponomareva et al. 2023, "How to DP-fy ML: A Practical Guide to Machine Learning with '
+    'Differential Privacy", JAIR 77, Sec. 5.2'
+)
+"""Where the ε scale of the statement's opening comes from."""
+
+SCALE: tuple[tuple[float, str], ...] = (
+    (1.0, "strong (ε ≤ 1)"),
+    (10.0, "reasonable (1 < ε ≤ 10, typical of deployed models)"),
+    (math.inf, "weak (ε > 10: a bound on the loss, better than no guarantee, but weak)"),
+)
+"""The tiers of Ponomareva et al. 2023, Sec. 5.2 (upper end inclusive, words)."""
 
 NOT_COVERED: tuple[tuple[str, str], ...] = (
     ("`train/loss`", "the cohort's mean training loss, every round, without noise"),
@@ -40,6 +56,12 @@ NOT_COVERED: tuple[tuple[str, str], ...] = (
     ("`strategy/*`", "what the strategy reports about its own state, unless it says it is noised"),
 )
 """Logged by every run without noise: outside the guarantee (docs/privacy.md)."""
+
+WRITTEN_BY: dict[str, str] = {
+    "`client_times.csv`, `clients/seconds_*`": "client_times.csv",
+    "`label_histogram.csv`, `partition/*`": "label_histogram.csv",
+}
+"""The file a :data:`NOT_COVERED` entry needs: listed only when the run writes it."""
 
 _NO_CLAIM = ("none", "nothing released", "no release yet")
 
@@ -70,6 +92,8 @@ class RunFacts:
         epsilon: the headline ε printed.
         guarantee: the one-line guarantee printed.
         strategy: the strategy's class name.
+        files: the names of the files the run writes into its directory (None: unknown,
+            every :data:`NOT_COVERED` entry is listed).
     """
 
     num_clients: int
@@ -79,6 +103,7 @@ class RunFacts:
     epsilon: float
     guarantee: str
     strategy: str
+    files: tuple[str, ...] | None = None
 
 
 def _unit(ledger: dict[str, Any]) -> str:
@@ -222,15 +247,19 @@ def _events(unit: str, ledger: dict[str, Any]) -> list[str]:
 
 
 def _delta_line(delta: float, unit: str, facts: RunFacts) -> str:
+    if unit == "none":
+        return f"δ = {delta:g}: no guarantee, so nothing to read it against"
     n = facts.num_records if unit == "record" else facts.num_clients
     what = "records" if unit == "record" else "clients"
     if n <= 0:
         return f"δ = {delta:g}"
     verdict = (
-        "δ < 1/N, as it must be: a mechanism may fail with probability δ for each unit, "
-        f"so δ·N = {delta * n:.3g} is the expected number of units it may expose"
+        "δ < 1/N, as it must be: δ is the probability that the e^ε bound may fail for a "
+        "given unit (not a share of units exposed, so δ·N counts nothing), and publishing "
+        "one unit chosen at random in the clear is already (0, 1/N)-DP"
         if delta < 1.0 / n
-        else "δ ≥ 1/N: the guarantee permits exposing one unit outright; lower δ"
+        else "δ ≥ 1/N: the guarantee permits publishing one unit chosen at random in the "
+        "clear; lower δ"
     )
     return f"δ = {delta:g} against 1/N = 1/{n:,} {what} = {1.0 / n:.3g}: {verdict}"
 
@@ -253,6 +282,65 @@ def _seed_lines(secure_mode: bool) -> list[str]:
     ]
 
 
+def scale_tier(epsilon: float) -> str:
+    """The tier of ``epsilon`` on the scale of :data:`SCALE_SOURCE`."""
+    return next(words for top, words in SCALE if epsilon <= top)
+
+
+_WHO = {
+    "client": "a given client took part in training",
+    "record": "a given record (example) was in some client's training data",
+    "local": "a given client holds one dataset rather than another",
+}
+
+
+def _observer(unit: str, ledger: dict[str, Any]) -> str:
+    """What is bounded for one unit, in plain words (replace-one: which of two clients)."""
+    if unit == "client" and "replace-one" in _adjacency(unit, ledger):
+        return "a given client, rather than another, took part in training"
+    return _WHO[unit]
+
+
+def plain_reading(unit: str, ledger: dict[str, Any], facts: RunFacts, delta: float) -> str:
+    """The statement's opening: what an observer of everything released can learn about one
+    unit (Dwork & Roth 2014, Def. 2.4 read as odds: Pr[M(D) ∈ S] ≤ e^ε·Pr[M(D') ∈ S] + δ),
+    where ε sits on the published scale, and what the run did not protect."""
+    if unit == "none" or math.isinf(facts.epsilon):
+        reason = facts.guarantee.removeprefix("none: ")
+        return (
+            f"This run makes no privacy claim ({reason}): what it released can reveal anything "
+            "about any client."
+        )
+    eps = facts.epsilon
+    factor = f"{math.exp(eps):.3g}" if eps < 700 else "more than 10^300"
+    who = (
+        "Someone who sees every upload of a client"
+        if unit == "local"
+        else (
+            "Someone who sees everything this run released (every global model and the final one)"
+        )
+    )
+    seed = (
+        ""
+        if facts.secure_mode
+        else ", nor against anyone holding `config.yaml`, who can regenerate its noise"
+    )
+    return (
+        f"{who}, and knows everything else, can grow their odds that {_observer(unit, ledger)} "
+        f"by at most a factor e^ε = {factor} (ε = {eps:.3g}), except with probability at "
+        f"most δ = {delta:g}. On the scale of {SCALE_SOURCE} (ε ≤ 1 strong, ε ≤ 10 reasonable, "
+        f"ε > 10 weak), this ε is {scale_tier(eps)}. The run does not protect what it logs "
+        f"without noise (listed below){seed}."
+    )
+
+
+def _not_covered(facts: RunFacts) -> list[tuple[str, str]]:
+    """:data:`NOT_COVERED`, less the entries whose file the run does not write."""
+    if facts.files is None:
+        return list(NOT_COVERED)
+    return [(n, w) for n, w in NOT_COVERED if WRITTEN_BY.get(n, "") in ("", *facts.files)]
+
+
 def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
     """The markdown statement of one run (module docstring)."""
     unit = _unit(ledger)
@@ -267,6 +355,8 @@ def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
     eps = "∞" if math.isinf(facts.epsilon) else f"{facts.epsilon:.6g}"
     lines = [
         "# Privacy statement",
+        "",
+        plain_reading(unit, ledger, facts, delta),
         "",
         f"Strategy `{facts.strategy}`, {int(ledger.get('rounds', 0))} rounds. "
         f"ε = {eps} at δ = {delta:g}.",
@@ -288,12 +378,14 @@ def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
         "",
         "## What is released, and what the guarantee does not cover",
         "",
-        "Covered: the model the run releases (every round's global model and the final one) "
-        "and what is computed from it alone (test metrics on the server's own split).",
+        "Covered: nothing (no guarantee)."
+        if unit == "none"
+        else "Covered: the model the run releases (every round's global model and the final "
+        "one) and what is computed from it alone (test metrics on the server's own split).",
         "",
         "Not covered (logged without noise):",
         "",
-        *[f"- {name}: {why}" for name, why in NOT_COVERED],
+        *[f"- {name}: {why}" for name, why in _not_covered(facts)],
         "",
         "## Randomness",
         "",
@@ -316,9 +408,13 @@ def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
 
 __all__ = [
     "NOT_COVERED",
+    "SCALE",
+    "SCALE_SOURCE",
     "SIMULATION_CLAUSE",
     "RunFacts",
     "makes_claim",
+    "plain_reading",
     "privacy_statement",
+    "scale_tier",
     "with_seed_clause",
 ]

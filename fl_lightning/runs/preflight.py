@@ -61,8 +61,9 @@ _CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
 def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str | None:
     """Why ``ckpt_path`` cannot resume this run (one line naming the field), or None: missing,
-    unreadable, not a Lightning checkpoint, saved from another model, or already at
-    ``max_steps`` rounds (resuming would train nothing)."""
+    unreadable, not a Lightning checkpoint, saved from another model, planned for fewer rounds
+    than ``max_steps`` by a run whose accounting is bound to them (``privacy/horizon.py``), or
+    already at ``max_steps`` rounds (resuming would train nothing)."""
     import torch
 
     if path in _CKPT_ALIASES or "://" in path:
@@ -98,6 +99,12 @@ def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str |
             "does not); check client.net and the dataset"
         )
     done = int(ckpt.get("global_step", 0))
+    if max_steps is not None:
+        from fl_lightning.privacy.horizon import checkpoint_horizon, horizon_problem
+
+        beyond = horizon_problem(checkpoint_horizon(ckpt), max_steps, path=path)
+        if beyond:
+            return beyond
     if max_steps is not None and 0 < max_steps <= done:
         return (
             f"trainer.max_steps: {path} has already run {done} rounds, so max_steps "

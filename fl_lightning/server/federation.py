@@ -20,6 +20,7 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.module import ClientModule
 from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.horizon import PlannedHorizon
 from fl_lightning.privacy.population import large_delta, large_delta_note, large_delta_problem
 from fl_lightning.server.privacy_plan import (
     calibrate_client_noise,
@@ -78,7 +79,26 @@ def set_up_federation(
         privacy=target,
     )
     strategy.setup_federation(spec)
+    if accountant is not None:
+        accountant.horizon = planned_horizon(
+            strategy, spec, client_calibrated=local != client.training_config
+        )
     return local
+
+
+def planned_horizon(
+    strategy: Strategy, spec: FederationSpec, *, client_calibrated: bool
+) -> PlannedHorizon:
+    """The run's planned rounds and what of its accounting is bound to them: the strategy's
+    own (``StrategyTraits.horizon_bound``), a strategy σ calibrated over them
+    (``FederationSpec.calibrated``) or the clients' DP-SGD σ calibrated over them."""
+    reasons = [r for r in (strategy.traits.horizon_bound, *spec.calibrated) if r]
+    if client_calibrated:
+        reasons.append(
+            f"client.dp_sgd.noise_multiplier calibrated so that {spec.rounds} rounds spend "
+            f"ε = {spec.privacy.epsilon}"
+        )
+    return PlannedHorizon(spec.rounds, "; ".join(dict.fromkeys(reasons)) or None)
 
 
 def client_unit_level(strategy: Strategy) -> str | None:

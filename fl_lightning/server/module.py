@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -147,8 +148,10 @@ class FederatedModule(pl.LightningModule):
         return self._secret_seed
 
     def _draw_secret(self) -> None:
-        """Secure mode, a fresh run: rank 0's draw from the OS's entropy, for every rank. A
-        resumed run keeps the secret its checkpoint holds (``on_load_checkpoint``)."""
+        """Secure mode, a fresh run: rank 0's draw from the OS's entropy, for every rank, in
+        ``setup`` (before any callback's ``on_fit_start`` keys a generator by
+        :attr:`noise_seed`). A resumed run keeps the secret its checkpoint holds
+        (``on_load_checkpoint``, which Lightning calls after ``setup``, overwrites the draw)."""
         if self.secure_mode and self._secret_seed is None:
             self._secret_seed = int(self.trainer.strategy.broadcast(draw_secret_seed()))
 
@@ -191,6 +194,7 @@ class FederatedModule(pl.LightningModule):
             )
         refuse_trainer_precision(str(self.trainer.precision))
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
+            self._draw_secret()  # the one noise seed, before anything is keyed by it
             self._local = set_up_federation(
                 strategy=self.strategy,
                 client=self.client,
@@ -213,7 +217,6 @@ class FederatedModule(pl.LightningModule):
         from fl_lightning.callbacks import ClientHooks
 
         executor.hooks = ClientHooks(self.trainer, self)
-        self._draw_secret()
         self._round = FederatedRound(
             strategy=self.strategy,
             accountant=self.accountant,
@@ -343,14 +346,23 @@ class FederatedModule(pl.LightningModule):
         if self.trainer.is_global_zero:
             out = run_files_dir(log_dir)  # never the working directory Lightning fell back to
             write_run_files(summary, self.accountant, out, self.loggers)
-            statement = write_privacy_statement(self.accountant, self._run_facts(summary), out)
+            facts = self._run_facts(summary, out)
+            statement = write_privacy_statement(self.accountant, facts, out)
             line = summary_line(summary, final)
             if log_dir and out is None:
                 line = f"{line}; {NOT_WRITTEN}"
             print(f"{line}; details: {statement}" if statement else line, flush=True)
 
-    def _run_facts(self, summary: dict[str, Any]) -> RunFacts:
-        """What ``privacy_statement.md`` needs beyond the ledger."""
+    def _run_facts(self, summary: dict[str, Any], out: str | None) -> RunFacts:
+        """What ``privacy_statement.md`` needs beyond the ledger: among it the files the run
+        writes (those in ``out`` now, and ``client_times.csv`` when a ``ClientTimer`` will
+        write it at the end of fit)."""
+        from fl_lightning.callbacks import ClientTimer
+
+        files = {p.name for p in Path(out).iterdir()} if out and Path(out).is_dir() else set()
+        callbacks: list[Any] = getattr(self.trainer, "callbacks", [])
+        if any(isinstance(cb, ClientTimer) and cb.write_csv for cb in callbacks):
+            files.add("client_times.csv")
         acc = self.accountant
         return RunFacts(
             num_clients=int(self.data.num_clients),
@@ -360,4 +372,5 @@ class FederatedModule(pl.LightningModule):
             epsilon=float(summary.get("privacy/epsilon", float("inf"))),
             guarantee=str(summary.get("privacy/guarantee", "none: no accountant")),
             strategy=type(self.strategy).__name__,
+            files=tuple(sorted(files)),
         )

@@ -101,12 +101,18 @@ class StrategyTraits:
             before training). Composing such steps needs a fully adaptive composition theorem:
             the server then refuses accountants without one (only RDP has it, as a Rényi filter
             per order, Feldman & Zrnic 2021) and the guarantee says so (docs/privacy.md).
+        horizon_bound: what of its accounting is fixed for the planned rounds
+            (``FederationSpec.rounds``), in a clause of the refusal to resume past them
+            (``privacy/horizon.py``: DP-FTRL's whole-run event, a budget scheduled over E
+            rounds, σ fixed from T); None when every round is priced on its own, so the run may
+            be resumed with a larger ``trainer.max_steps``.
     """
 
     private: bool = False
     amplified_by_sampling: bool = False
     distributed_problem: str | None = None
     adaptive_noise: str | None = None
+    horizon_bound: str | None = None
 
 
 def client_weight(update: ClientUpdate, weighting: Weighting) -> float:
@@ -191,11 +197,17 @@ class Strategy(Callback):
     def traits(self) -> StrategyTraits:
         """What the server reads from the strategy before round 0: private when ``local_dp``
         privatises uploads or ``central_dp`` the release; amplified by sampling with
-        ``central_dp``; shardable. A subclass overrides it with
-        ``dataclasses.replace(super().traits, ...)``."""
+        ``central_dp``; shardable; bound to the planned rounds when the upload or central
+        mechanism says so (its ``horizon_bound`` attribute, when it has one). A subclass
+        overrides it with ``dataclasses.replace(super().traits, ...)``."""
         local = self.local_dp is not None and self.local_dp.private
         central = self.central_dp is not None
-        return StrategyTraits(private=local or central, amplified_by_sampling=central)
+        bounds = [getattr(part, "horizon_bound", None) for part in (self.local_dp, self.central_dp)]
+        return StrategyTraits(
+            private=local or central,
+            amplified_by_sampling=central,
+            horizon_bound=next((str(b) for b in bounds if b), None),
+        )
 
     # -- client side -------------------------------------------------------------------------
     def select_clients(self, ctx: RoundContext) -> list[int]:

@@ -196,6 +196,26 @@ class BudgetedUploads(UploadPrivacy):
             self.rounds = int(self.horizon or ctx.total_rounds)
             self.rate = float(ctx.sample_rate)
 
+    @property
+    def horizon_bound(self) -> str | None:
+        """The budget schedule's dependence on the planned horizon E (``strategy.rounds``
+        unset): a reason when a round's per-upload budget of a run of E rounds differs from
+        that of a run of E + 1 rounds (Eq. 6's factor, Eq. 10's ε/(q·E)), else None."""
+        if self.horizon is not None or not self.budgeted or not self.rounds:
+            return None
+        planned = self.planned_budgets()
+        self.rounds += 1
+        try:
+            longer = self.planned_budgets()[: len(planned)]
+        finally:
+            self.rounds -= 1
+        if longer == planned:
+            return None
+        return (
+            f"the per-upload budgets are scheduled over E = {self.rounds} planned rounds, "
+            "strategy.rounds unset"
+        )
+
     def planned_budgets(self) -> list[float]:
         """The per-upload budget of a client dispatched in each round 0..E−1 (before
         per-client adjustments)."""

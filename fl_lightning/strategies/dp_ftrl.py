@@ -15,7 +15,10 @@ separation is refused. Privacy: the whole run is one Gaussian mechanism with mul
 σ/Δ, where Δ is the largest ‖C·u‖ over those participation patterns
 (:func:`~fl_lightning.privacy.matrix_mechanism.min_sep_sensitivity`), add/remove one client
 (zero-out); no amplification is claimed, so the ε holds for any cohort the schedule draws. The
-event is charged in full before round 0 (the ε reported mid-run is the whole run's).
+event is charged in full before round 0 (the ε reported mid-run is the whole run's), so a
+resume to more rounds than planned is refused (``StrategyTraits.horizon_bound``,
+``privacy/horizon.py``). The noise is keyed by the round's noise seed, the run's secret in
+``privacy.secure_mode``.
 """
 
 from __future__ import annotations
@@ -88,7 +91,15 @@ class DPFTRL(Strategy):
 
     @property
     def traits(self) -> StrategyTraits:
-        return replace(super().traits, private=True, amplified_by_sampling=False)
+        return replace(
+            super().traits,
+            private=True,
+            amplified_by_sampling=False,
+            horizon_bound=(  # the whole run is one Gaussian event of Δ over the planned rounds
+                "DP-FTRL charges the whole planned run, its matrix factorisation and "
+                "sensitivity over those rounds, once at round 0"
+            ),
+        )
 
     # -- setup -------------------------------------------------------------------------------
     def setup_federation(self, spec: FederationSpec) -> None:
@@ -123,7 +134,7 @@ class DPFTRL(Strategy):
             self.noise_multiplier = mult * delta_c
         bands = self.bands if self.factorization == "bsr" else 1
         state = self.noise.state_dict() if self.noise is not None else None
-        self.noise = StreamingNoise(self.factorization, seed=spec.seed, bands=bands)
+        self.noise = StreamingNoise(self.factorization, bands=bands)  # keyed in finalize
         if state is not None:
             self.noise.load_state_dict(state)
 
@@ -166,9 +177,11 @@ class DPFTRL(Strategy):
     def finalize(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, Metrics]:
-        """(x_t + σC·w_t)/m: w_t from generators keyed by the run's seed (identical on every
-        rank), m the fixed cohort size."""
+        """(x_t + σC·w_t)/m: w_t from generators keyed by the round's noise seed
+        (``ctx.seed``: the run's secret in ``privacy.secure_mode``, never ``spec.seed``;
+        identical on every rank), m the fixed cohort size."""
         assert self.noise is not None and self.noise_multiplier is not None
+        self.noise.bind(ctx.seed)
         w = self.noise.next(ctx.round_idx, reduced.numel(), reduced.device)
         noisy = reduced + w.to(reduced.dtype) * (self.noise_multiplier * self.clip_norm)
         return noisy.div_(self.cohort_size), {}
@@ -192,9 +205,7 @@ class DPFTRL(Strategy):
         if "noise" in state_dict:
             if self.noise is None:
                 self.noise = StreamingNoise(
-                    self.factorization,
-                    seed=self.seed,
-                    bands=self.bands if self.factorization == "bsr" else 1,
+                    self.factorization, bands=self.bands if self.factorization == "bsr" else 1
                 )
             self.noise.load_state_dict(state_dict["noise"])
 

@@ -90,7 +90,10 @@ class FederationSpec:
         layer_slices: each trainable parameter's slice of the flat vector, in order.
         server: the server optimizer.
         rounds: the planned number of rounds (the Trainer's ``max_steps``).
-        seed: the run's seed (every generator is keyed by it).
+        seed: the configured seed (``seed_everything``, public: it is in ``config.yaml``), for
+            public choices only (ADP-FL's validation subset). Never key privacy noise or a
+            cohort by it: those take ``RoundContext.seed``, the run's secret in
+            ``privacy.secure_mode`` (``fl_lightning/testing/secrecy.py`` checks every strategy).
         has_validation_split: whether the server holds a validation split.
         global_model: the global model, updated in place by the server after every round
             (read it, never write it), for strategies that evaluate it (ADP-FL's λ).
@@ -111,6 +114,9 @@ class FederationSpec:
     global_model: torch.nn.Module | None = field(default=None, compare=False, repr=False)
     client_data: ClientData | None = field(default=None, compare=False, repr=False)
     privacy: PrivacyTarget = field(default_factory=PrivacyTarget)
+    calibrated: list[str] = field(default_factory=list, compare=False, repr=False)
+    """What :meth:`cohort_noise_multiplier` calibrated over ``rounds`` (appended as it does):
+    the run's accounting is then bound to its planned horizon (``privacy/horizon.py``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layer_slices", MappingProxyType(dict(self.layer_slices)))
@@ -135,6 +141,7 @@ class FederationSpec:
         if sigma is not None:
             return sigma
         target = self.privacy.epsilon if target_epsilon is None else target_epsilon
+        self.calibrated.append(f"σ calibrated so that {self.rounds} rounds spend ε = {target}")
         rounds = [SampledGaussian.for_cohort(1.0, self.sampling, self.rounds)]
         return calibrate_noise_multiplier(
             [rounds],

@@ -50,6 +50,7 @@ from fl_lightning.server.sampling import CohortSampler
 from fl_lightning.server.settings import ServerSettings
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.utils.flat import flatten_into, trainable_parameters
+from fl_lightning.utils.rng import draw_secret_seed
 
 ReductionMode = Literal["declared", "gather", "sum"]
 
@@ -104,7 +105,9 @@ class Simulation:
         privacy: the accountant; None runs without accounting.
         clients_per_round, client_rate, sampling, server_optimizer, server_lr,
         server_momentum, executor, seed: as ``FederatedModule`` takes them
-            (``clients_per_round`` defaults to every client).
+            (``clients_per_round`` defaults to every client). With ``privacy.secure_mode`` the
+            rounds are keyed, as the module keys them, by a secret drawn from the OS's entropy
+            (:attr:`noise_seed`, kept only in :meth:`state_dict`), ``seed`` only by the set-up.
         reduction: ``"declared"`` (the strategy's own ``reduction``, as a run does), ``"gather"``
             (``aggregate`` of the list of every update) or ``"sum"`` (``partial_aggregate`` on
             each of ``processes`` emulated ranks, added, then ``finalize``).
@@ -179,6 +182,9 @@ class Simulation:
         declare_private_run(
             privacy, strategy, uses_dp_sgd=client.training_config.dp_sgd is not None
         )
+        self.secure_mode = privacy is not None and privacy.secure_mode
+        self.noise_seed = draw_secret_seed() if self.secure_mode else seed
+        """The first key of every noise, cohort and batch generator of the rounds."""
         self.optimizer = self.settings.optimizer(trainable_parameters(self.global_net))
         self.round = FederatedRound(
             strategy=strategy,
@@ -190,7 +196,7 @@ class Simulation:
             data=data,
             local=self.local,
             global_net=self.global_net,
-            seed=seed,
+            seed=self.noise_seed,
             device=self.device,
             reduce=_reducer(reduction, processes),
         )
@@ -278,6 +284,7 @@ class Simulation:
                 "strategy": self.strategy.state_dict(),
                 "accountant": None if self.accountant is None else self.accountant.state_dict(),
                 "rounds_completed": self.rounds_completed,
+                "noise_seed": self.noise_seed,  # a secret in secure mode, as in a checkpoint
             }
         )
 
@@ -290,6 +297,7 @@ class Simulation:
         if self.accountant is not None:
             self.accountant.load_state_dict(state["accountant"])
         self.rounds_completed = int(state["rounds_completed"])
+        self.noise_seed = self.round.seed = int(state.get("noise_seed", self.noise_seed))
 
 
 def simulate(

@@ -68,3 +68,33 @@ def test_inserted_canaries_take_part_as_a_client_of_the_schedule_would():
     assert abs(counts / (200 * audit.inserted.sum()) - 0.3) < 0.05
     u = audit.direction(3, 1000)
     assert float(u.norm()) == pytest.approx(1.0) and torch.equal(u, audit.direction(3, 1000))
+
+
+def test_the_adjacency_probed_is_named_when_it_is_not_the_guarantees():
+    from fl_lightning.attacks.canaries import probed_adjacency
+
+    assert probed_adjacency(CohortSampling("poisson", 0.3, 100)) == (
+        "add/remove one client", "add/remove one client")  # fmt: skip
+    assert probed_adjacency(CohortSampling("cyclic", 0.5, 20))[0] == "add/remove one client"
+    assert probed_adjacency(CohortSampling("fixed", 1.0, 20))[1] == "add/remove one client"
+    probed, claimed = probed_adjacency(CohortSampling("fixed", 0.3, 100))
+    assert claimed == "replace-one client" and probed.startswith("add/remove one client (")
+
+
+def test_a_fixed_size_audit_says_which_adjacency_it_probes(tmp_path, capsys):
+    code = audit_main(
+        [
+            "--config", str(REPO / "configs" / "experiment" / "quickstart.yaml"),
+            "--attack", "canaries", "--num-canaries", "20", "--model.sampling", "fixed",
+            "--out", str(tmp_path), "--trainer.max_steps=2",
+            f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    entry = json.loads((tmp_path / "audit.json").read_text())["attacks"]["canaries"]
+    assert entry["adjacency_claimed"] == "replace-one client"
+    assert entry["adjacency_probed"].startswith("add/remove one client")
+    assert "adjacency probed: add/remove one client" in entry["sentence"]
+    assert "not the guarantee's replace-one client" in out

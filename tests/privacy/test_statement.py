@@ -77,3 +77,54 @@ def test_seed_clause_only_on_claims_and_only_in_simulation():
     acc = PrivacyAccountant("rdp", 1e-5, secure_mode=True)
     acc.record(RoundPrivacy(client_level=[SampledGaussian(1.5, 0.5, 1, 0)]))
     assert SIMULATION_CLAUSE not in acc.report()["privacy/guarantee"]
+
+
+def test_the_statement_opens_with_the_plain_reading_and_the_scale():
+    from fl_lightning.privacy.statement import SCALE_SOURCE, scale_tier
+
+    acc = PrivacyAccountant("rdp", 1e-5)
+    acc.record(RoundPrivacy(client_level=[SampledGaussian(1.5, 0.5, 1, 0)]))
+    text = privacy_statement(_ledger(acc), _facts(acc))
+    opening = text.split("\n\n")[1]
+    eps = acc.report()["privacy/epsilon"]
+    assert opening.startswith("Someone who sees everything this run released")
+    assert "odds that a given client took part in training by at most a factor e^ε" in opening
+    assert f"except with probability at most δ = 1e-05. On the scale of {SCALE_SOURCE}" in opening
+    assert f"this ε is {scale_tier(eps)}" in opening and "nor against anyone holding" in opening
+    assert opening.count("\n") == 0 and opening.endswith("who can regenerate its noise.")
+    assert scale_tier(1.0).startswith("strong") and scale_tier(1.01).startswith("reasonable")
+    assert scale_tier(10.0).startswith("reasonable") and scale_tier(35.8).startswith("weak")
+    fixed = PrivacyAccountant("rdp", 1e-5, secure_mode=True)
+    fixed.record(RoundPrivacy(client_level=[SampledGaussian(1.5, 0.25, 1, 40)]))
+    text = privacy_statement(_ledger(fixed), _facts(fixed, secure=True))
+    assert "a given client, rather than another, took part" in text
+    assert "nor against anyone holding" not in text
+
+
+def test_delta_is_not_read_as_an_expected_count():
+    acc = PrivacyAccountant("rdp", 1e-5)
+    acc.record(RoundPrivacy(client_level=[SampledGaussian(1.5, 0.5, 1, 0)]))
+    text = privacy_statement(_ledger(acc), _facts(acc))
+    assert "expected number" not in text and "δ·N counts nothing" in text
+    assert "the probability that the e^ε bound may fail for a given unit" in text
+
+
+def test_only_files_the_run_writes_are_listed():
+    acc = PrivacyAccountant("rdp", 1e-5)
+    acc.record(RoundPrivacy(client_level=[SampledGaussian(1.5, 0.5, 1, 0)]))
+    without = _facts(acc).__class__(**{**_facts(acc).__dict__, "files": ("label_histogram.csv",)})
+    text = privacy_statement(_ledger(acc), without)
+    assert "client_times.csv" not in text and "label_histogram.csv" in text
+    timed = without.__class__(**{**without.__dict__, "files": ("client_times.csv",)})
+    text = privacy_statement(_ledger(acc), timed)
+    assert "client_times.csv" in text and "label_histogram.csv" not in text
+
+
+def test_a_run_without_a_guarantee_claims_nothing():
+    acc = PrivacyAccountant("rdp", 1e-5)
+    acc.private_run = False
+    acc.not_private_reason = "FedAvg uploads and aggregates updates without noise"
+    acc.record(RoundPrivacy())
+    text = privacy_statement(_ledger(acc), _facts(acc))
+    assert "This run makes no privacy claim (not private" in text
+    assert "e^ε" not in text.split("\n\n")[1] and "Covered: nothing" in text
