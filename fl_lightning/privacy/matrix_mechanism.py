@@ -20,8 +20,21 @@ The noise the training loop adds to round t's sum is the increment w_t of the pr
   the DP-FTRL of Kairouz, McMahan, Song, Thakkar, Thakurta, Xu 2021, Alg. 1 with its
   ``GetSum``): C has one row per complete dyadic node, B sums the nodes of the dyadic
   decomposition of [0, t), so the prefix noise at t has variance popcount(t)·σ² (Kairouz et
-  al. 2021, Sec. 3; the plain estimator, not Honaker's). Node noises are drawn from generators
-  keyed by (seed, level, index), so w_t needs O(log T) vectors and no state.
+  al. 2021, Sec. 3) with the plain estimator (``tree_estimator: plain``). Node noises are drawn
+  from generators keyed by (seed, level, index), so w_t needs O(log T) vectors and no state.
+  The default estimator is Honaker's (Honaker 2015, "Efficient use of differentially private
+  binary trees", Sec. 3, the bottom-up pass; the online form of Kairouz et al. 2021, App. B.1):
+  the prefix [0, t) is estimated from every node completed by t, not only its dyadic
+  decomposition. Those nodes are the perfect subtrees under the decomposition's nodes, so the
+  least-squares estimate is, per decomposition node of height h, ẑ_h = v_h·z + (1 − v_h)·(ẑ_left
+  + ẑ_right) with v_0 = 1, v_h = 1/(1 + 1/(2·v_{h−1})) its variance (inverse-variance weighting
+  of the node's own value and its children's estimates): variance Σ v_h ≤ popcount(t), tending to
+  half of it. C (and so Δ) is unchanged, B = the least-squares estimator (tested against a
+  brute-force least squares); the stream keeps the estimates of the current decomposition,
+  O(log T·d), checkpointed.
+* ``banded`` / ``blt``: Toeplitz factorisations optimised for the run
+  (:mod:`~fl_lightning.privacy.banded_mf`, :mod:`~fl_lightning.privacy.blt`), streamed from
+  their coefficients.
 * ``identity``: C = I, B = A: independent noise every round, DP-SGD/DP-FedAvg without
   amplification (the baseline the factorisations improve on).
 """
@@ -39,8 +52,26 @@ import torch
 from fl_lightning.privacy.events import SampledGaussian
 from fl_lightning.utils.rng import generator_for
 
-Factorization = Literal["bsr", "tree", "identity"]
-FACTORIZATIONS: tuple[str, ...] = ("bsr", "tree", "identity")
+Factorization = Literal["bsr", "tree", "identity", "banded", "blt"]
+FACTORIZATIONS: tuple[str, ...] = ("bsr", "tree", "identity", "banded", "blt")
+TREE_ESTIMATORS: tuple[str, ...] = ("honaker", "plain")
+TOEPLITZ: tuple[str, ...] = ("bsr", "banded", "blt")
+
+
+def check_tree_estimator(estimator: str) -> None:
+    if estimator not in TREE_ESTIMATORS:
+        raise ValueError(
+            f"strategy.tree_estimator: unknown {estimator!r}; choose from {TREE_ESTIMATORS}"
+        )
+
+
+def honaker_variances(levels: int) -> list[float]:
+    """v_0 … v_{levels−1}: the variance (units of σ²) of Honaker's estimate of a node of height h
+    from its perfect subtree, v_0 = 1, v_h = 1/(1 + 1/(2·v_{h−1})) (Honaker 2015, Sec. 3)."""
+    v = [1.0]
+    for _ in range(1, levels):
+        v.append(1.0 / (1.0 + 1.0 / (2.0 * v[-1])))
+    return v[:levels]
 
 
 # -- matrices -------------------------------------------------------------------------------
@@ -82,12 +113,27 @@ def dyadic_decomposition(t: int) -> list[tuple[int, int]]:
     return [(level, (t >> level) - 1) for level in range(t.bit_length()) if t >> level & 1]
 
 
-def factorization(kind: str, n: int, *, bands: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def factorization(
+    kind: str,
+    n: int,
+    *,
+    bands: int | None = None,
+    estimator: str = "honaker",
+    coefficients: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(B, C) with B·C = A for ``n`` rounds (dense; for tests, sensitivities and docs).
 
-    ``bsr`` needs ``bands`` (p ≥ 1; p ≥ n is the full square root of Kalinin & Lampert).
+    ``bsr`` needs ``bands`` (p ≥ 1; p ≥ n is the full square root of Kalinin & Lampert);
+    ``tree`` takes ``estimator`` (``honaker`` or ``plain``); ``banded`` and ``blt`` need their
+    Toeplitz ``coefficients`` (c_0 … from :func:`~fl_lightning.privacy.banded_mf.optimise_banded`
+    or :func:`~fl_lightning.privacy.blt.blt_coefficients`).
     """
     a = prefix_sum_matrix(n)
+    if kind in ("banded", "blt"):
+        if coefficients is None:
+            raise ValueError(f"strategy.factorization: {kind!r} needs its coefficients")
+        c = toeplitz_lower(np.asarray(coefficients, dtype=float), n)
+        return a @ np.linalg.inv(c), c
     if kind == "identity":
         return a, np.eye(n)
     if kind == "bsr":
@@ -103,10 +149,25 @@ def factorization(kind: str, n: int, *, bands: int | None = None) -> tuple[np.nd
         c = np.zeros((len(nodes), n))
         for r, (level, i) in enumerate(nodes):
             c[r, i << level : (i + 1) << level] = 1.0
+        check_tree_estimator(estimator)
         b = np.zeros((n, len(nodes)))
+        if estimator == "plain":
+            for t in range(n):
+                for node in dyadic_decomposition(t + 1):
+                    b[t, row[node]] = 1.0
+            return b, c
+        v = honaker_variances(n.bit_length())
+        estimate: dict[tuple[int, int], np.ndarray] = {}  # node → its weights on the node values
+        for level, i in nodes:  # children before parents
+            own = np.zeros(len(nodes))
+            own[row[(level, i)]] = 1.0
+            if level == 0:
+                estimate[(level, i)] = own
+            else:
+                children = estimate[(level - 1, 2 * i)] + estimate[(level - 1, 2 * i + 1)]
+                estimate[(level, i)] = v[level] * own + (1.0 - v[level]) * children
         for t in range(n):
-            for node in dyadic_decomposition(t + 1):
-                b[t, row[node]] = 1.0
+            b[t] = sum((estimate[node] for node in dyadic_decomposition(t + 1)), np.zeros(len(nodes)))
         return b, c
     raise ValueError(f"strategy.factorization: unknown {kind!r}; choose from {FACTORIZATIONS}")
 
@@ -203,18 +264,45 @@ class StreamingNoise:
     exactly mid-run; the seed is not part of it: a strategy binds it from the round
     (``RoundContext.seed``: in ``privacy.secure_mode`` the run's secret, never the configured
     seed) with :meth:`bind` before the first draw, a resumed run from its checkpoint's secret.
+
+    ``bsr`` takes ``bands``; ``banded`` its Toeplitz ``coefficients`` (c_0 = 1); ``blt`` its
+    ``theta`` and ``omega``; ``tree`` its ``estimator``.
     """
 
-    def __init__(self, kind: str, *, seed: int | None = None, bands: int = 1) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        seed: int | None = None,
+        bands: int = 1,
+        estimator: str = "honaker",
+        coefficients: np.ndarray | None = None,
+        theta: np.ndarray | None = None,
+        omega: np.ndarray | None = None,
+    ) -> None:
         if kind not in FACTORIZATIONS:
             raise ValueError(
                 f"strategy.factorization: unknown {kind!r}; choose from {FACTORIZATIONS}"
             )
+        check_tree_estimator(estimator)
         self.kind = kind
         self.seed = seed
-        self.coefficients = torch.tensor(sqrt_coefficients(bands), dtype=torch.float64)
+        self.estimator = estimator
+        if kind == "banded":
+            if coefficients is None:
+                raise ValueError("strategy.factorization: 'banded' needs its coefficients")
+            self.coefficients = torch.tensor(np.asarray(coefficients, dtype=float))
+        else:
+            self.coefficients = torch.tensor(sqrt_coefficients(bands), dtype=torch.float64)
+        if kind == "blt" and (theta is None or omega is None):
+            raise ValueError("strategy.factorization: 'blt' needs its theta and omega")
+        self.theta = torch.tensor(np.asarray(theta if theta is not None else [], dtype=float))
+        self.omega = torch.tensor(np.asarray(omega if omega is not None else [], dtype=float))
         self.history: list[torch.Tensor] = []
-        """bsr: w_{t−1}, w_{t−2}, … (at most p − 1, newest first)."""
+        """bsr/banded: w_{t−1}, w_{t−2}, … (at most p − 1, newest first); blt: the buffers
+        S_{i,t}; tree (Honaker): the estimates ẑ of the decomposition of [0, t), oldest first."""
+        self.levels: list[int] = []
+        """tree (Honaker): the heights of the nodes in ``history``."""
         self.next_round = 0
 
     def bind(self, seed: int) -> None:
@@ -237,6 +325,27 @@ class StreamingNoise:
             out += self._z(d, "tree", level, i, device=device)
         return out
 
+    def _honaker(self, round_idx: int, d: int, device: torch.device) -> torch.Tensor:
+        """Leaf ``round_idx`` completes, then every ancestor it completes (a binary counter):
+        each new node's estimate combines its own noise with its children's (module
+        docstring); w_t is the change of the summed estimates."""
+        before = sum((h.to(device) for h in self.history), torch.zeros(d, device=device,
+                                                                        dtype=torch.float64))
+        node = self._z(d, "tree", 0, round_idx, device=device).double()
+        level, index = 0, round_idx
+        v = honaker_variances(round_idx.bit_length() + 2)
+        while self.levels and self.levels[-1] == level:  # the left sibling is complete
+            left = self.history.pop().to(device)
+            self.levels.pop()
+            level, index = level + 1, index >> 1
+            own = self._z(d, "tree", level, index, device=device).double()
+            node = v[level] * own + (1.0 - v[level]) * (left + node)
+        self.history.append(node)
+        self.levels.append(level)
+        after = sum((h.to(device) for h in self.history), torch.zeros(d, device=device,
+                                                                       dtype=torch.float64))
+        return (after - before).float()
+
     def next(self, round_idx: int, d: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """w_t for round ``round_idx`` (called once per round, in order)."""
         device = torch.device(device)
@@ -249,10 +358,24 @@ class StreamingNoise:
         if self.kind == "identity":
             return self._z(d, "z", round_idx, device=device)
         if self.kind == "tree":
+            if self.estimator == "honaker":
+                return self._honaker(round_idx, d, device)
             return self._prefix(round_idx + 1, d, device) - self._prefix(round_idx, d, device)
         w = self._z(d, "z", round_idx, device=device).double()
+        if self.kind == "blt":  # w_t = z_t − Σ ω_i S_i; S_i ← θ_i S_i + w_t
+            buffers = [h.to(device) for h in self.history] or [
+                torch.zeros(d, device=device, dtype=torch.float64) for _ in self.theta
+            ]
+            for omega, s in zip(self.omega.tolist(), buffers, strict=True):
+                w -= omega * s
+            self.history = [
+                theta * s + w for theta, s in zip(self.theta.tolist(), buffers, strict=True)
+            ]
+            return w.float()
+        c0 = float(self.coefficients[0])
         for c, past in zip(self.coefficients[1:].tolist(), self.history, strict=False):
             w -= c * past.to(device)
+        w /= c0
         keep = len(self.coefficients) - 1
         self.history = [w, *self.history][:keep]
         return w.float()
@@ -261,21 +384,28 @@ class StreamingNoise:
         return {
             "next_round": self.next_round,
             "history": [h.cpu() for h in self.history],
+            "levels": list(self.levels),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.next_round = int(state["next_round"])
         self.history = [torch.as_tensor(h, dtype=torch.float64) for h in state["history"]]
+        self.levels = [int(level) for level in state.get("levels", [])]
 
 
-def noise_std_per_round(kind: str, n: int, *, bands: int | None = None) -> np.ndarray:
+def noise_std_per_round(
+    kind: str, n: int, *, bands: int | None = None, estimator: str = "honaker"
+) -> np.ndarray:
     """Std of the prefix-sum noise at each round, in units of σ (√diag(B·Bᵀ))."""
-    b, _ = factorization(kind, n, bands=bands)
+    b, _ = factorization(kind, n, bands=bands, estimator=estimator)
     return np.sqrt(np.sum(b * b, axis=1))
 
 
 __all__ = [
     "FACTORIZATIONS",
+    "TREE_ESTIMATORS",
+    "check_tree_estimator",
+    "honaker_variances",
     "StreamingNoise",
     "brute_force_sensitivity",
     "count_patterns",

@@ -30,22 +30,44 @@ from typing import Any
 
 import torch
 
+import numpy as np
+
 from fl_lightning.privacy.analysis import calibrate_repeated_gaussian
+from fl_lightning.privacy.banded_mf import optimise_banded
+from fl_lightning.privacy.blt import blt_coefficients, optimise_blt
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.matrix_mechanism import (
     FACTORIZATIONS,
     StreamingNoise,
+    check_tree_estimator,
     factorization,
     min_sep_sensitivity,
     whole_run_event,
 )
+from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_sensitivity
 from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
 
-NAMES = {"bsr": "BSR", "tree": "tree aggregation", "identity": "independent noise, C = I"}
+NAMES = {
+    "bsr": "BSR",
+    "tree": "tree aggregation",
+    "identity": "independent noise, C = I",
+    "banded": "optimised banded Toeplitz",
+    "blt": "BLT",
+}
+CHOICES: tuple[str, ...] = (*FACTORIZATIONS, "auto")
+
+
+def auto_factorization(rounds: int, participations: int, separation: int) -> str:
+    """``factorization: auto``: the optimised banded Toeplitz factorisation, whose loss
+    (RMSE at equal ε) was the lowest or within 0.1% of the lowest of every factorisation here in
+    the table of docs/privacy.md (``benchmarks/mf_loss_table.py``: n ∈ {64, 256, 1024}, k ∈
+    {1, 4, 16}, b = n/k), and which streams with p − 1 ≤ b − 1 vectors."""
+    del rounds, participations, separation
+    return "banded"
 
 
 class DPFTRL(Strategy):
@@ -55,10 +77,17 @@ class DPFTRL(Strategy):
         clip_norm: C, the L2 bound on each client's delta.
         noise_multiplier: σ, std of each entry of z in units of C (the noise is B·z). ``None``:
             calibrated so that the run's one Gaussian event spends ``privacy.target_epsilon``.
-        factorization: ``bsr`` (banded square root), ``tree`` (binary-tree aggregation) or
-            ``identity`` (independent noise each round).
-        bands: p of ``bsr`` (None: the participation separation b, Kalinin & Lampert's choice,
-            under which the columns a client touches never overlap).
+        factorization: ``bsr`` (banded square root), ``banded`` (banded Toeplitz optimised for
+            the run), ``blt`` (buffered linear Toeplitz, optimised for the run), ``tree``
+            (binary-tree aggregation), ``identity`` (independent noise each round) or ``auto``
+            (:func:`auto_factorization`).
+        bands: p of ``bsr`` and ``banded`` (None: the participation separation b, Kalinin &
+            Lampert's choice, under which the columns a client touches never overlap).
+        tree_estimator: ``honaker`` (Honaker 2015, variance-optimal) or ``plain`` (the dyadic
+            decomposition's nodes only, Kairouz et al. 2021).
+        error: what ``banded`` and ``blt`` minimise with Δ²: the ``mean`` or the ``max`` over
+            rounds of the squared prefix-sum error.
+        buffers: the number of buffers of ``blt`` (its streaming state: buffers·d floats).
     """
 
     def __init__(
@@ -68,16 +97,30 @@ class DPFTRL(Strategy):
         noise_multiplier: float | None = 1.0,
         factorization: str = "bsr",
         bands: int | None = None,
+        tree_estimator: str = "honaker",
+        error: str = "mean",
+        buffers: int = 4,
     ) -> None:
         super().__init__(weighting="uniform")
         check_clip_norm(clip_norm)
         check_noise_multiplier(noise_multiplier)
-        if factorization not in FACTORIZATIONS:
+        if factorization not in CHOICES:
             raise ValueError(
-                f"strategy.factorization: unknown {factorization!r}; choose from {FACTORIZATIONS}"
+                f"strategy.factorization: unknown {factorization!r}; choose from {CHOICES}"
             )
         if bands is not None and bands < 1:
             raise ValueError(f"strategy.bands: must be >= 1, got {bands}")
+        check_tree_estimator(tree_estimator)
+        check_error(error)
+        if isinstance(buffers, bool) or not isinstance(buffers, int) or buffers < 1:
+            raise ValueError(f"strategy.buffers: must be an integer >= 1, got {buffers!r}")
+        self.requested = factorization
+        self.tree_estimator = tree_estimator
+        self.error = error
+        self.buffers = buffers
+        self.coefficients: np.ndarray | None = None
+        """banded/blt: the Toeplitz coefficients optimised for the run (checkpointed)."""
+        self.blt_params: tuple[np.ndarray, np.ndarray] | None = None
         self.clip_norm = clip_norm
         self.noise_multiplier = noise_multiplier
         self.factorization = factorization
@@ -88,6 +131,7 @@ class DPFTRL(Strategy):
         self.sensitivity_exact = True
         self.cohort_size = 1
         self.noise: StreamingNoise | None = None
+        self._pending_noise: dict[str, Any] | None = None
 
     @property
     def traits(self) -> StrategyTraits:
@@ -119,10 +163,25 @@ class DPFTRL(Strategy):
         self.cohort_size = max(1, sampling.size)
         self.separation = sampling.separation
         self.participations = math.ceil(rounds / self.separation)
+        if self.requested == "auto":
+            self.factorization = auto_factorization(rounds, self.participations, self.separation)
         if self.bands is None:
             self.bands = min(self.separation, rounds)
-        _, c = factorization(self.factorization, rounds, bands=self.bands)
-        delta_c, exact = min_sep_sensitivity(c, self.participations, self.separation)
+        k, b = self.participations, self.separation
+        if self.factorization == "banded" and self.coefficients is None:
+            self.coefficients = optimise_banded(rounds, k, b, self.bands, error=self.error)
+        if self.factorization == "blt" and self.blt_params is None:
+            self.blt_params = optimise_blt(rounds, k, b, self.buffers, error=self.error)
+        if self.factorization == "blt":
+            assert self.blt_params is not None
+            self.coefficients = blt_coefficients(*self.blt_params, rounds)
+            # non-negative, non-increasing Toeplitz: the earliest pattern is worst (exact)
+            delta_c, exact = toeplitz_sensitivity(self.coefficients, rounds, k, b), True
+        else:
+            _, c = factorization(
+                self.factorization, rounds, bands=self.bands, coefficients=self.coefficients
+            )
+            delta_c, exact = min_sep_sensitivity(c, k, b)
         self.sensitivity, self.sensitivity_exact = delta_c, exact
         if self.noise_multiplier is None:
             mult = calibrate_repeated_gaussian(
@@ -132,11 +191,22 @@ class DPFTRL(Strategy):
                 accountant=spec.privacy.accountant,
             )
             self.noise_multiplier = mult * delta_c
-        bands = self.bands if self.factorization == "bsr" else 1
-        state = self.noise.state_dict() if self.noise is not None else None
-        self.noise = StreamingNoise(self.factorization, bands=bands)  # keyed in finalize
+        state = self.noise.state_dict() if self.noise is not None else self._pending_noise
+        self._pending_noise = None
+        self.noise = self._stream()  # keyed in finalize
         if state is not None:
             self.noise.load_state_dict(state)
+
+    def _stream(self) -> StreamingNoise:
+        theta, omega = self.blt_params if self.blt_params is not None else (None, None)
+        return StreamingNoise(
+            self.factorization,
+            bands=self.bands if self.factorization == "bsr" and self.bands else 1,
+            estimator=self.tree_estimator,
+            coefficients=self.coefficients if self.factorization == "banded" else None,
+            theta=theta,
+            omega=omega,
+        )
 
     # -- the mechanism -----------------------------------------------------------------------
     @property
@@ -150,6 +220,12 @@ class DPFTRL(Strategy):
         name = NAMES[self.factorization]
         if self.factorization == "bsr":
             name = f"{name}, p = {self.bands}"
+        elif self.factorization == "banded":
+            name = f"{name}, p = {self.bands}, optimised for {self.error} error"
+        elif self.factorization == "blt":
+            name = f"{name}, {self.buffers} buffers, optimised for {self.error} error"
+        elif self.factorization == "tree":
+            name = f"{name}, {'Honaker' if self.tree_estimator == 'honaker' else 'plain'} estimator"
         bound = "" if self.sensitivity_exact else ", sensitivity upper bound"
         times = "participations" if self.participations > 1 else "participation"
         return (
@@ -195,6 +271,10 @@ class DPFTRL(Strategy):
     # -- checkpointing -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"noise_multiplier": self.noise_multiplier, "bands": self.bands}
+        if self.factorization == "banded" and self.coefficients is not None:
+            state["coefficients"] = self.coefficients.tolist()
+        if self.blt_params is not None:
+            state["blt"] = [p.tolist() for p in self.blt_params]
         if self.noise is not None:
             state["noise"] = self.noise.state_dict()
         return state
@@ -202,12 +282,18 @@ class DPFTRL(Strategy):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.noise_multiplier = state_dict["noise_multiplier"]
         self.bands = state_dict["bands"]
+        if "coefficients" in state_dict:  # the run's optimised factorisation, not re-optimised
+            self.coefficients = np.asarray(state_dict["coefficients"], dtype=float)
+        if "blt" in state_dict:
+            theta, omega = state_dict["blt"]
+            self.blt_params = (np.asarray(theta, dtype=float), np.asarray(omega, dtype=float))
         if "noise" in state_dict:
-            if self.noise is None:
-                self.noise = StreamingNoise(
-                    self.factorization, bands=self.bands if self.factorization == "bsr" else 1
-                )
-            self.noise.load_state_dict(state_dict["noise"])
+            if self.noise is None and self.factorization not in ("banded", "blt", "auto"):
+                self.noise = self._stream()
+            if self.noise is None:  # built by setup_federation from the restored parameters
+                self._pending_noise = state_dict["noise"]
+            else:
+                self.noise.load_state_dict(state_dict["noise"])
 
 
 __all__ = ["DPFTRL"]
