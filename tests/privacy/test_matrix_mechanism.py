@@ -80,8 +80,10 @@ def test_banded_sensitivity_with_separation_at_least_the_bands_is_root_k_column_
     assert delta == pytest.approx(math.sqrt(k * float(np.sum(sqrt_coefficients(p) ** 2))))
 
 
-def _stream(kind: str, n: int, d: int, *, bands: int = 1, seed: int = 3) -> torch.Tensor:
-    noise = StreamingNoise(kind, seed=seed, bands=bands)
+def _stream(
+    kind: str, n: int, d: int, *, bands: int = 1, seed: int = 3, estimator: str = "honaker"
+) -> torch.Tensor:
+    noise = StreamingNoise(kind, seed=seed, bands=bands, estimator=estimator)
     return torch.stack([noise.next(t, d) for t in range(n)]).double()
 
 
@@ -100,12 +102,12 @@ def test_streamed_noise_covariance_matches_b_b_transposed(kind, bands):
 
 def test_tree_prefix_noise_variance_is_popcount_times_sigma_squared():
     """Kairouz et al. 2021, Sec. 3: the prefix sum of t rounds adds one node noise per set bit
-    of t."""
+    of t (the plain estimator)."""
     n = 16
-    b, _ = factorization("tree", n)
+    b, _ = factorization("tree", n, estimator="plain")
     variance = np.sum(b * b, axis=1)
     assert variance.tolist() == [bin(t).count("1") for t in range(1, n + 1)]
-    prefix = torch.cumsum(_stream("tree", n, 60_000), dim=0)
+    prefix = torch.cumsum(_stream("tree", n, 60_000, estimator="plain"), dim=0)
     realised = prefix.var(dim=1).numpy()
     np.testing.assert_allclose(realised, variance, rtol=0.05)
 
