@@ -18,6 +18,8 @@ p − 1 noise vectors as state (O(p·d), checkpointed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -31,7 +33,9 @@ def _sqrt_coefficients(p: int) -> np.ndarray:
     return c
 
 
-def lbfgs(params: list[torch.Tensor], loss_fn, *, iterations: int = 300) -> float:  # type: ignore[no-untyped-def]
+def lbfgs(
+    params: list[torch.Tensor], loss_fn: Callable[[], torch.Tensor], *, iterations: int = 300
+) -> float:
     """Minimises ``loss_fn()`` over ``params`` with L-BFGS (strong Wolfe line search), float64,
     deterministic on CPU; returns the final loss."""
     opt = torch.optim.LBFGS(

@@ -28,12 +28,15 @@ from fl_lightning.privacy.banded_mf import lbfgs
 from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_loss
 
 
-def blt_coefficients(theta: np.ndarray | torch.Tensor, omega: np.ndarray | torch.Tensor, n: int):  # type: ignore[no-untyped-def]
-    """c_0 … c_{n−1} of BLT(θ, ω): c_0 = 1, c_t = Σ_i ω_i θ_i^{t−1} (numpy or torch in, same out)."""
-    if isinstance(theta, torch.Tensor):
-        t = torch.arange(n - 1, dtype=torch.float64)
-        tail = (omega[None, :] * theta[None, :] ** t[:, None]).sum(1)
-        return torch.cat([torch.ones(1, dtype=torch.float64), tail])
+def blt_coefficients_torch(theta: torch.Tensor, omega: torch.Tensor, n: int) -> torch.Tensor:
+    """:func:`blt_coefficients`, differentiable in θ and ω."""
+    t = torch.arange(n - 1, dtype=torch.float64)
+    tail = (omega[None, :] * theta[None, :] ** t[:, None]).sum(1)
+    return torch.cat([torch.ones(1, dtype=torch.float64), tail])
+
+
+def blt_coefficients(theta: np.ndarray, omega: np.ndarray, n: int) -> np.ndarray:
+    """c_0 … c_{n−1} of BLT(θ, ω): c_0 = 1, c_t = Σ_i ω_i θ_i^{t−1}."""
     t = np.arange(n - 1)
     tail = (np.asarray(omega)[None, :] * np.asarray(theta)[None, :] ** t[:, None]).sum(1)
     return np.concatenate([[1.0], tail])
@@ -63,9 +66,9 @@ def optimise_blt(
         s = torch.tensor([0.0], dtype=torch.float64, requires_grad=True)
         v = torch.zeros(buffers, dtype=torch.float64, requires_grad=True)
 
-        def loss(u=u, s=s, v=v) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        def loss(u: torch.Tensor = u, s: torch.Tensor = s, v: torch.Tensor = v) -> torch.Tensor:
             theta, omega = _params(u, s[0], v)
-            return toeplitz_loss(blt_coefficients(theta, omega, n), n, k, b, error)
+            return toeplitz_loss(blt_coefficients_torch(theta, omega, n), n, k, b, error)
 
         value = lbfgs([u, s, v], loss, iterations=iterations)
         if np.isfinite(value) and (best is None or value < best[0]):
@@ -75,4 +78,4 @@ def optimise_blt(
     return best[1], best[2]
 
 
-__all__ = ["blt_coefficients", "optimise_blt"]
+__all__ = ["blt_coefficients", "blt_coefficients_torch", "optimise_blt"]

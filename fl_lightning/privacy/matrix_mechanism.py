@@ -167,7 +167,8 @@ def factorization(
                 children = estimate[(level - 1, 2 * i)] + estimate[(level - 1, 2 * i + 1)]
                 estimate[(level, i)] = v[level] * own + (1.0 - v[level]) * children
         for t in range(n):
-            b[t] = sum((estimate[node] for node in dyadic_decomposition(t + 1)), np.zeros(len(nodes)))
+            for node in dyadic_decomposition(t + 1):
+                b[t] += estimate[node]
         return b, c
     raise ValueError(f"strategy.factorization: unknown {kind!r}; choose from {FACTORIZATIONS}")
 
@@ -329,8 +330,9 @@ class StreamingNoise:
         """Leaf ``round_idx`` completes, then every ancestor it completes (a binary counter):
         each new node's estimate combines its own noise with its children's (module
         docstring); w_t is the change of the summed estimates."""
-        before = sum((h.to(device) for h in self.history), torch.zeros(d, device=device,
-                                                                        dtype=torch.float64))
+        before = sum(
+            (h.to(device) for h in self.history), torch.zeros(d, device=device, dtype=torch.float64)
+        )
         node = self._z(d, "tree", 0, round_idx, device=device).double()
         level, index = 0, round_idx
         v = honaker_variances(round_idx.bit_length() + 2)
@@ -342,8 +344,9 @@ class StreamingNoise:
             node = v[level] * own + (1.0 - v[level]) * (left + node)
         self.history.append(node)
         self.levels.append(level)
-        after = sum((h.to(device) for h in self.history), torch.zeros(d, device=device,
-                                                                       dtype=torch.float64))
+        after = sum(
+            (h.to(device) for h in self.history), torch.zeros(d, device=device, dtype=torch.float64)
+        )
         return (after - before).float()
 
     def next(self, round_idx: int, d: int, device: torch.device | str = "cpu") -> torch.Tensor:

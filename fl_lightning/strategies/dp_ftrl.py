@@ -28,9 +28,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 import numpy as np
+import torch
 
 from fl_lightning.privacy.analysis import calibrate_repeated_gaussian
 from fl_lightning.privacy.banded_mf import optimise_banded
@@ -45,8 +44,8 @@ from fl_lightning.privacy.matrix_mechanism import (
     min_sep_sensitivity,
     whole_run_event,
 )
-from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_sensitivity
 from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
+from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_sensitivity
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec

@@ -101,7 +101,9 @@ def _numpy_loss(tail: np.ndarray, n: int, k: int, b: int, error: str) -> float:
     return brute_force_sensitivity(c, k, b) ** 2 * err
 
 
-@pytest.mark.parametrize(("n", "k", "b", "error"), [(12, 2, 6, "mean"), (10, 1, 10, "max"), (12, 3, 4, "max")])
+@pytest.mark.parametrize(
+    ("n", "k", "b", "error"), [(12, 2, 6, "mean"), (10, 1, 10, "max"), (12, 3, 4, "max")]
+)
 def test_optimised_banded_matches_scipy_on_an_independent_loss(n, k, b, error):
     coefficients = optimise_banded(n, k, b, b, error=error)
     ours = _numpy_loss(coefficients[1:], n, k, b, error)
