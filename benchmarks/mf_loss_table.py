@@ -12,8 +12,10 @@ participations at separation b = n/k, beside the same quantity recomputed indepe
   for the earliest pattern u = Σ_{j<k} e_{jb} (for the tree: the same pattern, a lower bound,
   flagged when the production Δ is an upper bound), or √k for C = I.
 
-``banded`` (p = b) and ``blt`` (4 buffers) are optimised for each (n, k, b) by the production
-code (mean error); the independent column evaluates the coefficients it returns.
+``banded`` (p = b), ``banded (p = 5)`` (the BLT's memory: 4 past noise vectors) and ``blt``
+(4 buffers) are optimised for each (n, k, b) by the production code (mean error); the
+independent column evaluates the coefficients it returns. "state" is the number of d-vectors the
+noise stream keeps between rounds (``StreamingNoise``).
 
     PYTHONPATH=. python benchmarks/mf_loss_table.py [--ns 64 256 1024] [--ks 1 4 16]
 """
@@ -36,7 +38,8 @@ from fl_lightning.privacy.matrix_mechanism import (
 )
 from fl_lightning.privacy.toeplitz_mf import toeplitz_loss
 
-ARMS = ("identity", "tree (plain)", "tree (Honaker)", "bsr", "banded", "blt")
+ARMS = ("identity", "tree (plain)", "tree (Honaker)", "bsr", "banded", "banded (p = 5)", "blt")
+BLT_BUFFERS = 4
 
 
 # -- independent -----------------------------------------------------------------------------
@@ -95,13 +98,15 @@ def independent_tree(n: int, k: int, b: int, honaker: bool) -> float:
 def production(arm: str, n: int, k: int, b: int) -> tuple[float, float, bool, float]:
     """(RMSE, independent RMSE, Δ exact, seconds to optimise)."""
     start = time.perf_counter()
-    if arm in ("bsr", "banded", "blt"):
+    if arm.startswith(("bsr", "banded", "blt")):
         if arm == "bsr":
             c = sqrt_coefficients(b)
         elif arm == "banded":
             c = optimise_banded(n, k, b, b)
+        elif arm == "banded (p = 5)":
+            c = optimise_banded(n, k, b, min(5, b))
         else:
-            c = blt_coefficients(*optimise_blt(n, k, b, 4), n)
+            c = blt_coefficients(*optimise_blt(n, k, b, BLT_BUFFERS), n)
         spent = time.perf_counter() - start
         rmse = math.sqrt(float(toeplitz_loss(torch.as_tensor(c), n, k, b, "mean")))
         return rmse, independent_toeplitz(c, n, k, b), True, spent
@@ -117,13 +122,30 @@ def production(arm: str, n: int, k: int, b: int) -> tuple[float, float, bool, fl
     return rmse, indep, exact, time.perf_counter() - start
 
 
+def state(arm: str, n: int, b: int) -> int:
+    """d-vectors the stream keeps between rounds: p − 1 past noises (banded), the buffers (BLT),
+    the Honaker estimates of the decomposition of [0, t) (at most ⌊log₂ n⌋ + 1), none else."""
+    if arm in ("bsr", "banded"):
+        return b - 1
+    if arm == "banded (p = 5)":
+        return min(5, b) - 1
+    if arm == "blt":
+        return BLT_BUFFERS
+    if arm == "tree (Honaker)":
+        return n.bit_length()
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ns", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 4, 16])
     args = parser.parse_args()
-    print("| n | k | b | factorisation | RMSE | independent | relative difference | seconds |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| n | k | b | factorisation | state | RMSE | independent | relative difference "
+        "| seconds to optimise |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in args.ns:
         for k in args.ks:
             b = n // k
@@ -134,7 +156,8 @@ def main() -> None:
                 if not exact:  # the bound, exact when the earliest pattern attains it
                     note = " (Δ bound, attained)" if rel < 1e-9 else " (Δ upper bound)"
                 print(
-                    f"| {n} | {k} | {b} | {arm} | {rmse:.6g}{note} | {indep:.6g} | {rel:.1e} "
+                    f"| {n} | {k} | {b} | {arm} | {state(arm, n, b)} | {rmse:.6g}{note} "
+                    f"| {indep:.6g} | {rel:.1e} "
                     f"| {spent:.1f} |",
                     flush=True,
                 )

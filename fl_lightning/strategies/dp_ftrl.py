@@ -60,13 +60,20 @@ NAMES = {
 CHOICES: tuple[str, ...] = (*FACTORIZATIONS, "auto")
 
 
+AUTO_MAX_BANDS = 32
+"""``factorization: auto`` uses the optimised banded factorisation up to this separation."""
+
+
 def auto_factorization(rounds: int, participations: int, separation: int) -> str:
-    """``factorization: auto``: the optimised banded Toeplitz factorisation, whose loss
-    (RMSE at equal ε) was the lowest or within 0.1% of the lowest of every factorisation here in
-    the table of docs/privacy.md (``benchmarks/mf_loss_table.py``: n ∈ {64, 256, 1024}, k ∈
-    {1, 4, 16}, b = n/k), and which streams with p − 1 ≤ b − 1 vectors."""
-    del rounds, participations, separation
-    return "banded"
+    """``factorization: auto``, from the loss table of docs/privacy.md
+    (``benchmarks/mf_loss_table.py``: n ∈ {64, 256, 1024}, k ∈ {1, 4, 16}, b = n/k): the
+    optimised banded Toeplitz factorisation with p = b had the lowest RMSE in every cell (0.1–6%
+    below the 4-buffer BLT, 1–7% below the banded square root) but keeps b − 1 noise vectors;
+    the BLT keeps 4 whatever b and was 2.5–3.5× below a banded factorisation of the same memory
+    (p = 5) at b ≥ 64. So: ``banded`` when b ≤ AUTO_MAX_BANDS (at most 31 vectors of state),
+    ``blt`` beyond. ``participations`` does not change the order in the table."""
+    del participations
+    return "banded" if min(separation, rounds) <= AUTO_MAX_BANDS else "blt"
 
 
 class DPFTRL(Strategy):

@@ -266,3 +266,19 @@ def test_honaker_tree_release_has_less_noise_than_the_plain_tree():
 def test_bad_options_name_the_field(options, line):
     with pytest.raises(ValueError, match=f"^{line}"):
         DPFTRL(**options)
+
+
+def test_auto_is_banded_up_to_32_rounds_apart_and_blt_beyond():
+    """docs/privacy.md's loss table: banded (p = b) is best but keeps b − 1 vectors; beyond
+    b = 32 the 4-buffer BLT."""
+    from fl_lightning.strategies.dp_ftrl import auto_factorization
+
+    assert auto_factorization(1024, 32, 32) == "banded"
+    assert auto_factorization(1024, 16, 64) == "blt"
+    assert auto_factorization(20, 1, 64) == "banded"  # b > n: p ≤ n bands
+    sampling = CohortSampling("cyclic", 1 / 40, 40)
+    privacy = PrivacyTarget(epsilon=None, accountant="pld", sampling=sampling)
+    s = DPFTRL(noise_multiplier=1.0, factorization="auto")
+    s.setup_federation(FederationSpec(num_clients=40, num_parameters=3, rounds=40, seed=1,
+                                      privacy=privacy))  # fmt: skip
+    assert s.factorization == "blt" and "(BLT, 4 buffers" in s.scheme()

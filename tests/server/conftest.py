@@ -93,6 +93,14 @@ LOCAL_DP = [
 FTRL = ["--strategy", json.dumps({"class_path": "fl_lightning.strategies.dp_ftrl.DPFTRL",
         "init_args": {"factorization": "bsr", "bands": 2}}), "--model.sampling", "cyclic",
         "--data.num_clients", "10"]  # fmt: skip
+# DP-FTRL's factorisations of issue 50: optimised for the run on every rank (deterministic).
+FTRL_NEW = {
+    name: ["--strategy", json.dumps({"class_path": "fl_lightning.strategies.dp_ftrl.DPFTRL",
+           "init_args": args}), "--model.sampling", "cyclic", "--data.num_clients", "10"]
+    for name, args in (("ftrl_blt", {"factorization": "blt", "buffers": 2}),
+                       ("ftrl_banded", {"factorization": "banded"}),
+                       ("ftrl_honaker", {"factorization": "tree"}))
+}  # fmt: skip
 # FedAvg holding adaptive clipping (Andrew et al. 2021): the clip moves every round from the
 # all-reduced noisy count, so both processes must end with the same clip and model.
 ADAPTIVE = [
@@ -112,6 +120,7 @@ RUNS: dict[str, tuple[int, list[str]]] = {
     "adp": (CLIENT_STATE_ROUNDS, ADP),
     "local_dp": (2, LOCAL_DP),
     "ftrl": (3, FTRL),
+    **{name: (3, args) for name, args in FTRL_NEW.items()},
     "adaptive": (2, ADAPTIVE),
 }
 # Launched by Lightning, with "sum_resumed" (the rest of RUNS: torchrun-style, after
