@@ -110,8 +110,11 @@ class CanaryAudit(Callback):
         self.sampling = sampling
         chosen = []
         for i in np.flatnonzero(self.inserted):
-            if sampling.mode == "cyclic":
+            if sampling.mode in ("cyclic", "cyclic_poisson"):
                 take = ctx.round_idx % sampling.separation == i % sampling.separation
+                if take and sampling.mode == "cyclic_poisson":  # then the block's coin
+                    g = generator_for(self.run_seed, self.seed, ctx.round_idx, int(i), "canary_in")
+                    take = float(torch.rand(1, generator=g, device="cpu")) < sampling.rate
             else:
                 g = generator_for(self.run_seed, self.seed, ctx.round_idx, int(i), "canary_in")
                 take = float(torch.rand(1, generator=g, device="cpu")) < sampling.rate

@@ -23,7 +23,7 @@ from typing import Literal
 
 import dp_accounting
 
-SamplingMode = Literal["poisson", "fixed", "cyclic"]
+SamplingMode = Literal["poisson", "fixed", "cyclic", "cyclic_poisson"]
 LocalUnit = Literal["coordinate", "upload"]
 
 
@@ -35,18 +35,25 @@ class CohortSampling:
         mode: ``poisson`` (each of N clients independently with probability ``rate``),
             ``fixed`` (exactly m = ``size`` of N without replacement) or ``cyclic`` (the N
             clients shuffled once into ⌊N/m⌋ blocks of m, taken in turn: every client every
-            ``separation`` rounds; DP-FTRL's min-separated participation).
-        rate: q (Poisson) or m/N (fixed).
+            ``separation`` rounds; DP-FTRL's min-separated participation) or
+            ``cyclic_poisson`` (the same blocks of m = ``block``, each client of the round's
+            block independently with probability ``rate``: the b-min-sep Poisson sampling of
+            Choquette-Choo et al. 2023, Sec. 3, under which banded DP-FTRL is amplified).
+        rate: q (Poisson, cyclic_poisson) or m/N (fixed, cyclic).
         population: N.
+        block: m, the block size of ``cyclic_poisson`` (0 otherwise).
     """
 
     mode: SamplingMode
     rate: float
     population: int
+    block: int = 0
 
     @property
     def size(self) -> int:
-        """m, the cohort size of fixed-size sampling."""
+        """m, the cohort size of fixed-size sampling (the block of ``cyclic_poisson``)."""
+        if self.mode == "cyclic_poisson":
+            return self.block
         return round(self.rate * self.population)
 
     @property
@@ -62,6 +69,12 @@ class CohortSampling:
         return max(1, self.population // max(1, self.size))
 
     def describe(self) -> str:
+        if self.mode == "cyclic_poisson":
+            return (
+                f"b-min-sep Poisson cohorts (blocks of {self.size} of {self.population}, each "
+                f"block every {self.separation} rounds, each of its clients with q = "
+                f"{self.rate:.3g})"
+            )
         if self.mode == "cyclic":
             return (
                 f"cyclic cohorts ({self.size} of {self.population}, each client every "

@@ -59,13 +59,15 @@ class FederatedModule(pl.LightningModule):
         strategy: the aggregation strategy (a Callback).
         privacy: the accountant (a Callback); None for a run without accounting.
         sampling: ``fixed`` (m clients per round, without replacement), ``poisson`` (each client
-            with probability q), ``cyclic`` (the clients shuffled once into ⌊N/m⌋ blocks of m,
+            with probability q), ``cyclic_poisson`` (the cyclic blocks, each client of the round's
+            block with probability q: b-min-sep Poisson), ``cyclic`` (the clients shuffled once
+            into ⌊N/m⌋ blocks of m,
             taken in turn: DP-FTRL's min-separated participation) or ``auto`` (the default:
             Poisson for strategies whose
             client-level noise is amplified by sampling, whose accounting is then tight, else
             fixed; ``server/sampling.py``). The accountant is told which one ran.
         clients_per_round: m (also the expected cohort size of Poisson sampling without a rate).
-        client_rate: q for Poisson sampling (None: m/N).
+        client_rate: q for Poisson sampling (None: m/N) and for ``cyclic_poisson`` (None: 1).
         server_optimizer: ``sgd`` (FedAvg / FedAvgM) or ``adam`` (FedAdam).
         server_lr: server learning rate (1.0 with SGD and no momentum is plain FedAvg).
         server_momentum: server SGD momentum (FedAvgM).
@@ -85,7 +87,7 @@ class FederatedModule(pl.LightningModule):
         client: ClientModule,
         strategy: Strategy,
         privacy: PrivacyAccountant | None = None,
-        sampling: Literal["auto", "fixed", "poisson", "cyclic"] = "auto",
+        sampling: Literal["auto", "fixed", "poisson", "cyclic", "cyclic_poisson"] = "auto",
         clients_per_round: int = 10,
         client_rate: float | None = None,
         server_optimizer: Literal["sgd", "adam"] = "sgd",

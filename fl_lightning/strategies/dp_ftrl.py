@@ -31,11 +31,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from fl_lightning.privacy.analysis import calibrate_repeated_gaussian
+from fl_lightning.privacy.analysis import (
+    calibrate_noise_multiplier,
+    calibrate_repeated_gaussian,
+)
 from fl_lightning.privacy.banded_mf import optimise_banded
 from fl_lightning.privacy.blt import blt_coefficients, optimise_blt
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.matrix_mechanism import (
     FACTORIZATIONS,
     StreamingNoise,
@@ -136,6 +139,9 @@ class DPFTRL(Strategy):
         self.sensitivity = 1.0
         self.sensitivity_exact = True
         self.cohort_size = 1
+        self.amplified = False
+        self.sample_rate = 1.0
+        self.expected_cohort = 1.0
         self.noise: StreamingNoise | None = None
         self._pending_noise: dict[str, Any] | None = None
 
@@ -159,21 +165,30 @@ class DPFTRL(Strategy):
         sampling = spec.sampling
         if spec.privacy.sampling is None:  # unit tests: every client every round
             sampling = replace(sampling, mode="cyclic")
-        if sampling.mode != "cyclic":
+        if sampling.mode not in ("cyclic", "cyclic_poisson"):
             raise ValueError(
                 f"model.sampling: DPFTRL needs each client's rounds at least b apart, which "
                 f"{sampling.mode!r} cohorts cannot guarantee (a client can be drawn in "
-                "consecutive rounds); use model.sampling: cyclic"
+                "consecutive rounds); use model.sampling: cyclic (or cyclic_poisson)"
             )
         rounds = max(1, spec.rounds)
+        self.amplified = sampling.mode == "cyclic_poisson"
+        self.sample_rate = sampling.rate if self.amplified else 1.0
         self.cohort_size = max(1, sampling.size)
         self.separation = sampling.separation
         self.participations = math.ceil(rounds / self.separation)
         if self.requested == "auto":
-            self.factorization = auto_factorization(rounds, self.participations, self.separation)
+            self.factorization = (
+                "banded"
+                if self.amplified
+                else auto_factorization(rounds, self.participations, self.separation)
+            )
         if self.bands is None:
             self.bands = min(self.separation, rounds)
         k, b = self.participations, self.separation
+        if self.amplified:
+            self._setup_amplified(spec, rounds)
+            return
         if self.factorization == "banded" and self.coefficients is None:
             self.coefficients = optimise_banded(rounds, k, b, self.bands, error=self.error)
         if self.factorization == "blt" and self.blt_params is None:
@@ -200,6 +215,51 @@ class DPFTRL(Strategy):
         state = self.noise.state_dict() if self.noise is not None else self._pending_noise
         self._pending_noise = None
         self.noise = self._stream()  # keyed in finalize
+        if state is not None:
+            self.noise.load_state_dict(state)
+
+    def _setup_amplified(self, spec: FederationSpec, rounds: int) -> None:
+        """Amplified banded DP-FTRL (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta,
+        Xu, NeurIPS 2023, "(Amplified) Banded Matrix Factorization", Thm. 4): with a banded C
+        of p ≤ b bands and b-min-sep Poisson sampling (``model.sampling: cyclic_poisson``: the
+        round's block of m clients, each kept with probability q), the release is as private as
+        k = ⌈n/b⌉ compositions of a Poisson-subsampled Gaussian of rate q and multiplier σ/ζ,
+        ζ the largest column norm of C (each participation touches its own rows of C·x, and
+        the blocks are disjoint). C is optimised for ζ²·error, the loss at a fixed ε (σ = ζ·the
+        multiplier of that composition): :func:`optimise_banded` with one participation."""
+        k, b = self.participations, self.separation
+        if self.factorization not in ("bsr", "banded"):
+            raise ValueError(
+                "strategy.factorization: amplification by b-min-sep Poisson sampling "
+                "(model.sampling: cyclic_poisson) needs a banded factorisation with p <= b "
+                f"(bsr or banded), got {self.factorization!r}"
+            )
+        assert self.bands is not None
+        if self.bands > min(b, rounds):
+            raise ValueError(
+                f"strategy.bands: amplified banded DP-FTRL needs p <= b = {min(b, rounds)}, "
+                f"got {self.bands}"
+            )
+        if self.factorization == "banded" and self.coefficients is None:
+            self.coefficients = optimise_banded(rounds, 1, b, self.bands, error=self.error)
+        _, c = factorization(
+            self.factorization, rounds, bands=self.bands, coefficients=self.coefficients
+        )
+        self.sensitivity = float(np.sqrt(np.max(np.sum(c * c, axis=0))))  # ζ: the largest column
+        self.sensitivity_exact = True
+        self.cohort_size = max(1, sampling_block(spec))
+        self.expected_cohort = self.sample_rate * self.cohort_size
+        if self.noise_multiplier is None:
+            mult = calibrate_noise_multiplier(
+                [[SampledGaussian(1.0, self.sample_rate, k)]],
+                target_epsilon=spec.privacy.epsilon,
+                delta=spec.privacy.delta,
+                accountant=spec.privacy.accountant,
+            )
+            self.noise_multiplier = mult * self.sensitivity
+        state = self.noise.state_dict() if self.noise is not None else self._pending_noise
+        self._pending_noise = None
+        self.noise = self._stream()
         if state is not None:
             self.noise.load_state_dict(state)
 
@@ -234,6 +294,14 @@ class DPFTRL(Strategy):
             name = f"{name}, {'Honaker' if self.tree_estimator == 'honaker' else 'plain'} estimator"
         bound = "" if self.sensitivity_exact else ", sensitivity upper bound"
         times = "participations" if self.participations > 1 else "participation"
+        if self.amplified:
+            return (
+                f"at most {self.participations} {times} ≥ {self.separation} rounds apart "
+                f"(b-min-sep Poisson cohorts: blocks of {self.cohort_size}, each client with "
+                f"q = {self.sample_rate:.3g}), amplified banded matrix mechanism ({name}; "
+                f"column norm ζ = {self.sensitivity:.4g}), amplified by sampling as "
+                f"{self.participations} Poisson-subsampled Gaussians"
+            )
         return (
             f"{self.participations} {times} ≥ {self.separation} rounds apart (cyclic cohorts of "
             f"{self.cohort_size}), matrix mechanism ({name}; Δ = {self.sensitivity:.4g}{bound}), "
@@ -266,12 +334,19 @@ class DPFTRL(Strategy):
         self.noise.bind(ctx.seed)
         w = self.noise.next(ctx.round_idx, reduced.numel(), reduced.device)
         noisy = reduced + w.to(reduced.dtype) * (self.noise_multiplier * self.clip_norm)
-        return noisy.div_(self.cohort_size), {}
+        # m, the fixed cohort size; amplified: the expected cohort q·m (a Poisson cohort's size
+        # is random and not private)
+        return noisy.div_(self.expected_cohort if self.amplified else self.cohort_size), {}
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """The run's one Gaussian event (multiplier σ/Δ), charged before round 0."""
         if ctx.round_idx != 0:
             return RoundPrivacy()
+        if self.amplified:  # k Poisson-subsampled Gaussians of multiplier σ/ζ at rate q
+            event = SampledGaussian(
+                self.multiplier, self.sample_rate, self.participations, 0, scheme=self.scheme()
+            )
+            return RoundPrivacy(client_level=[event])
         return RoundPrivacy(client_level=[whole_run_event(self.multiplier, self.scheme())])
 
     # -- checkpointing -----------------------------------------------------------------------
@@ -300,6 +375,12 @@ class DPFTRL(Strategy):
                 self._pending_noise = state_dict["noise"]
             else:
                 self.noise.load_state_dict(state_dict["noise"])
+
+
+def sampling_block(spec: FederationSpec) -> int:
+    """m, the block size of b-min-sep Poisson cohorts."""
+    sampling = spec.sampling
+    return sampling.block or sampling.size
 
 
 __all__ = ["DPFTRL"]

@@ -126,7 +126,7 @@ class Simulation:
         privacy: PrivacyAccountant | None = None,
         clients_per_round: int | None = None,
         client_rate: float | None = None,
-        sampling: Literal["auto", "fixed", "poisson", "cyclic"] = "auto",
+        sampling: Literal["auto", "fixed", "poisson", "cyclic", "cyclic_poisson"] = "auto",
         server_optimizer: Literal["sgd", "adam"] = "sgd",
         server_lr: float = 1.0,
         server_momentum: float = 0.0,

@@ -282,3 +282,118 @@ def test_auto_is_banded_up_to_32_rounds_apart_and_blt_beyond():
     s.setup_federation(FederationSpec(num_clients=40, num_parameters=3, rounds=40, seed=1,
                                       privacy=privacy))  # fmt: skip
     assert s.factorization == "blt" and "(BLT, 4 buffers" in s.scheme()
+
+
+# -- amplified banded (b-min-sep Poisson) -----------------------------------------------------
+def test_b_min_sep_poisson_cohorts_follow_the_scheme():
+    """Drawn cohorts: each client only in the rounds of its block (so ≥ b apart), each time
+    with probability q (the realised rate within 4 binomial standard deviations), the blocks
+    disjoint, and the accountant told the scheme."""
+    from fl_lightning.server.sampling import CohortSampler
+
+    n_clients, m, q, rounds = 40, 10, 0.3, 400
+    sampler = CohortSampler("cyclic_poisson", m, q)
+    cohorts = [sampler.sample(11, t, n_clients) for t in range(rounds)]
+    b = n_clients // m
+    seen: dict[int, list[int]] = {}
+    for t, cohort in enumerate(cohorts):
+        for c in cohort:
+            seen.setdefault(c, []).append(t)
+    residue = {c: ts[0] % b for c, ts in seen.items()}
+    assert all(t % b == residue[c] for c, ts in seen.items() for t in ts)
+    assert len(seen) == n_clients and sorted(set(residue.values())) == list(range(b))
+    assert all(min(np.diff(ts), default=b) >= b for ts in seen.values())
+    draws = len(seen) * rounds // b  # every client is offered rounds/b times
+    taken = sum(len(ts) for ts in seen.values())
+    assert abs(taken - q * draws) < 4 * math.sqrt(draws * q * (1 - q))
+    sampling = sampler.sampling(n_clients)
+    assert (sampling.mode, sampling.rate, sampling.block, sampling.separation) == (
+        "cyclic_poisson",
+        q,
+        m,
+        b,
+    )
+    assert sampler.expected_size(n_clients) == pytest.approx(q * m)
+
+
+def _amplified_spec(rounds: int = 12, target: float | None = None) -> FederationSpec:
+    sampling = CohortSampling("cyclic_poisson", 0.5, 20, block=5)
+    privacy = PrivacyTarget(epsilon=target, accountant="pld", sampling=sampling)
+    return FederationSpec(num_clients=20, num_parameters=7, rounds=rounds, seed=1, privacy=privacy)
+
+
+@pytest.mark.parametrize("kind", ["banded", "bsr"])
+def test_amplified_banded_event_is_k_poisson_gaussians_of_the_column_norm(kind):
+    """Choquette-Choo et al. 2023, Thm. 4: k = ⌈n/b⌉ Poisson-subsampled Gaussians (rate q,
+    multiplier σ/ζ, ζ the largest column norm of C); ε recomputed with dp-accounting's own
+    events here."""
+    import dp_accounting
+
+    from fl_lightning.privacy.accountant import PrivacyAccountant
+
+    s = DPFTRL(noise_multiplier=2.0, factorization=kind)
+    s.setup_federation(_amplified_spec())
+    _, c = factorization(kind, 12, bands=s.bands, coefficients=s.coefficients)
+    zeta = max(np.linalg.norm(c[:, j]) for j in range(12))
+    assert s.sensitivity == pytest.approx(zeta, rel=1e-12) and s.participations == 3
+    (event,) = s.round_privacy(_ctx(0)).client_level
+    assert (event.sample_rate, event.steps) == (0.5, 3)
+    assert event.noise_multiplier == pytest.approx(2.0 / zeta)
+    acc = PrivacyAccountant("pld", 1e-5)
+    acc.record(s.round_privacy(_ctx(0)))
+    pld = dp_accounting.pld.PLDAccountant()
+    pld.compose(dp_accounting.PoissonSampledDpEvent(
+        0.5, dp_accounting.GaussianDpEvent(2.0 / zeta)), 3)  # fmt: skip
+    assert acc.report()["privacy/epsilon"] == pytest.approx(pld.get_epsilon(1e-5), rel=1e-3)
+    assert "b-min-sep Poisson cohorts: blocks of 5, each client with q = 0.5" in s.scheme()
+    assert s.finalize(torch.zeros(7), _ctx(0), generator=torch.Generator())[0].abs().sum() > 0
+    if kind == "banded":  # optimised for one participation's ζ²·error: below the square root
+        bsr = DPFTRL(noise_multiplier=2.0, factorization="bsr")
+        bsr.setup_federation(_amplified_spec())
+        ours = zeta**2 * np.sum(factorization(kind, 12, coefficients=s.coefficients)[0] ** 2)
+        _, c_bsr = factorization("bsr", 12, bands=4)
+        theirs = bsr.sensitivity**2 * np.sum(factorization("bsr", 12, bands=4)[0] ** 2)
+        assert ours < theirs and bsr.sensitivity == pytest.approx(np.linalg.norm(c_bsr[:, 0]))
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        ({"factorization": "blt"}, "strategy.factorization: amplification by b-min-sep Poisson"),
+        ({"factorization": "tree"}, "strategy.factorization: amplification by b-min-sep Poisson"),
+        ({"factorization": "banded", "bands": 5}, "strategy.bands: amplified banded DP-FTRL"),
+    ],
+)
+def test_amplification_refuses_what_its_theorem_does_not_cover(options, line):
+    with pytest.raises(ValueError, match=f"^{line}"):
+        DPFTRL(noise_multiplier=1.0, **options).setup_federation(_amplified_spec())
+
+
+def test_amplified_sigma_calibrated_to_the_target():
+    s = DPFTRL(noise_multiplier=None, factorization="banded")
+    s.setup_federation(_amplified_spec(target=3.0))
+    from fl_lightning.privacy.analysis import epsilon
+    from fl_lightning.privacy.events import SampledGaussian
+
+    eps = epsilon([SampledGaussian(s.multiplier, 0.5, 3)], 1e-5, "pld")
+    assert 2.9 < eps <= 3.0
+
+
+def test_amplified_noise_resumes_from_its_checkpoint():
+    def release(s: DPFTRL, t: int) -> torch.Tensor:
+        return s.finalize(torch.ones(7), _ctx(t), generator=torch.Generator())[0]
+
+    def fresh() -> DPFTRL:
+        return DPFTRL(noise_multiplier=1.0, factorization="banded")
+
+    straight = fresh()
+    straight.setup_federation(_amplified_spec())
+    expected = [release(straight, t) for t in range(6)]
+    first = fresh()
+    first.setup_federation(_amplified_spec())
+    got = [release(first, t) for t in range(3)]
+    resumed = fresh()
+    resumed.load_state_dict(first.state_dict())
+    resumed.setup_federation(_amplified_spec())
+    got += [release(resumed, t) for t in range(3, 6)]
+    torch.testing.assert_close(torch.stack(got), torch.stack(expected), rtol=0, atol=0)

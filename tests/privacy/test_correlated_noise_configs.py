@@ -56,6 +56,38 @@ def test_config_runs_and_its_epsilon_is_recomputed_independently(run_cli, tmp_pa
     assert summary["privacy/epsilon"] == pytest.approx(eps, rel=2e-3)
 
 
+@pytest.mark.slow
+def test_amplified_banded_config_runs_and_its_epsilon_is_recomputed_independently(
+    run_cli, tmp_path
+):
+    """4 rounds, 10 clients in 2 blocks of 5, q = 0.5: k = 2 Poisson-subsampled Gaussians of
+    multiplier σ/ζ (Choquette-Choo et al. 2023, Thm. 4), ζ the largest column norm of the
+    run's C, composed by dp-accounting's PLD here."""
+    import dp_accounting
+
+    path = REPO / "configs" / "experiment" / "dp_ftrl" / "quickstart_amplified_banded.yaml"
+    rc = run_cli(["fit", "--config", str(path), *TINY, "--trainer.max_steps", "4",
+                  "--model.clients_per_round", "5"])  # fmt: skip
+    assert rc == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (
+        "amplified banded matrix mechanism (optimised banded Toeplitz, p = 2"
+        in (summary["privacy/guarantee"])
+    )
+    assert (
+        "b-min-sep Poisson cohorts: blocks of 5, each client with q = 0.5"
+        in (summary["privacy/guarantee"])
+    )
+    ckpt = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=False)
+    state = _find(ckpt, "noise_multiplier")
+    _, c = factorization("banded", 4, coefficients=np.asarray(state["coefficients"]))
+    zeta = float(np.max(np.linalg.norm(c, axis=0)))
+    pld = dp_accounting.pld.PLDAccountant()
+    event = dp_accounting.GaussianDpEvent(state["noise_multiplier"] / zeta)
+    pld.compose(dp_accounting.PoissonSampledDpEvent(0.5, event), 2)
+    assert summary["privacy/epsilon"] == pytest.approx(pld.get_epsilon(1e-5), rel=2e-3)
+
+
 def _find(tree, key):  # type: ignore[no-untyped-def]
     """The first dict in a nested checkpoint holding ``key``."""
     if isinstance(tree, dict):
