@@ -169,7 +169,7 @@ class DPFTRL(Strategy):
             raise ValueError(
                 f"model.sampling: DPFTRL needs each client's rounds at least b apart, which "
                 f"{sampling.mode!r} cohorts cannot guarantee (a client can be drawn in "
-                "consecutive rounds); use model.sampling: cyclic (or cyclic_poisson)"
+                "consecutive rounds); use model.sampling: cyclic or cyclic_poisson"
             )
         rounds = max(1, spec.rounds)
         self.amplified = sampling.mode == "cyclic_poisson"
