@@ -12,7 +12,7 @@ participations at separation b = n/k, beside the same quantity recomputed indepe
   for the earliest pattern u = Σ_{j<k} e_{jb} (for the tree: the same pattern, a lower bound,
   flagged when the production Δ is an upper bound), or √k for C = I.
 
-``banded`` (p = b), ``banded (p = 5)`` (the BLT's memory: 4 past noise vectors) and ``blt``
+``banded`` (p = b), ``banded (p = min(5, b))`` (the BLT's memory: 4 past noise vectors) and ``blt``
 (4 buffers) are optimised for each (n, k, b) by the production code (mean error); the
 independent column evaluates the coefficients it returns. "state" is the number of d-vectors the
 noise stream keeps between rounds (``StreamingNoise``).
@@ -38,7 +38,15 @@ from fl_lightning.privacy.matrix_mechanism import (
 )
 from fl_lightning.privacy.toeplitz_mf import toeplitz_loss
 
-ARMS = ("identity", "tree (plain)", "tree (Honaker)", "bsr", "banded", "banded (p = 5)", "blt")
+ARMS = (
+    "identity",
+    "tree (plain)",
+    "tree (Honaker)",
+    "bsr",
+    "banded",
+    "banded (p = min(5, b))",
+    "blt",
+)
 BLT_BUFFERS = 4
 
 
@@ -103,7 +111,7 @@ def production(arm: str, n: int, k: int, b: int) -> tuple[float, float, bool, fl
             c = sqrt_coefficients(b)
         elif arm == "banded":
             c = optimise_banded(n, k, b, b)
-        elif arm == "banded (p = 5)":
+        elif arm == "banded (p = min(5, b))":
             c = optimise_banded(n, k, b, min(5, b))
         else:
             c = blt_coefficients(*optimise_blt(n, k, b, BLT_BUFFERS), n)
@@ -127,7 +135,7 @@ def state(arm: str, n: int, b: int) -> int:
     the Honaker estimates of the decomposition of [0, t) (at most ⌊log₂ n⌋ + 1), none else."""
     if arm in ("bsr", "banded"):
         return b - 1
-    if arm == "banded (p = 5)":
+    if arm == "banded (p = min(5, b))":
         return min(5, b) - 1
     if arm == "blt":
         return BLT_BUFFERS
