@@ -3,9 +3,10 @@
 C is lower-triangular, banded (p bands: c_j = 0 for j ≥ p) and Toeplitz, c_0 = 1, with
 c_1 … c_{p−1} chosen to minimise the loss Δ²·error for the run's n rounds, k participations and
 separation b (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta, Xu, NeurIPS 2023,
-"Amplified matrix factorization", Sec. 4, eq. (5): banded C minimising the total squared error
-under its multi-epoch sensitivity; McKenna, ICLR 2025, "Scaling up the banded matrix
-factorization mechanism", Sec. 4: the banded Toeplitz parametrisation, O(p) parameters).
+"(Amplified) Banded Matrix Factorization", arXiv:2306.08153: banded C minimising the squared
+error under its multi-epoch sensitivity; McKenna, ICLR 2025, "Scaling up the banded matrix
+factorization mechanism", arXiv:2405.15913: the banded Toeplitz parametrisation, O(p)
+parameters).
 The banded square root (``bsr``, Kalinin & Lampert 2024) is the same family with fixed
 coefficients binom(2j, j)/4ʲ; it is the starting point of the optimisation, so the optimised
 loss is never above it (tested).

@@ -2,21 +2,21 @@
 
 A BLT(θ, ω) with m buffers is the lower-triangular Toeplitz C with c_0 = 1 and
 c_t = Σ_{i<m} ω_i θ_i^{t−1} for t ≥ 1 (McMahan, Xu & Zhang, FOCS 2024, "Efficient and
-near-optimal noise generation for streaming differential privacy", Def. 3.1 and eq. (6)). The
+near-optimal noise generation for streaming differential privacy", the BLT definition). The
 noise w = C⁻¹·z streams from C itself with m buffers: z_t = Σ_j c_j w_{t−j}, so
 
     w_t = z_t − Σ_i ω_i S_{i,t},   S_{i,t+1} = θ_i S_{i,t} + w_t,   S_{i,0} = 0,
 
-S_{i,t} = Σ_{j≥1} θ_i^{j−1} w_{t−j} (their Lemma 3.3): O(m·d) memory whatever the number of
-rounds, the buffers checkpointed.
+S_{i,t} = Σ_{j≥1} θ_i^{j−1} w_{t−j} (the buffers of their streaming multiplication by C⁻¹): O(m·d)
+memory whatever the number of rounds, the buffers checkpointed.
 
-The parameters are optimised for the run's n rounds, k participations and separation b by
-minimising the loss Δ²·error (mean or max squared prefix-sum error) with the exact
-multi-participation Δ = ‖C·Σ_{j<k} e_{jb}‖, valid because θ_i ∈ (0, 1), ω_i ≥ 0 and Σω_i ≤ 1
-make the coefficients non-negative and non-increasing (McMahan, Pillutla, Steinke, Thakurta,
-Xu, Zhang, "Don't Use Tree Aggregation, Use BLTs", EMNLP Industry 2024, Thm. 2 and Sec. 3, their
-loss over (n, k, b)). The parametrisation keeps those constraints: θ = sigmoid(u),
-ω = sigmoid(s)·softmax(v).
+The parameters are optimised for the run's n rounds, k participations and separation b by minimising
+the loss Δ²·error (mean or max squared prefix-sum error) with the exact multi-participation Δ =
+‖C·Σ_{j<k} e_{jb}‖, valid because θ_i ∈ (0, 1), ω_i ≥ 0 and Σω_i ≤ 1 make the coefficients
+non-negative and non-increasing (Kalinin & Lampert 2024, Thm. 2; the multi-participation BLT loss of
+McMahan, Pillutla, Steinke, Thakurta, Xu, Zhang, "Don't Use Tree Aggregation, Use BLTs", EMNLP
+Industry 2024). The parametrisation keeps those constraints: θ = sigmoid(u), ω =
+sigmoid(s)·softmax(v).
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ class CohortSampling:
             clients shuffled once into ⌊N/m⌋ blocks of m, taken in turn: every client every
             ``separation`` rounds; DP-FTRL's min-separated participation) or
             ``cyclic_poisson`` (the same blocks of m = ``block``, each client of the round's
-            block independently with probability ``rate``: the b-min-sep Poisson sampling of
-            Choquette-Choo et al. 2023, Sec. 3, under which banded DP-FTRL is amplified).
+            block independently with probability ``rate``: the cyclic Poisson sampling of
+            Choquette-Choo et al. 2023 (arXiv:2306.08153), under which banded DP-FTRL is amplified).
         rate: q (Poisson, cyclic_poisson) or m/N (fixed, cyclic).
         population: N.
         block: m, the block size of ``cyclic_poisson`` (0 otherwise).
@@ -71,7 +71,7 @@ class CohortSampling:
     def describe(self) -> str:
         if self.mode == "cyclic_poisson":
             return (
-                f"b-min-sep Poisson cohorts (blocks of {self.size} of {self.population}, each "
+                f"cyclic Poisson cohorts (blocks of {self.size} of {self.population}, each "
                 f"block every {self.separation} rounds, each of its clients with q = "
                 f"{self.rate:.3g})"
             )

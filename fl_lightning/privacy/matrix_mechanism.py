@@ -23,7 +23,7 @@ The noise the training loop adds to round t's sum is the increment w_t of the pr
   al. 2021, Sec. 3) with the plain estimator (``tree_estimator: plain``). Node noises are drawn
   from generators keyed by (seed, level, index), so w_t needs O(log T) vectors and no state.
   The default estimator is Honaker's (Honaker 2015, "Efficient use of differentially private
-  binary trees", Sec. 3, the bottom-up pass; the online form of Kairouz et al. 2021, App. B.1):
+  binary trees", the bottom-up pass; its online use in Kairouz et al. 2021's DP-FTRL):
   the prefix [0, t) is estimated from every node completed by t, not only its dyadic
   decomposition. Those nodes are the perfect subtrees under the decomposition's nodes, so the
   least-squares estimate is, per decomposition node of height h, ẑ_h = v_h·z + (1 − v_h)·(ẑ_left
@@ -67,7 +67,8 @@ def check_tree_estimator(estimator: str) -> None:
 
 def honaker_variances(levels: int) -> list[float]:
     """v_0 … v_{levels−1}: the variance (units of σ²) of Honaker's estimate of a node of height h
-    from its perfect subtree, v_0 = 1, v_h = 1/(1 + 1/(2·v_{h−1})) (Honaker 2015, Sec. 3)."""
+    from its perfect subtree, v_0 = 1, v_h = 1/(1 + 1/(2·v_{h−1})) (Honaker 2015, the bottom-up
+    pass)."""
     v = [1.0]
     for _ in range(1, levels):
         v.append(1.0 / (1.0 + 1.0 / (2.0 * v[-1])))

@@ -10,18 +10,18 @@ is (s_t, …, s_0) and
 * mean error  (1/n)·‖B‖_F² = (1/n)·Σ_j (n − j)·s_j²,
 * max error   max_t ‖B_t‖² = Σ_{j<n} s_j²  (the last row),
 
-in units of σ² (Choquette-Choo et al., NeurIPS 2023, Sec. 2; McMahan, Xu & Zhang, FOCS 2024,
-eq. (3)). The loss the factorisations minimise is Δ²·error, the squared RMSE (mean) or the
-squared worst-round error (max) of the prefix sums at noise multiplier 1 (the noise of C·x + z is
-σΔ, the error of B·z is σ²·error).
+in units of σ² (the mean and max squared errors of Choquette-Choo et al., NeurIPS 2023, and McMahan,
+Xu & Zhang, FOCS 2024; jax_privacy's ``toeplitz.mean_error``/``max_error``). The loss the
+factorisations minimise is Δ²·error, the squared RMSE (mean) or the squared worst-round error (max)
+of the prefix sums at noise multiplier 1 (the noise of C·x + z is σΔ, the error of B·z is σ²·error).
 
-Sensitivity (k participations at least b apart). With non-negative, non-increasing coefficients
-the worst pattern is the earliest, u = Σ_{j<k} e_{j·b}, so Δ = ‖C·u‖ ("Don't Use Tree
-Aggregation, Use BLTs", McMahan et al., EMNLP Industry 2024, Thm. 2; Kalinin & Lampert 2024,
-Thm. 2 for the banded square root). With bandwidth p ≤ b the columns a pattern touches never
-overlap and the column norms do not increase with the column, so the same u is worst whatever the
-signs. :func:`toeplitz_sensitivity` uses it only under one of those two conditions and refuses
-otherwise.
+Sensitivity (k participations at least b apart). With non-negative, non-increasing coefficients the
+worst pattern is the earliest, u = Σ_{j<k} e_{j·b}, so Δ = ‖C·u‖ (Kalinin & Lampert 2024, "Banded
+square root matrix factorization", arXiv:2405.13763, Thm. 2; used for BLTs in "Don't Use Tree
+Aggregation, Use BLTs", McMahan et al., EMNLP Industry 2024). With bandwidth p ≤ b the columns a
+pattern touches never overlap and the column norms do not increase with the column, so the same u is
+worst whatever the signs. :func:`toeplitz_sensitivity` uses it only under one of those two
+conditions and refuses otherwise.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class FederatedModule(pl.LightningModule):
         privacy: the accountant (a Callback); None for a run without accounting.
         sampling: ``fixed`` (m clients per round, without replacement), ``poisson`` (each client
             with probability q), ``cyclic_poisson`` (the cyclic blocks, each client of the round's
-            block with probability q: b-min-sep Poisson), ``cyclic`` (the clients shuffled once
+            block with probability q: cyclic Poisson), ``cyclic`` (the clients shuffled once
             into ⌊N/m⌋ blocks of m,
             taken in turn: DP-FTRL's min-separated participation) or ``auto`` (the default:
             Poisson for strategies whose

@@ -11,8 +11,8 @@ by the seed) into ⌊N/m⌋ blocks of m and takes them in turn, so every client 
 b = ⌊N/m⌋ rounds: the min-separated participation DP-FTRL's accounting assumes (Kairouz et al.
 2021; Choquette-Choo et al. 2023); the N mod m clients left over never take part.
 ``cyclic_poisson`` takes the same blocks in turn but keeps each client of the round's block
-independently with probability q (``model.client_rate``): the b-min-sep Poisson sampling of
-Choquette-Choo et al. 2023 (Sec. 3) under which banded DP-FTRL is amplified.
+independently with probability q (``model.client_rate``): the cyclic Poisson sampling of
+Choquette-Choo et al. 2023 (arXiv:2306.08153) under which banded DP-FTRL is amplified.
 """
 
 from __future__ import annotations

@@ -219,18 +219,18 @@ class DPFTRL(Strategy):
             self.noise.load_state_dict(state)
 
     def _setup_amplified(self, spec: FederationSpec, rounds: int) -> None:
-        """Amplified banded DP-FTRL (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta,
-        Xu, NeurIPS 2023, "(Amplified) Banded Matrix Factorization", Thm. 4): with a banded C
-        of p ≤ b bands and b-min-sep Poisson sampling (``model.sampling: cyclic_poisson``: the
-        round's block of m clients, each kept with probability q), the release is as private as
-        k = ⌈n/b⌉ compositions of a Poisson-subsampled Gaussian of rate q and multiplier σ/ζ,
-        ζ the largest column norm of C (each participation touches its own rows of C·x, and
-        the blocks are disjoint). C is optimised for ζ²·error, the loss at a fixed ε (σ = ζ·the
-        multiplier of that composition): :func:`optimise_banded` with one participation."""
+        """Amplified banded DP-FTRL (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta, Xu,
+        NeurIPS 2023, "(Amplified) Banded Matrix Factorization", amplification of b-banded C): with
+        a banded C of p ≤ b bands and cyclic Poisson sampling (``model.sampling: cyclic_poisson``:
+        the round's block of m clients, each kept with probability q), the release is as private as
+        k = ⌈n/b⌉ compositions of a Poisson-subsampled Gaussian of rate q and multiplier σ/ζ, ζ the
+        largest column norm of C (each participation touches its own rows of C·x, and the blocks are
+        disjoint). C is optimised for ζ²·error, the loss at a fixed ε (σ = ζ·the multiplier of that
+        composition): :func:`optimise_banded` with one participation."""
         k, b = self.participations, self.separation
         if self.factorization not in ("bsr", "banded"):
             raise ValueError(
-                "strategy.factorization: amplification by b-min-sep Poisson sampling "
+                "strategy.factorization: amplification by cyclic Poisson sampling "
                 "(model.sampling: cyclic_poisson) needs a banded factorisation with p <= b "
                 f"(bsr or banded), got {self.factorization!r}"
             )
@@ -297,7 +297,7 @@ class DPFTRL(Strategy):
         if self.amplified:
             return (
                 f"at most {self.participations} {times} ≥ {self.separation} rounds apart "
-                f"(b-min-sep Poisson cohorts: blocks of {self.cohort_size}, each client with "
+                f"(cyclic Poisson cohorts: blocks of {self.cohort_size}, each client with "
                 f"q = {self.sample_rate:.3g}), amplified banded matrix mechanism ({name}; "
                 f"column norm ζ = {self.sensitivity:.4g}), amplified by sampling as "
                 f"{self.participations} Poisson-subsampled Gaussians"
@@ -378,7 +378,7 @@ class DPFTRL(Strategy):
 
 
 def sampling_block(spec: FederationSpec) -> int:
-    """m, the block size of b-min-sep Poisson cohorts."""
+    """m, the block size of cyclic Poisson cohorts."""
     sampling = spec.sampling
     return sampling.block or sampling.size
 

@@ -284,7 +284,7 @@ def test_auto_is_banded_up_to_32_rounds_apart_and_blt_beyond():
     assert s.factorization == "blt" and "(BLT, 4 buffers" in s.scheme()
 
 
-# -- amplified banded (b-min-sep Poisson) -----------------------------------------------------
+# -- amplified banded (cyclic Poisson) -----------------------------------------------------
 def test_b_min_sep_poisson_cohorts_follow_the_scheme():
     """Drawn cohorts: each client only in the rounds of its block (so ≥ b apart), each time
     with probability q (the realised rate within 4 binomial standard deviations), the blocks
@@ -324,9 +324,9 @@ def _amplified_spec(rounds: int = 12, target: float | None = None) -> Federation
 
 @pytest.mark.parametrize("kind", ["banded", "bsr"])
 def test_amplified_banded_event_is_k_poisson_gaussians_of_the_column_norm(kind):
-    """Choquette-Choo et al. 2023, Thm. 4: k = ⌈n/b⌉ Poisson-subsampled Gaussians (rate q,
-    multiplier σ/ζ, ζ the largest column norm of C); ε recomputed with dp-accounting's own
-    events here."""
+    """Choquette-Choo et al. 2023, amplification of b-banded C: k = ⌈n/b⌉ Poisson-subsampled
+    Gaussians (rate q, multiplier σ/ζ, ζ the largest column norm of C); ε recomputed with
+    dp-accounting's own events here."""
     import dp_accounting
 
     from fl_lightning.privacy.accountant import PrivacyAccountant
@@ -345,7 +345,7 @@ def test_amplified_banded_event_is_k_poisson_gaussians_of_the_column_norm(kind):
     pld.compose(dp_accounting.PoissonSampledDpEvent(
         0.5, dp_accounting.GaussianDpEvent(2.0 / zeta)), 3)  # fmt: skip
     assert acc.report()["privacy/epsilon"] == pytest.approx(pld.get_epsilon(1e-5), rel=1e-3)
-    assert "b-min-sep Poisson cohorts: blocks of 5, each client with q = 0.5" in s.scheme()
+    assert "cyclic Poisson cohorts: blocks of 5, each client with q = 0.5" in s.scheme()
     assert s.finalize(torch.zeros(7), _ctx(0), generator=torch.Generator())[0].abs().sum() > 0
     if kind == "banded":  # optimised for one participation's ζ²·error: below the square root
         bsr = DPFTRL(noise_multiplier=2.0, factorization="bsr")
@@ -359,8 +359,8 @@ def test_amplified_banded_event_is_k_poisson_gaussians_of_the_column_norm(kind):
 @pytest.mark.parametrize(
     ("options", "line"),
     [
-        ({"factorization": "blt"}, "strategy.factorization: amplification by b-min-sep Poisson"),
-        ({"factorization": "tree"}, "strategy.factorization: amplification by b-min-sep Poisson"),
+        ({"factorization": "blt"}, "strategy.factorization: amplification by cyclic Poisson"),
+        ({"factorization": "tree"}, "strategy.factorization: amplification by cyclic Poisson"),
         ({"factorization": "banded", "bands": 5}, "strategy.bands: amplified banded DP-FTRL"),
     ],
 )

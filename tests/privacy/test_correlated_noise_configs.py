@@ -61,8 +61,8 @@ def test_amplified_banded_config_runs_and_its_epsilon_is_recomputed_independentl
     run_cli, tmp_path
 ):
     """4 rounds, 10 clients in 2 blocks of 5, q = 0.5: k = 2 Poisson-subsampled Gaussians of
-    multiplier σ/ζ (Choquette-Choo et al. 2023, Thm. 4), ζ the largest column norm of the
-    run's C, composed by dp-accounting's PLD here."""
+    multiplier σ/ζ (Choquette-Choo et al. 2023, amplification of b-banded C), ζ the largest column
+    norm of the run's C, composed by dp-accounting's PLD here."""
     import dp_accounting
 
     path = REPO / "configs" / "experiment" / "dp_ftrl" / "quickstart_amplified_banded.yaml"
@@ -75,7 +75,7 @@ def test_amplified_banded_config_runs_and_its_epsilon_is_recomputed_independentl
         in (summary["privacy/guarantee"])
     )
     assert (
-        "b-min-sep Poisson cohorts: blocks of 5, each client with q = 0.5"
+        "cyclic Poisson cohorts: blocks of 5, each client with q = 0.5"
         in (summary["privacy/guarantee"])
     )
     ckpt = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=False)

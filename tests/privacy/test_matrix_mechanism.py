@@ -158,7 +158,8 @@ def _ctx(round_idx: int, d: int = 7) -> RoundContext:
 @pytest.mark.parametrize("mode", ["fixed", "poisson"])
 def test_sampling_that_cannot_guarantee_separation_is_refused(mode):
     with pytest.raises(
-        ValueError, match=r"^model\.sampling: DPFTRL needs .* use model.sampling: cyclic or cyclic_poisson$"
+        ValueError,
+        match=r"^model\.sampling: DPFTRL needs .* use model.sampling: cyclic or cyclic_poisson$",
     ):
         DPFTRL().setup_federation(_spec(mode=mode))
 
