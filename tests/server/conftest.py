@@ -101,6 +101,13 @@ FTRL_NEW = {
                        ("ftrl_banded", {"factorization": "banded"}),
                        ("ftrl_honaker", {"factorization": "tree"}))
 }  # fmt: skip
+# Amplified banded DP-FTRL: cyclic Poisson cohorts (blocks of 5 of 10, each client with q = 0.6).
+FTRL_NEW["ftrl_amplified"] = [
+    "--strategy", json.dumps({"class_path": "fl_lightning.strategies.dp_ftrl.DPFTRL",
+                              "init_args": {"factorization": "banded"}}),
+    "--model.sampling", "cyclic_poisson", "--model.client_rate", "0.6",
+    "--model.clients_per_round", "5", "--data.num_clients", "10",
+]  # fmt: skip
 # FedAvg holding adaptive clipping (Andrew et al. 2021): the clip moves every round from the
 # all-reduced noisy count, so both processes must end with the same clip and model.
 ADAPTIVE = [

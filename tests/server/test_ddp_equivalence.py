@@ -83,11 +83,11 @@ def test_two_processes_match_one_with_dp_ftrl(ddp_runs):
     assert_same_run(one, two)
 
 
-@pytest.mark.parametrize("run", ["ftrl_blt", "ftrl_banded", "ftrl_honaker"])
+@pytest.mark.parametrize("run", ["ftrl_blt", "ftrl_banded", "ftrl_honaker", "ftrl_amplified"])
 def test_two_processes_match_one_with_each_new_dp_ftrl_factorisation(ddp_runs, run):
     """Issue 50: the BLT and the optimised banded factorisation are optimised on every rank
-    (deterministic float64 L-BFGS) and Honaker's estimates kept on every rank, so 2 processes
-    end where 1 does."""
+    (deterministic float64 L-BFGS), Honaker's estimates kept on every rank and the cyclic
+    Poisson cohorts drawn from the seed on every rank, so 2 processes end where 1 does."""
     assert_same_run(ddp_runs.run(run, 1), ddp_runs.run(run, 2))
 
 
