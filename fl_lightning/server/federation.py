@@ -53,6 +53,14 @@ def set_up_federation(
     """Resolves and checks the sampler, fixes the clients' DP-SGD σ and sets the strategy up,
     its σ fixed to the target; returns the clients' local-training config with that σ."""
     sampler.resolve(amplified_by_sampling=strategy.traits.amplified_by_sampling)
+    from fl_lightning.strategies.dp_ftrl import DPFTRL  # noqa: PLC0415 (strategies import server)
+
+    if sampler.mode == "cyclic_poisson" and not isinstance(strategy, DPFTRL):
+        raise ValueError(
+            "model.sampling: cyclic_poisson is the cyclic Poisson sampling of amplified banded "
+            f"DP-FTRL (DPFTRL); {type(strategy).__name__} does not account for it; use 'fixed', "
+            "'poisson' or 'cyclic'"
+        )
     sampler.check_population(data.num_clients)
     sampling = sampler.sampling(data.num_clients)
     sizes = tuple(int(n) for n in data.client_sizes().tolist())

@@ -98,3 +98,16 @@ def _find(tree, key):  # type: ignore[no-untyped-def]
             if found is not None:
                 return found
     return None
+
+
+def test_cyclic_poisson_is_refused_for_a_strategy_that_does_not_account_for_it(
+    run_cli, capsys, tmp_path
+):
+    from tests.conftest import QUICKSTART
+
+    rc = run_cli(["fit", "--config", str(QUICKSTART), *TINY, "--model.sampling", "cyclic_poisson",
+                  "--model.client_rate", "0.5"])  # fmt: skip
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2
+    assert line.startswith("error: model.sampling: cyclic_poisson is the cyclic Poisson sampling")
+    assert not list(tmp_path.rglob("*.ckpt"))
