@@ -5,8 +5,11 @@ Offline MNIST (``configs/experiment/dp_ftrl/mnist_offline.yaml``: 100 clients, c
 
 * ``dp_fedavg``: DP-FedAvg on fixed-size cohorts (20 of 100 without replacement), replace-one
   adjacency, dp-accounting's RDP accountant for sampling without replacement (amplified);
-* ``tree`` / ``bsr``: DP-FTRL on cyclic cohorts (each client every 5 rounds, 8 participations),
-  one Gaussian event of multiplier σ/Δ, add/remove (zero-out) adjacency, no amplification.
+* ``tree`` (plain estimator) / ``tree_honaker`` / ``bsr`` / ``banded`` / ``blt``: DP-FTRL on
+  cyclic cohorts (each client every 5 rounds, 8 participations), one Gaussian event of
+  multiplier σ/Δ, add/remove (zero-out) adjacency, no amplification;
+* ``amplified_banded``: DP-FTRL with the optimised banded factorisation on cyclic Poisson cohorts
+  (2 blocks of 50, q = 0.4), 20 Poisson-subsampled Gaussians of multiplier σ/ζ.
 
 Each run is appended to a JSON-lines store as it ends (rerunning skips the runs stored), so the
 script can be stopped and resumed; ``--report`` prints the Markdown table of what is stored.
@@ -35,8 +38,19 @@ ARMS = {
         "--strategy.init_args.noise_multiplier", "null",
         "--model.sampling", "fixed",
     ],
-    "tree": ["--strategy.init_args.factorization", "tree"],
+    "tree": ["--strategy.init_args.factorization", "tree",
+             "--strategy.init_args.tree_estimator", "plain"],
     "bsr": ["--strategy.init_args.factorization", "bsr"],
+    # issue 50: Honaker's tree, the optimised banded and BLT factorisations (cyclic cohorts,
+    # k = 8, b = 5), and amplified banded (cyclic Poisson: 2 blocks of 50, each client with
+    # q = 0.4, an expected cohort of 20; p = b = 2 bands; 20 Poisson-subsampled Gaussians)
+    "tree_honaker": ["--strategy.init_args.factorization", "tree",
+                     "--strategy.init_args.tree_estimator", "honaker"],
+    "banded": ["--strategy.init_args.factorization", "banded"],
+    "blt": ["--strategy.init_args.factorization", "blt"],
+    "amplified_banded": ["--strategy.init_args.factorization", "banded",
+                         "--model.sampling", "cyclic_poisson", "--model.clients_per_round", "50",
+                         "--model.client_rate", "0.4"],
 }  # fmt: skip
 
 
