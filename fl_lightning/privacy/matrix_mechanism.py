@@ -407,6 +407,7 @@ def noise_std_per_round(
 
 __all__ = [
     "FACTORIZATIONS",
+    "amplified_run_event",
     "TREE_ESTIMATORS",
     "check_tree_estimator",
     "honaker_variances",
@@ -430,3 +431,14 @@ def whole_run_event(multiplier: float, scheme: str) -> SampledGaussian:
     (q = 1, one step) — Choquette-Choo et al. 2023, Thm. 2.1. ``scheme`` names the factorisation
     and schedule in the guarantee sentence."""
     return SampledGaussian(multiplier, 1.0, 1, 0, scheme=scheme)
+
+
+def amplified_run_event(
+    multiplier: float, sample_rate: float, participations: int, scheme: str
+) -> SampledGaussian:
+    """The DP event of an amplified banded matrix-mechanism run (Choquette-Choo et al. 2023,
+    arXiv:2306.08153, amplification of b-banded C under cyclic Poisson sampling): k =
+    ``participations`` compositions of a Poisson-subsampled Gaussian of rate q =
+    ``sample_rate`` and multiplier σ/ζ (ζ: the largest column norm of C), add/remove one
+    client. ``scheme`` names the factorisation and sampling in the guarantee sentence."""
+    return SampledGaussian(multiplier, sample_rate, participations, 0, scheme=scheme)

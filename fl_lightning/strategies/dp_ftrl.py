@@ -38,10 +38,11 @@ from fl_lightning.privacy.analysis import (
 from fl_lightning.privacy.banded_mf import optimise_banded
 from fl_lightning.privacy.blt import blt_coefficients, optimise_blt
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.matrix_mechanism import (
     FACTORIZATIONS,
     StreamingNoise,
+    amplified_run_event,
     check_tree_estimator,
     factorization,
     min_sep_sensitivity,
@@ -251,7 +252,7 @@ class DPFTRL(Strategy):
         self.expected_cohort = self.sample_rate * self.cohort_size
         if self.noise_multiplier is None:
             mult = calibrate_noise_multiplier(
-                [[SampledGaussian(1.0, self.sample_rate, k)]],
+                [[amplified_run_event(1.0, self.sample_rate, k, "")]],
                 target_epsilon=spec.privacy.epsilon,
                 delta=spec.privacy.delta,
                 accountant=spec.privacy.accountant,
@@ -343,8 +344,8 @@ class DPFTRL(Strategy):
         if ctx.round_idx != 0:
             return RoundPrivacy()
         if self.amplified:  # k Poisson-subsampled Gaussians of multiplier σ/ζ at rate q
-            event = SampledGaussian(
-                self.multiplier, self.sample_rate, self.participations, 0, scheme=self.scheme()
+            event = amplified_run_event(
+                self.multiplier, self.sample_rate, self.participations, self.scheme()
             )
             return RoundPrivacy(client_level=[event])
         return RoundPrivacy(client_level=[whole_run_event(self.multiplier, self.scheme())])
