@@ -104,6 +104,31 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def report_paired(rows: list[dict], reference: str = "bsr") -> str:
+    """Accuracy differences arm − ``reference`` paired by seed (percentage points)."""
+    lines = [
+        f"| ε target | arm − {reference} | pairs | mean difference (pp) | sd | per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for eps in sorted({r["epsilon_target"] for r in rows}):
+        ref = {r["seed"]: r for r in rows if r["epsilon_target"] == eps and r["arm"] == reference}
+        for arm in ARMS:
+            if arm == reference:
+                continue
+            got = {r["seed"]: r for r in rows if r["epsilon_target"] == eps and r["arm"] == arm}
+            seeds = sorted(set(got) & set(ref))
+            if not seeds:
+                continue
+            diff = [100 * (got[s]["accuracy"] - ref[s]["accuracy"]) for s in seeds]
+            sd = statistics.stdev(diff) if len(diff) > 1 else float("nan")
+            per_seed = ", ".join(f"{s}: {d:+.2f}" for s, d in zip(seeds, diff, strict=True))
+            lines.append(
+                f"| {eps:g} | {arm} | {len(seeds)} | {statistics.mean(diff):+.2f} | {sd:.2f} "
+                f"| {per_seed} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--store", required=True, help="JSON-lines file the runs are appended to")
@@ -116,6 +141,8 @@ def main() -> int:
     rows = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
     if args.report:
         print(report(rows))
+        print()
+        print(report_paired(rows))
         return 0
     done = {(r["arm"], r["epsilon_target"], r["seed"]) for r in rows}
     for seed in args.seeds:
