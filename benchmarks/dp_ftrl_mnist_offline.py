@@ -5,9 +5,13 @@ Offline MNIST (``configs/experiment/dp_ftrl/mnist_offline.yaml``: 100 clients, c
 
 * ``dp_fedavg``: DP-FedAvg on fixed-size cohorts (20 of 100 without replacement), replace-one
   adjacency, dp-accounting's RDP accountant for sampling without replacement (amplified);
+* ``dp_fedavg_poisson``: DP-FedAvg on Poisson cohorts (q = 0.2), add/remove, amplified (the
+  tight Poisson accounting of the run's accountant);
 * ``tree`` (plain estimator) / ``tree_honaker`` / ``bsr`` / ``banded`` / ``blt``: DP-FTRL on
   cyclic cohorts (each client every 5 rounds, 8 participations), one Gaussian event of
   multiplier σ/Δ, add/remove (zero-out) adjacency, no amplification;
+* ``banded_max`` / ``blt_max``: the same optimised for the max (last-round) error instead of
+  the mean;
 * ``amplified_banded``: DP-FTRL with the optimised banded factorisation on cyclic Poisson cohorts
   (2 blocks of 50, q = 0.4), 20 Poisson-subsampled Gaussians of multiplier σ/ζ.
 
@@ -38,6 +42,12 @@ ARMS = {
         "--strategy.init_args.noise_multiplier", "null",
         "--model.sampling", "fixed",
     ],
+    "dp_fedavg_poisson": [
+        "--strategy", "fl_lightning.strategies.dp_fedavg.DPFedAvg",
+        "--strategy.init_args.clip_norm", "1.0",
+        "--strategy.init_args.noise_multiplier", "null",
+        "--model.sampling", "poisson",
+    ],
     "tree": ["--strategy.init_args.factorization", "tree",
              "--strategy.init_args.tree_estimator", "plain"],
     "bsr": ["--strategy.init_args.factorization", "bsr"],
@@ -48,6 +58,9 @@ ARMS = {
                      "--strategy.init_args.tree_estimator", "honaker"],
     "banded": ["--strategy.init_args.factorization", "banded"],
     "blt": ["--strategy.init_args.factorization", "blt"],
+    "banded_max": ["--strategy.init_args.factorization", "banded",
+                   "--strategy.init_args.error", "max"],
+    "blt_max": ["--strategy.init_args.factorization", "blt", "--strategy.init_args.error", "max"],
     "amplified_banded": ["--strategy.init_args.factorization", "banded",
                          "--model.sampling", "cyclic_poisson", "--model.clients_per_round", "50",
                          "--model.client_rate", "0.4"],

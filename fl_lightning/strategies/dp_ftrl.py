@@ -65,19 +65,22 @@ CHOICES: tuple[str, ...] = (*FACTORIZATIONS, "auto")
 
 
 AUTO_MAX_BANDS = 32
-"""``factorization: auto`` uses the optimised banded factorisation up to this separation."""
+"""``factorization: auto`` uses the banded square root up to this separation, the BLT beyond."""
 
 
 def auto_factorization(rounds: int, participations: int, separation: int) -> str:
-    """``factorization: auto``, from the loss table of docs/privacy.md
-    (``benchmarks/mf_loss_table.py``: n ∈ {64, 256, 1024}, k ∈ {1, 4, 16}, b = n/k): the
-    optimised banded Toeplitz factorisation with p = b had the lowest RMSE in every cell (0.1–6%
-    below the 4-buffer BLT, 1–7% below the banded square root) but keeps b − 1 noise vectors;
-    the BLT keeps 4 whatever b and was 2.5–3.5× below a banded factorisation of the same memory
-    (p = 5) at b ≥ 64. So: ``banded`` when b ≤ AUTO_MAX_BANDS (at most 31 vectors of state),
-    ``blt`` beyond. ``participations`` does not change the order in the table."""
+    """``factorization: auto`` on cyclic cohorts, from docs/privacy.md's two tables. Offline
+    MNIST (``benchmarks/dp_ftrl_mnist_offline.py``, b = 5, k = 8, 5 seeds paired): the banded
+    square root had the best accuracy of the unamplified factorisations, 0.7–0.9 pp above the
+    optimised banded one and 1.0–1.4 pp above the BLT (paired sd ≤ 1.1), although its RMSE is
+    1.6% higher; Honaker's tree was level with it on average with a paired sd of 4–8 pp. The
+    loss table (n ∈ {64, 256, 1024}, k ∈ {1, 4, 16}): every p = b banded factorisation keeps
+    b − 1 noise vectors, where the 4-buffer BLT keeps 4 and is 1.2–3.4× below a banded one of
+    that memory. So ``bsr`` when b ≤ AUTO_MAX_BANDS (at most 31 vectors of state), ``blt``
+    beyond. Under ``model.sampling: cyclic_poisson`` (amplified), ``banded``: see
+    :meth:`DPFTRL.setup_federation`. ``participations`` does not enter."""
     del participations
-    return "banded" if min(separation, rounds) <= AUTO_MAX_BANDS else "blt"
+    return "bsr" if min(separation, rounds) <= AUTO_MAX_BANDS else "blt"
 
 
 class DPFTRL(Strategy):
