@@ -161,7 +161,7 @@ def test_verify_reruns_stored_cells_and_reports_them(tmp_path: Path, capsys, cle
     doc = json.loads((out / "002.json").read_text())
     assert {e["run"] for e in doc["verification"]} == {e["run"] for e in log}
     # the same seed draws the same cells
-    assert repro.main([*args, "--verify", "2", "--verify-seed", "5", "--report-only"]) == 0
+    assert repro.main([*args, "--verify", "2", "--verify-seed", "5"]) == 0
     again = [json.loads(x) for x in (store / "verification.jsonl").read_text().splitlines()]
     assert [e["run"] for e in again[2:]] == [e["run"] for e in log]
 

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     plans = point_plans(entries)
-    runs_anything = not (args.report_only or args.dry_run or args.register)
+    runs_anything = not (args.report_only or args.dry_run or args.register or args.verify)
     if runs_anything and store.commit and store.commit.endswith(DIRTY):
         if not args.allow_dirty:
             files = dirty_files()
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in todo:
             print(" ".join(runner.command_for(p, store.root / "runs" / p.id / "a?")))
         return 0
-    if args.verify:
+    if args.verify and not args.report_only:
         if store.commit and store.commit.endswith(DIRTY) and not args.allow_dirty:
             print(
                 "error: --verify: the checkout has uncommitted changes; commit them first",
