@@ -310,6 +310,58 @@ def test_delta_at_least_one_over_the_population_is_refused(
     _nothing_written(tmp_path)
 
 
+_FTRL = [str(REPO / "configs" / "experiment" / "quickstart_ftrl.yaml")]
+_AGN = [
+    "--config", str(REPO / "configs" / "experiment" / "dpfl_agn" / "s52_mnist_anr.yaml"),
+    "--data.dataset", "synthetic", "--data.download", "false",
+    "--data.dataset_options", '{"shape": [1, 28, 28], "num_examples": 600}',
+    "--data.partitioner", "iid", "--model.clients_per_round", "3",
+    "--trainer.enable_progress_bar", "false",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (
+            ["--config", *_FTRL, "--model.sampling", "fixed"],
+            "error: model.sampling: DPFTRL needs each client's rounds at least b apart, which "
+            "'fixed' cohorts cannot guarantee",
+        ),
+        (
+            ["--config", *_FTRL, "--model.sampling", "poisson"],
+            "error: model.sampling: DPFTRL needs each client's rounds at least b apart, which "
+            "'poisson' cohorts cannot guarantee",
+        ),
+        (
+            [*_AGN, "--privacy.accountant", "pld"],
+            "error: privacy.accountant: 'pld' composes noise fixed in advance, but DPFL-AGN's "
+            "ANR chooses σ_t from the released models",
+        ),
+        (
+            ["--config", str(QUICKSTART), *TINY,
+             "--strategy", "fl_lightning.strategies.fedavg.FedAvg",
+             "--strategy.central_dp", "fl_lightning.privacy.adaptive_clipping.AdaptiveClipping",
+             "--strategy.central_dp.noise_multiplier", "1.0",
+             "--strategy.central_dp.count_noise_std", "0.4"],
+            "error: strategy.central_dp.count_noise_std: must be > noise_multiplier / 2 = 0.5",
+        ),
+    ],  # fmt: skip
+    ids=["dp_ftrl_fixed", "dp_ftrl_poisson", "anr_pld", "adaptive_clip_count_noise"],
+)
+def test_strategy_and_mechanism_refusals_write_nothing(run_cli, capsys, tmp_path, args, start):
+    """Checks made when the strategy is set up (its sampling, its accountant, its mechanism's
+    calibration) refuse before the Trainer exists: one line, exit 2, and no ``fl/version_N``
+    nor W&B run under the run's root (the default loggers are on)."""
+    rc = run_cli(["fit", *args, "--trainer.logger", "true", "--trainer.max_steps", "2"])
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert rc == 2 and "Traceback" not in err, err[-2000:]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err[-2000:]
+    assert errors[0].startswith(start), errors[0]
+    _nothing_written(tmp_path)
+
+
 def test_allow_large_delta_releases_and_says_so(run_cli, capsys, tmp_path):
     import json
 
