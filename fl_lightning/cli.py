@@ -187,6 +187,9 @@ def quiet_console() -> None:
     warnings.filterwarnings("ignore", message="Experiment logs directory .* is not empty")
     # A resumed run writes into its own new directory, by design (nothing is overwritten).
     warnings.filterwarnings("ignore", message="The dirpath has changed from")
+    # Passing LightningCLI its arguments is how this command runs it (after --import, in a
+    # sweep point, for audit's target and shadow runs), not a mistake to warn about.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
 
 
 PLUGIN_GROUP = "fl_lightning.plugins"
