@@ -98,9 +98,13 @@ def test_checkpoint_problems_are_one_line(run_cli, capsys, tmp_path, one_round_c
     ckpt = str(one_round_checkpoint)
     base = ["fit", "--config", str(QUICKSTART), *TINY]
     corrupt = tmp_path / "corrupt.ckpt"
-    corrupt.write_bytes(b"not a checkpoint\n")
+    corrupt.write_bytes(Path(ckpt).read_bytes()[:300])  # truncated
+    text = tmp_path / "experiment.yaml"
+    text.write_text("trainer:\n  max_steps: 2\n")
     cases = [
         (["--ckpt_path", str(corrupt)], f"ckpt_path: {corrupt} is not a readable checkpoint"),
+        (["--ckpt_path", str(text)],
+         f"ckpt_path: {text} is a text file (it begins 'trainer:'), not a checkpoint; give a"),
         (["--ckpt_path", str(tmp_path / "none.ckpt")], "ckpt_path: "),
         (["--ckpt_path", ckpt, "--client.net.init_args.hidden", "[16]"],
          f"ckpt_path: {ckpt} was saved from another model (global_net"),

@@ -120,6 +120,8 @@ class FederatedModule(pl.LightningModule):
         # The rounds ``set_up_before_fit`` set the federation up for (the CLI: before any
         # logger exists); ``setup("fit")`` then uses that set-up instead of repeating it.
         self._set_up_for: int | None = None
+        # Put before the summary line this run prints (audit's shadow runs say what they are).
+        self.console_label = ""
         self.last_eval: dict[str, float] = {}
         # What the last round logged (round/*, train/*, privacy/*, test/* when evaluated):
         # public, for callbacks (fl_lightning.callbacks.RunPlots, user callbacks).
@@ -366,7 +368,8 @@ class FederatedModule(pl.LightningModule):
             line = summary_line(summary, final)
             if log_dir and out is None:
                 line = f"{line}; {NOT_WRITTEN}"
-            print(f"{line}; details: {statement}" if statement else line, flush=True)
+            line = f"{line}; details: {statement}" if statement else line
+            print(f"{self.console_label}{line}", flush=True)
 
     def _run_facts(self, summary: dict[str, Any]) -> RunFacts:
         """What ``privacy_statement.md`` needs beyond the ledger."""
