@@ -39,7 +39,7 @@ commands:
   audit      membership inference and gradient inversion against a run: --attack threshold ...
   repro      reproduce a paper's tables and verdicts from its definition: fl-lightning repro 000
 
-  fl-lightning <command> --help   options of one command
+  fl-lightning <command> --help   options of one command (fit --help-all: every trainer flag)
   --import MODULE|FILE.py         import your module first (models, datasets, strategies),
                                   then name them in configs: class_path: MODULE.MyNet
 """
@@ -270,6 +270,17 @@ def main(argv: list[str] | None = None) -> int:
     if not rest:
         print(OVERVIEW)
         return 2
+    if rest[0] in ("fit", "validate", "test"):
+        if "--help-all" in rest:  # jsonargparse's full help: every trainer flag and class
+            rest = [("--help" if a == "--help-all" else a) for a in rest]
+            if argv is None:  # LightningCLI reads sys.argv itself
+                sys.argv = [sys.argv[0], *rest]
+            return run_lightning(rest)
+        if "-h" in rest or "--help" in rest:  # a screenful, without building the parser
+            from fl_lightning.runs.help import short_help
+
+            print(short_help(rest[0]), end="")
+            return 0
     handler = _extensions.SUBCOMMANDS.get(rest[0])
     if handler is not None:
         return int(handler(rest[1:]) or 0)
