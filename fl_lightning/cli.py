@@ -24,7 +24,7 @@ from fl_lightning.runs.distributed import (
     is_distributed_failure,
     stop_launched_ranks,
 )
-from fl_lightning.runs.error_lines import one_line
+from fl_lightning.runs.error_lines import located, one_line
 from fl_lightning.runs.phase import RunPhase
 
 OVERVIEW = """\
@@ -128,7 +128,7 @@ def run_lightning(args: list[str] | None = None) -> int:
         # (strategies whose cohort is known only at round 0 find it there): one line.
         if isinstance(err, (*config_errors[phase], BudgetError)):
             if rank0:  # one line from rank 0 only
-                print(f"error: {one_line(err)}", file=sys.stderr)
+                print(f"error: {located(one_line(err), argv)}", file=sys.stderr)
             return 2
         if phase == "config":
             raise

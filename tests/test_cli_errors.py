@@ -433,3 +433,38 @@ def test_docs_sweep_example_is_a_valid_spec(tmp_path, monkeypatch):
     spec = load_spec(example)
     argv = build_command(spec, expand(spec)[0].params)
     assert argument_problem(argv[argv.index("fit") :]) is None
+
+
+def test_messages_name_the_field_the_file_and_the_reason(run_cli, capsys, tmp_path):
+    """Issue 48's messages that said nothing: a config naming a missing group file, an unknown
+    strategy class (by name, by class_path, in a config), an unknown key in a config file."""
+    experiment = tmp_path / "exp"
+    experiment.mkdir()
+    missing = experiment / "missing_group.yaml"
+    missing.write_text("trainer:\n  max_steps: 2\nclient: ../client/nope.yaml\n")
+    unknown_class = experiment / "unknown_class.yaml"
+    unknown_class.write_text("strategy:\n  class_path: fl_lightning.strategies.FedAvgX\n")
+    typo = experiment / "typo.yaml"
+    typo.write_text("model:\n  eval_every: 0\n  clients_per_rnd: 3\n")
+    cases = [
+        (["--config", str(missing)],
+         f"error: client: ../client/nope.yaml not found (named in {missing} line 3; a path in a "
+         f"config is relative to that config's folder: {tmp_path / 'client' / 'nope.yaml'})"),
+        (["--config", str(QUICKSTART), "--strategy", "NoSuchStrategy"],
+         "error: strategy: cannot use class 'NoSuchStrategy' (no class of that name is known); "
+         "choose one of ADPFL, "),
+        (["--config", str(QUICKSTART), "--config", str(unknown_class)],
+         "error: strategy: cannot use class 'fl_lightning.strategies.FedAvgX' (module "
+         "'fl_lightning.strategies' has no attribute 'FedAvgX'); choose one of "),
+        (["--config", str(QUICKSTART), "--config", str(typo)],
+         f"error: model.clients_per_rnd: not an option ({typo} line 3); did you mean "
+         "model.clients_per_round? (see fl-lightning fit --help)"),
+    ]  # fmt: skip
+    for args, start in cases:
+        rc = run_cli(["fit", *args])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1, err
+        assert err[0].startswith(start), err[0]
+        assert "NestedArg" not in err[0] and "NoneType" not in err[0], err[0]
+    written = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["missing_group.yaml", "typo.yaml", "unknown_class.yaml"], written
