@@ -24,14 +24,14 @@ def one_line(err: BaseException) -> str:
     not_accepted = re.search(r"does not accept option '([^']+)'", text)
     if not_accepted and not keys:
         return f"{not_accepted.group(1)}: not an option (see fl-lightning fit --help)"
-    unknown_class = _unknown_class(text, ".".join(keys))
-    if unknown_class:
-        return unknown_class
     option = re.search(r"class_path '([^']+)':\s*Option '([^']+)' is not accepted", text)
     if option:
         cls = option.group(1).rsplit(".", 1)[-1]
         where = ".".join(keys) or "class"
         return f"{where}.init_args.{option.group(2)}: not a parameter of {cls}"
+    unknown_class = _unknown_class(text, ".".join(keys))
+    if unknown_class:
+        return unknown_class
     if _UNION in text:
         # A class-typed group (strategy, client.dp_sgd, ...) whose __init__ refused a value:
         # the refusal names the field; "Expected a <class 'NoneType'>" is the other subtype.
@@ -69,7 +69,7 @@ def _unknown_class(text: str, key: str) -> str | None:
     cannot be imported: the name, why, and what it may name instead."""
     problem = re.search(r"Problem with given class_path '([^']+)':\s*\n\s*(.+)", text)
     dotted = re.search(r"Expected a dot import path string: (\S+)", text)
-    if not (problem or dotted) or not key:
+    if not (problem or dotted) or not key or "is not accepted" in text:
         return None
     base = re.search(r"Subtypes: \[<class '([\w.]+)'>", text)
     base_name = base.group(1).rsplit(".", 1)[-1] if base else "the option's"
