@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         tpoints = tuning_points(defn, extra=extra, arms=tuned_for)
         root = args.data_root or defn.data_root
+        if root == "shared" and extra.get("data.dataset", "mnist_offline") != "mnist_offline":
+            root = None  # `--set data.dataset=...` replaces the MNIST files: nothing to find
         if root == "shared":
             found = find_shared_data()
             if found is None and not (args.report_only or args.migrate_store):
