@@ -3,6 +3,9 @@
 # From the repository root, with .venv active: bash docs/tutorials/scripts/auditing.sh
 # Writes under runs/tutorials/auditing/ (emptied first). About a minute on 2 CPU cores.
 set -euo pipefail
+# One thread: DLG's L-BFGS amplifies the last bits of multi-threaded sums, so its numbers repeat
+# (on this page, on your machine) only when every sum is taken in the same order.
+export OMP_NUM_THREADS=1
 out=runs/tutorials/auditing
 rm -rf "$out"
 quiet=(--trainer.enable_progress_bar false)
