@@ -322,28 +322,11 @@ def needs_mnist_refusal(res: subprocess.CompletedProcess) -> bool:
 RUNNABLE = [c for c in COMMANDS if not c.not_run]
 
 
-@pytest.fixture(scope="module", params=["with MNIST", "without MNIST"])
-def clone(request, tmp_path_factory):
-    """A fresh clone, its ``.venv`` seeded, and the environment of its commands."""
-    with_mnist = request.param == "with MNIST"
-    if with_mnist and SHARED_DATA is None:
-        pytest.skip("the real MNIST test set is not on this machine (FL_SHARED_DATA)")
-    tmp = tmp_path_factory.mktemp("docs-clone")
-    root = fresh_clone(tmp / "fl-lightning")
-    seed_venv(root)
-    return root, clone_env(root, mnist=SHARED_DATA if with_mnist else None, tmp=tmp), with_mnist
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("cmd", RUNNABLE, ids=[c.id for c in RUNNABLE])
-def test_docs_command_runs_as_shown(clone, cmd: DocCommand) -> None:
-    """One command, in order after the ones before it (the module's commands share the clone:
-    the README's resume reads the quickstart's checkpoint, a report reads the sweep before it).
-    Run with ``-n 0``: xdist would spread the order over workers."""
-    root, env, with_mnist = clone
+def run_doc_command(cmd: DocCommand, root: Path, env: dict[str, str], *, with_mnist: bool) -> str:
+    """Runs one command in the clone; what is wrong with the result ("" when nothing is)."""
     program = _words(cmd.command)[0]
     if program not in ("source", ".") and shutil.which(program, path=env["PATH"]) is None:
-        pytest.fail(f"{cmd.id}: {program} is not installed")
+        return f"{cmd.id}: {cmd.command}\n  {program} is not installed"
     res = subprocess.run(
         ["bash", "-c", f"set -e\n{cmd.command}\n"],
         cwd=root,
@@ -355,8 +338,32 @@ def test_docs_command_runs_as_shown(clone, cmd: DocCommand) -> None:
     printed = res.stdout + res.stderr
     tail = printed[-3000:]
     if res.returncode != 0 and not with_mnist and needs_mnist_refusal(res):
-        return  # the documented refusal without the MNIST files
-    assert res.returncode == 0, f"{cmd.id}: {cmd.command}\nexit {res.returncode}\n{tail}"
-    if cmd.output:
-        missing = [n for n in quoted_numbers(cmd.output) if n not in printed]
-        assert not missing, f"{cmd.id}: {cmd.command}: quoted but not printed {missing}\n{tail}"
+        return ""  # the documented refusal without the MNIST files
+    if res.returncode != 0:
+        return f"{cmd.id}: {cmd.command}\n  exit {res.returncode}\n{tail}"
+    missing = [n for n in quoted_numbers(cmd.output or "") if n not in printed]
+    if missing:
+        return f"{cmd.id}: {cmd.command}\n  quoted but not printed: {missing}\n{tail}"
+    return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_mnist", [True, False], ids=["with MNIST", "without MNIST"])
+def test_every_docs_command_runs_as_shown(with_mnist: bool, tmp_path) -> None:
+    """Every unmarked command, in document order, in one fresh clone (the README's resume reads
+    the quickstart's checkpoint, a report reads the sweep before it): one test a variant, so
+    xdist cannot split the order. Minutes; ``-s`` shows each command as it runs."""
+    if with_mnist and SHARED_DATA is None:
+        pytest.skip("the real MNIST test set is not on this machine (FL_SHARED_DATA)")
+    root = fresh_clone(tmp_path / "fl-lightning")
+    seed_venv(root)
+    env = clone_env(root, mnist=SHARED_DATA if with_mnist else None, tmp=tmp_path)
+    failures = []
+    for cmd in RUNNABLE:
+        print(f"[{cmd.id}] {cmd.command}", flush=True)
+        problem = run_doc_command(cmd, root, env, with_mnist=with_mnist)
+        if problem:
+            failures.append(problem)
+    assert not failures, f"{len(failures)} of {len(RUNNABLE)} commands failed:\n\n" + (
+        "\n\n".join(failures)
+    )
