@@ -57,16 +57,13 @@ def subsampled_rdp(order: int, q: float, rdp: Sequence[float]) -> float:
     """Zhu & Wang 2019's general upper bound at integer ``order`` for Poisson rate ``q``, from
     the unsampled RDP ``rdp[l]`` at l = 2..order (module docstring)."""
     a = order
-    terms = [0.0, rdp[2]]
-    weights = [
-        (1 - q) ** (a - 1) * (a * q - q + 1),
-        special.comb(a, 2) * q**2 * (1 - q) ** (a - 2),
-    ]
-    for l in range(3, a + 1):
-        log_binom = special.gammaln(a + 1) - special.gammaln(l + 1) - special.gammaln(a - l + 1)
-        terms.append((l - 1) * rdp[l] + log_binom + (a - l) * math.log1p(-q) + l * math.log(q))
-        weights.append(3.0)
-    return float(special.logsumexp(terms, b=weights)) / (a - 1)
+    ls = np.arange(2, a + 1)
+    eps = np.asarray(rdp, dtype=float)[2 : a + 1]
+    log_binom = special.gammaln(a + 1) - special.gammaln(ls + 1) - special.gammaln(a - ls + 1)
+    terms = (ls - 1) * eps + log_binom + (a - ls) * math.log1p(-q) + ls * math.log(q)
+    weights = np.where(ls == 2, 1.0, 3.0)  # C(α,2)·… once, every higher term thrice
+    first = (1 - q) ** (a - 1) * (a * q - q + 1)
+    return float(special.logsumexp(np.append(terms, 0.0), b=np.append(weights, first))) / (a - 1)
 
 
 @lru_cache(maxsize=4096)
