@@ -280,9 +280,7 @@ class PrivacyAccountant(Callback):
             eps_client = out["privacy/epsilon_client"] = self._client_level_epsilon()
         if self.distributed:
             eps_client = out["privacy/epsilon_client"] = self._distributed_epsilon()
-            out["privacy/secagg_survivors_min"] = float(
-                min(e.survivors for e in self.distributed)
-            )
+            out["privacy/secagg_survivors_min"] = float(min(e.survivors for e in self.distributed))
         if self.record_level:
             eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon()
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
@@ -312,7 +310,8 @@ class PrivacyAccountant(Callback):
             return math.inf, f"none: {self.no_guarantee}"
         if self.distributed:
             eps = self._distributed_epsilon() if eps_client is None else eps_client
-            return eps, f"client-level ({eps:.3g}, {self.delta:g})-DP, {distributed_words(self.distributed)}"
+            words = distributed_words(self.distributed)
+            return eps, f"client-level ({eps:.3g}, {self.delta:g})-DP, {words}"
         if self.client_level:
             client = self._client_level_epsilon() if eps_client is None else eps_client
             how = describe_sampling(self.client_level, "client")

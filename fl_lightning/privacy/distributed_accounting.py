@@ -53,7 +53,7 @@ def encoded_sensitivity(event: DistributedNoiseEvent) -> EncodedSensitivity:
     )
 
 
-def subsampled_rdp(order: int, q: float, rdp: Sequence[float]) -> float:
+def subsampled_rdp(order: int, q: float, rdp: Sequence[float] | np.ndarray) -> float:
     """Zhu & Wang 2019's general upper bound at integer ``order`` for Poisson rate ``q``, from
     the unsampled RDP ``rdp[l]`` at l = 2..order (module docstring)."""
     a = order
@@ -88,7 +88,7 @@ def round_rdp(event: DistributedNoiseEvent) -> tuple[float, ...]:
     return tuple(out)
 
 
-def rdp_to_epsilon(rdp: Sequence[float], delta: float) -> float:
+def rdp_to_epsilon(rdp: Sequence[float] | np.ndarray, delta: float) -> float:
     """ε at ``delta`` of RDP ``rdp`` at :data:`ORDERS` (module docstring's conversion)."""
     orders = np.asarray(ORDERS, dtype=float)
     values = np.asarray(rdp, dtype=float)

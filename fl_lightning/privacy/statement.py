@@ -129,8 +129,7 @@ def _sampling(unit: str, ledger: dict[str, Any]) -> tuple[str, str]:
         if q < 1.0:
             return (
                 f"Poisson cohorts, each client with probability q = {q:.6g}",
-                "yes (Zhu & Wang 2019's bound on RDP): it holds only while the cohorts stay "
-                "secret",
+                "yes (Zhu & Wang 2019's bound on RDP): it holds only while the cohorts stay secret",
             )
         return "every client in every round", "no (q = 1)"
     if unit == "client":
@@ -165,11 +164,10 @@ def _sampling(unit: str, ledger: dict[str, Any]) -> tuple[str, str]:
 
 def _adjacency(unit: str, ledger: dict[str, Any]) -> str:
     if unit == "client" and ledger.get("distributed"):
-        fixed = bool(ledger["distributed"][-1][9])
         return (
             "replace-one client (fixed-size cohorts): one client's encoded update changes, the "
             "other survivors' noise shares present in both worlds"
-            if fixed
+            if ledger["distributed"][-1][9]
             else "add/remove one client's encoded update, the other survivors' noise shares "
             "present in both worlds (Kairouz et al. 2021's analysis)"
         )

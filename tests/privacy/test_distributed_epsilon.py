@@ -27,9 +27,11 @@ def lgamma_binom(a: int, k: int) -> float:
 def expected_epsilon(mechanism, *, clip, scale, var, dim, beta, q, survivors):
     """ε after rounds with ``survivors`` clients each, by the formulas (module docstring)."""
     x = clip * scale
-    l2 = min(x + math.sqrt(dim),
-             math.sqrt(x**2 + dim / 4 + math.sqrt(2 * math.log(1 / beta)) * (x + math.sqrt(dim) / 2)))
-    l1 = l2 * min(math.sqrt(dim), l2)  # fmt: skip
+    l2 = min(
+        x + math.sqrt(dim),
+        math.sqrt(x**2 + dim / 4 + math.sqrt(2 * math.log(1 / beta)) * (x + math.sqrt(dim) / 2)),
+    )
+    l1 = l2 * min(math.sqrt(dim), l2)
 
     def rdp(a: int, n: int) -> float:
         mu = n * var
@@ -38,9 +40,11 @@ def expected_epsilon(mechanism, *, clip, scale, var, dim, beta, q, survivors):
             return a * l2**2 / (2 * mu) + extra
         tau = 10 * sum(math.exp(-2 * math.pi**2 * var * k / (k + 1)) for k in range(1, n))
         s2, s1 = l2 / math.sqrt(mu), l1 / math.sqrt(mu)
-        return min(a / 2 * s2**2 + tau * dim,
-                   a / 2 * (s2**2 + 2 * s1 * tau + tau**2 * dim),
-                   a / 2 * (s2 + math.sqrt(dim) * tau) ** 2)  # fmt: skip
+        return min(
+            a / 2 * s2**2 + tau * dim,
+            a / 2 * (s2**2 + 2 * s1 * tau + tau**2 * dim),
+            a / 2 * (s2 + math.sqrt(dim) * tau) ** 2,
+        )
 
     def sampled(a: int, n: int) -> float:
         if n == 0:
@@ -50,8 +54,12 @@ def expected_epsilon(mechanism, *, clip, scale, var, dim, beta, q, survivors):
         parts = [(1 - q) ** (a - 1) * (a * q - q + 1)]
         logs = [0.0]
         for k in range(2, a + 1):
-            logs.append((k - 1) * rdp(k, n) + lgamma_binom(a, k) + (a - k) * math.log(1 - q)
-                        + k * math.log(q))  # fmt: skip
+            logs.append(
+                (k - 1) * rdp(k, n)
+                + lgamma_binom(a, k)
+                + (a - k) * math.log(1 - q)
+                + k * math.log(q)
+            )
             parts.append(1.0 if k == 2 else 3.0)
         top = max(logs)
         total = sum(w * math.exp(v - top) for w, v in zip(parts, logs, strict=True))
@@ -66,16 +74,30 @@ def expected_epsilon(mechanism, *, clip, scale, var, dim, beta, q, survivors):
 
 def run(mechanism: str, dropout: float, rounds: int = 3):
     data = FederatedDataModule(
-        "synthetic", num_clients=20,
+        "synthetic",
+        num_clients=20,
         dataset_options={"num_examples": 400, "num_features": 8, "num_classes": 3},
-    )  # fmt: skip
+    )
     data.setup("fit")
-    client = ClientModule(MLP(input_dim=8, hidden=(8,), num_classes=3), num_classes=3, lr=0.1,
-                          local_steps=1, batch_size=8)  # fmt: skip
-    strategy = DDPFedAvg(mechanism=mechanism, bits=14, clip_norm=0.5, noise_multiplier=1.0,
-                         dropout_rate=dropout)  # fmt: skip
-    results = simulate(strategy, data, rounds, client=client, clients_per_round=10,
-                       privacy=PrivacyAccountant("pld", DELTA), seed=4)  # fmt: skip
+    client = ClientModule(
+        MLP(input_dim=8, hidden=(8,), num_classes=3),
+        num_classes=3,
+        lr=0.1,
+        local_steps=1,
+        batch_size=8,
+    )
+    strategy = DDPFedAvg(
+        mechanism=mechanism, bits=14, clip_norm=0.5, noise_multiplier=1.0, dropout_rate=dropout
+    )
+    results = simulate(
+        strategy,
+        data,
+        rounds,
+        client=client,
+        clients_per_round=10,
+        privacy=PrivacyAccountant("pld", DELTA),
+        seed=4,
+    )
     return strategy, results
 
 
@@ -86,9 +108,15 @@ def test_three_round_epsilon_equals_the_formulas(mechanism):
     survivors = [int(r.strategy_metrics["secagg_survivors"]) for r in results]
     assert len(results) == 3 and any(s < len(r.cohort) for s, r in zip(survivors, results))
     want = expected_epsilon(
-        mechanism, clip=0.5, scale=dp.scale, var=dp.local_variance, dim=dp.padded,
-        beta=math.exp(-0.5), q=0.5, survivors=survivors,
-    )  # fmt: skip
+        mechanism,
+        clip=0.5,
+        scale=dp.scale,
+        var=dp.local_variance,
+        dim=dp.padded,
+        beta=math.exp(-0.5),
+        q=0.5,
+        survivors=survivors,
+    )
     assert results[-1].epsilon == pytest.approx(want, rel=1e-9)
     assert 0 < want < math.inf
 

@@ -43,17 +43,22 @@ def run_protocol(encoded, dropout, *, neighbours=None, seed=3, round_idx=5):
     ids = sorted(encoded)
     keys = RoundKeys(seed, round_idx)
     graph = masking_graph(ids, neighbours, keys=keys)
-    uploads = {u: SecAggClient(u, keys=keys, graph=graph, bits=BITS).mask(x)
-               for u, x in encoded.items()}  # fmt: skip
+    uploads = {
+        u: SecAggClient(u, keys=keys, graph=graph, bits=BITS).mask(x) for u, x in encoded.items()
+    }
     g = torch.Generator().manual_seed(seed)
-    dropped = set(torch.tensor(ids)[torch.randperm(len(ids), generator=g)][
-        : round(dropout * len(ids))].tolist())  # fmt: skip
+    dropped = set(
+        torch.tensor(ids)[torch.randperm(len(ids), generator=g)][
+            : round(dropout * len(ids))
+        ].tolist()
+    )
     survivors = [u for u in ids if u not in dropped]
     server = SecAggServer(BITS, next(iter(encoded.values())).numel())
     for u in survivors:
         server.receive(uploads[u])
-    reveals = [SecAggClient(u, keys=keys, graph=graph, bits=BITS).reveal(survivors)
-               for u in survivors]  # fmt: skip
+    reveals = [
+        SecAggClient(u, keys=keys, graph=graph, bits=BITS).reveal(survivors) for u in survivors
+    ]
     return server.unmask(server.total, reveals), survivors, uploads
 
 
@@ -128,8 +133,9 @@ def test_conditional_rounding_is_unbiased_and_within_its_bound():
     assert float(torch.linalg.vector_norm(draws, dim=1).max()) <= bound
     # conditioning on the norm biases it slightly (Kairouz et al., Prop. 22); the mean stays close
     assert float((draws.mean(0) - x).abs().max()) < 0.08
-    assert torch.equal(center(torch.tensor([0, 2047, 2048, 4095]), 12),
-                       torch.tensor([0, 2047, -2048, -1]))  # fmt: skip
+    assert torch.equal(
+        center(torch.tensor([0, 2047, 2048, 4095]), 12), torch.tensor([0, 2047, -2048, -1])
+    )
 
 
 # -- the component on a round: the server side never holds an unmasked update ---------------------
@@ -145,10 +151,16 @@ class Spec:
 
 def context(cohort, dim=100):
     return RoundContext(
-        round_idx=3, total_rounds=5, seed=7, num_clients=10, cohort=cohort,
-        expected_cohort_size=5.0, sample_rate=0.5, global_params=torch.zeros(dim),
+        round_idx=3,
+        total_rounds=5,
+        seed=7,
+        num_clients=10,
+        cohort=cohort,
+        expected_cohort_size=5.0,
+        sample_rate=0.5,
+        global_params=torch.zeros(dim),
         sampling=CohortSampling("poisson", 0.5, 10),
-    )  # fmt: skip
+    )
 
 
 def tensors_in(obj, seen=None):
@@ -182,8 +194,9 @@ def leaks(t, secrets):
 
 @pytest.mark.parametrize("mechanism", ["ddg", "skellam"])
 def test_the_server_side_never_receives_an_unmasked_update(mechanism, monkeypatch):
-    dp = SecAggDistributedDP(mechanism=mechanism, bits=16, clip_norm=1.0, noise_multiplier=0.1,
-                             dropout_rate=0.3)  # fmt: skip
+    dp = SecAggDistributedDP(
+        mechanism=mechanism, bits=16, clip_norm=1.0, noise_multiplier=0.1, dropout_rate=0.3
+    )
     dp.setup(Spec())
     ctx = context([0, 2, 4, 6, 8, 9])
     g = torch.Generator().manual_seed(0)
@@ -193,7 +206,10 @@ def test_the_server_side_never_receives_an_unmasked_update(mechanism, monkeypatc
         update = ClientUpdate(cid, delta.clone(), 10, 0.0)
         clipped = delta * min(1.0, 1.0 / float(delta.norm()))
         cg = torch.Generator().manual_seed(100 + cid)
-        secrets += [clipped, dp.encode(clipped.clone(), ctx, generator=torch.Generator().manual_seed(100 + cid))]
+        secrets += [
+            clipped,
+            dp.encode(clipped.clone(), ctx, generator=torch.Generator().manual_seed(100 + cid)),
+        ]
         updates.append(dp.on_client(update, ctx, generator=cg))
     received: list = []
     for name in ("receive", "unmask"):
@@ -220,14 +236,18 @@ def test_the_server_side_never_receives_an_unmasked_update(mechanism, monkeypatc
 def test_a_leaking_client_path_is_caught(monkeypatch):
     """The negative control: a component that uploads the encoded vector unmasked fails the
     same check."""
-    monkeypatch.setattr(protocol.SecAggClient, "mask",
-                        lambda self, x: MaskedUpload(self.client_id, wrap(x, self.bits)))  # fmt: skip
+    monkeypatch.setattr(
+        protocol.SecAggClient,
+        "mask",
+        lambda self, x: MaskedUpload(self.client_id, wrap(x, self.bits)),
+    )
     dp = SecAggDistributedDP(mechanism="ddg", bits=16, noise_multiplier=0.1)
     dp.setup(Spec())
     ctx = context([0, 1, 2])
     delta = torch.randn(100, generator=torch.Generator().manual_seed(0))
     delta /= delta.norm()
     secret = dp.encode(delta.clone(), ctx, generator=torch.Generator().manual_seed(5))
-    update = dp.on_client(ClientUpdate(0, delta.clone(), 1, 0.0), ctx,
-                          generator=torch.Generator().manual_seed(5))  # fmt: skip
+    update = dp.on_client(
+        ClientUpdate(0, delta.clone(), 1, 0.0), ctx, generator=torch.Generator().manual_seed(5)
+    )
     assert leaks(update.delta, [secret])

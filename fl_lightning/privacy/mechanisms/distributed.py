@@ -77,9 +77,7 @@ def distributed_noise(name: str) -> DistributedNoise:
     from fl_lightning.privacy.mechanisms import ddg, skellam  # noqa: F401 (registration)
 
     if name not in _REGISTRY:
-        raise ValueError(
-            f"strategy.mechanism: unknown {name!r}; choose from {sorted(_REGISTRY)}"
-        )
+        raise ValueError(f"strategy.mechanism: unknown {name!r}; choose from {sorted(_REGISTRY)}")
     return _REGISTRY[name]
 
 

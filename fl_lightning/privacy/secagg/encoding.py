@@ -71,8 +71,8 @@ def rounded_l2_bound(l2: float, beta: float, dim: int) -> float:
     bound = l2 + math.sqrt(dim)
     if beta == 0.0:
         return bound
-    squared = l2**2 + 0.25 * dim + math.sqrt(2.0 * math.log(1.0 / beta)) * (
-        l2 + 0.5 * math.sqrt(dim)
+    squared = (
+        l2**2 + 0.25 * dim + math.sqrt(2.0 * math.log(1.0 / beta)) * (l2 + 0.5 * math.sqrt(dim))
     )
     return min(bound, math.sqrt(squared))
 

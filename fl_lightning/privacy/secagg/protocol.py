@@ -130,7 +130,7 @@ class SecAggClient:
 
     def reveal(self, survivors: Iterable[int]) -> Reveal:
         """Its self seed and the pair seeds with its dropped neighbours."""
-        alive = set(int(s) for s in survivors)
+        alive = {int(s) for s in survivors}
         u = self.client_id
         pairs = tuple(
             (u, v, self.keys.pair_seed(u, v)) for v in sorted(self.neighbours) if v not in alive
