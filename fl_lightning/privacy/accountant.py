@@ -467,7 +467,7 @@ class PrivacyAccountant(Callback):
 
 def distributed_words(events: list[DistributedNoiseEvent]) -> str:
     """The trust model, noise, field and sampling of distributed-DP rounds, in words."""
-    from fl_lightning.privacy.mechanisms.distributed import distributed_noise
+    from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 
     last = events[-1]
     fewest = min(e.survivors for e in events)

@@ -36,7 +36,8 @@ import numpy as np
 from scipy import special
 
 from fl_lightning.privacy.events import DistributedNoiseEvent
-from fl_lightning.privacy.mechanisms.distributed import EncodedSensitivity, distributed_noise
+from fl_lightning.privacy.mechanisms.distributed import EncodedSensitivity
+from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 from fl_lightning.privacy.secagg.encoding import rounded_l1_bound, rounded_l2_bound
 
 ORDERS: tuple[int, ...] = (*range(2, 129), 256)

@@ -37,7 +37,8 @@ import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy
-from fl_lightning.privacy.mechanisms.distributed import DistributedNoise, distributed_noise
+from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
+from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
 from fl_lightning.privacy.secagg.encoding import (
     center,

@@ -22,11 +22,7 @@ import math
 
 import torch
 
-from fl_lightning.privacy.mechanisms.distributed import (
-    DistributedNoise,
-    EncodedSensitivity,
-    register_distributed_noise,
-)
+from fl_lightning.privacy.mechanisms.distributed import DistributedNoise, EncodedSensitivity
 
 
 def sample_discrete_laplace(n: int, scale: float, *, generator: torch.Generator) -> torch.Tensor:
@@ -89,6 +85,3 @@ class DistributedDiscreteGaussian(DistributedNoise):
             a / 2.0 * (l2**2 + 2.0 * l1 * tau + tau**2 * d),
             a / 2.0 * (l2 + math.sqrt(d) * tau) ** 2,
         )
-
-
-register_distributed_noise(DistributedDiscreteGaussian())

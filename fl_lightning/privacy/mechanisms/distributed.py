@@ -11,8 +11,9 @@ updates to (``privacy/secagg/encoding.py``):
   order, given the survivors' summed noise and the encoded sensitivity
   (``privacy/distributed_accounting.py`` adds sampling and composes rounds).
 
-A new mechanism is one file implementing both plus one :func:`register_distributed_noise` call
-at its end (``ddg.py``, ``skellam.py``); ``SecAggDistributedDP(mechanism="name")`` then uses it.
+A new mechanism is one file implementing both (``ddg.py``, ``skellam.py``) plus one
+``register_distributed_noise`` call (``distributed_registry.py``, where the built-in ones are
+registered); ``SecAggDistributedDP(mechanism="name")`` then uses it.
 """
 
 from __future__ import annotations
@@ -60,37 +61,4 @@ class DistributedNoise(abc.ABC):
         vector of sensitivity ``sens`` (no sampling)."""
 
 
-_REGISTRY: dict[str, DistributedNoise] = {}
-
-
-def register_distributed_noise(noise: DistributedNoise, *, force: bool = False) -> None:
-    """Makes ``noise`` usable as ``SecAggDistributedDP(mechanism=noise.name)``."""
-    if not noise.name:
-        raise ValueError("distributed noise: a registered mechanism needs a name")
-    if noise.name in _REGISTRY and not force:
-        raise ValueError(f"distributed noise {noise.name!r} is already registered (force=True)")
-    _REGISTRY[noise.name] = noise
-
-
-def distributed_noise(name: str) -> DistributedNoise:
-    """The registered mechanism ``name`` (``ValueError`` naming the field when unknown)."""
-    from fl_lightning.privacy.mechanisms import ddg, skellam  # noqa: F401 (registration)
-
-    if name not in _REGISTRY:
-        raise ValueError(f"strategy.mechanism: unknown {name!r}; choose from {sorted(_REGISTRY)}")
-    return _REGISTRY[name]
-
-
-def distributed_noise_names() -> tuple[str, ...]:
-    from fl_lightning.privacy.mechanisms import ddg, skellam  # noqa: F401 (registration)
-
-    return tuple(sorted(_REGISTRY))
-
-
-__all__ = [
-    "DistributedNoise",
-    "EncodedSensitivity",
-    "distributed_noise",
-    "distributed_noise_names",
-    "register_distributed_noise",
-]
+__all__ = ["DistributedNoise", "EncodedSensitivity"]

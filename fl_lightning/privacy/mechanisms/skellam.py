@@ -17,11 +17,7 @@ import math
 
 import torch
 
-from fl_lightning.privacy.mechanisms.distributed import (
-    DistributedNoise,
-    EncodedSensitivity,
-    register_distributed_noise,
-)
+from fl_lightning.privacy.mechanisms.distributed import DistributedNoise, EncodedSensitivity
 
 
 def sample_skellam(n: int, variance: float, *, generator: torch.Generator) -> torch.Tensor:
@@ -54,6 +50,3 @@ class DistributedSkellam(DistributedNoise):
         return a * l2**2 / (2.0 * mu) + min(
             ((2.0 * a - 1.0) * l2**2 + 6.0 * l1) / (4.0 * mu**2), 3.0 * l1 / (2.0 * mu)
         )
-
-
-register_distributed_noise(DistributedSkellam())

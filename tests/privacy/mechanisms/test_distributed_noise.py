@@ -11,8 +11,8 @@ import torch
 from scipy import stats
 
 from fl_lightning.privacy.mechanisms.ddg import ddg_tau, sample_discrete_gaussian
-from fl_lightning.privacy.mechanisms.distributed import (
-    EncodedSensitivity,
+from fl_lightning.privacy.mechanisms.distributed import EncodedSensitivity
+from fl_lightning.privacy.mechanisms.distributed_registry import (
     distributed_noise,
     distributed_noise_names,
 )
