@@ -113,8 +113,60 @@ def distributed_epsilon(events: Sequence[DistributedNoiseEvent], delta: float) -
     return rdp_to_epsilon(total_rdp(events), delta)
 
 
+def local_std_for_epsilon(
+    *,
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    clip_norm: float,
+    bits: int,
+    clients: int,
+    dim: int,
+    beta: float,
+    k_stddevs: float,
+    sample_rate: float = 1.0,
+    rounds: int = 1,
+) -> tuple[float, float]:
+    """(s, σ_local): the scale and each client's noise std (in units of the update, before
+    scaling) under which ``rounds`` rounds of ``clients`` survivors cost ``epsilon`` at
+    ``delta``, with s the Eq. 61 heuristic for that σ (``encoding.heuristic_scale``). A fixed
+    point of the two, by bisection on σ (the reference optimises both jointly,
+    ``accounting_utils.ddgauss_params``); ``ValueError`` naming ``strategy.bits`` when no scale
+    fits the bits."""
+    from fl_lightning.privacy.secagg.encoding import heuristic_scale
+
+    def scale_for(std: float) -> float:
+        return heuristic_scale(
+            local_std=std, clip_norm=clip_norm, bits=bits, clients=clients, dim=dim, k=k_stddevs
+        )
+
+    def eps_at(std: float, scale: float) -> float:
+        event = DistributedNoiseEvent(
+            mechanism, clip_norm, scale, (std * scale) ** 2, clients, dim, beta, bits, sample_rate
+        )
+        return distributed_epsilon([event] * rounds, delta)
+
+    std = clip_norm  # start: σ = 1 on one client's share
+    scale = scale_for(std)
+    for _ in range(6):
+        low, high = 1e-6 * clip_norm, 1e3 * clip_norm
+        for _ in range(60):
+            mid = math.sqrt(low * high)
+            if eps_at(mid, scale) > epsilon:
+                low = mid
+            else:
+                high = mid
+        if abs(high - std) <= 1e-4 * std:
+            std = high
+            break
+        std = high
+        scale = scale_for(std)
+    return scale, std
+
+
 __all__ = [
     "ORDERS",
+    "local_std_for_epsilon",
     "distributed_epsilon",
     "encoded_sensitivity",
     "rdp_to_epsilon",
