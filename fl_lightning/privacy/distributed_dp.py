@@ -233,7 +233,7 @@ class SecAggDistributedDP(CentralPrivacy):
         for update in updates:
             if update.client_id in survivors:  # a dropped client's upload never arrives
                 server.receive(MaskedUpload(update.client_id, update.delta))
-        return server.total.to(torch.float64)
+        return server.total.to(device=ctx.global_params.device, dtype=torch.float64)
 
     def release(
         self, reduced: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
