@@ -68,7 +68,7 @@ DDG = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
         (["--strategy.init_args.mechanism", "gauss"], "strategy.mechanism: unknown 'gauss'"),
         (["--strategy.init_args.dropout_rate", "1.5"], "strategy.dropout_rate: must be in"),
         (["--strategy.init_args.beta", "1"], "strategy.beta: must be in [0, 1)"),
-        (["--strategy.init_args.noise_multiplier", "null"], "strategy.noise_multiplier:"),
+        (["--strategy.init_args.noise_multiplier", "0"], "strategy.noise_multiplier: must be"),
     ],
 )
 def test_distributed_dp_settings_name_the_field(run_cli, capsys, tmp_path, override, field):

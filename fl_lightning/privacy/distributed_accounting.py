@@ -29,7 +29,7 @@ cohorts through the subsampling bound).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -164,8 +164,44 @@ def local_std_for_epsilon(
     return scale, std
 
 
+def calibrate_distributed_sigma(
+    event_at: Callable[[float], DistributedNoiseEvent],
+    *,
+    rounds: int,
+    target_epsilon: float | None,
+    delta: float,
+    field: str = "strategy.noise_multiplier",
+    tolerance: float = 0.01,
+) -> float:
+    """The smallest σ (to ``tolerance``) whose ``rounds`` planned rounds ``event_at(σ)`` stay
+    within ``target_epsilon`` at ``delta`` (bisection; the event's scale may depend on σ).
+    ``ValueError`` naming ``field`` when there is no target or it is unreachable."""
+    if target_epsilon is None:
+        raise ValueError(f"{field}: unset, so privacy.target_epsilon is needed to calibrate it")
+
+    def exceeds(sigma: float) -> bool:
+        return distributed_epsilon([event_at(sigma)] * rounds, delta) > target_epsilon
+
+    low, high = 0.05, 1.0
+    while exceeds(high):
+        low, high = high, high * 2
+        if high > 1e4:
+            raise ValueError(
+                f"privacy.target_epsilon: {target_epsilon} is unreachable for this run "
+                f"({field} would exceed 1e4)"
+            )
+    while high - low > tolerance:
+        mid = (low + high) / 2
+        if exceeds(mid):
+            low = mid
+        else:
+            high = mid
+    return high
+
+
 __all__ = [
     "ORDERS",
+    "calibrate_distributed_sigma",
     "local_std_for_epsilon",
     "distributed_epsilon",
     "encoded_sensitivity",

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.distributed_accounting import calibrate_distributed_sigma
 from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy
 from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
 from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
@@ -76,7 +77,10 @@ class SecAggDistributedDP(CentralPrivacy):
         bits: b, the modulus 2^b of the SecAgg field (per coordinate).
         clip_norm: C, the L2 bound on each client's delta.
         noise_multiplier: σ: the noise of the sum of m = the expected cohort size clients has
-            standard deviation σC (each client adds 1/m of the variance).
+            standard deviation σC (each client adds 1/m of the variance). ``None``: calibrated
+            so that ``trainer.max_steps`` planned rounds, each with the expected survivors
+            ⌊m(1 − dropout_rate)⌉, spend ``privacy.target_epsilon`` (a round with fewer
+            survivors costs more, and the budget stop then ends the run before the target).
         beta: β ∈ [0, 1) of conditional randomized rounding.
         k_stddevs: k standard deviations of the encoded sum must fit in 2^b (sets the scale);
             None: 4 for ``ddg``, 3 for ``skellam``, as the reference.
@@ -104,11 +108,8 @@ class SecAggDistributedDP(CentralPrivacy):
             raise ValueError(f"strategy.bits: an integer in [2, 40], got {bits!r}")
         if not clip_norm > 0:
             raise ValueError(f"strategy.clip_norm: must be > 0, got {clip_norm}")
-        if noise_multiplier is None or not noise_multiplier > 0:
-            raise ValueError(
-                "strategy.noise_multiplier: distributed DP needs σ > 0 set (calibration to "
-                f"privacy.target_epsilon is not implemented for it), got {noise_multiplier}"
-            )
+        if noise_multiplier is not None and not noise_multiplier > 0:
+            raise ValueError(f"strategy.noise_multiplier: must be > 0, got {noise_multiplier}")
         rounded_l2_bound(1.0, beta, 1)  # validates β
         if k_stddevs is not None and not k_stddevs > 0:
             raise ValueError(f"strategy.k_stddevs: must be > 0, got {k_stddevs}")
@@ -121,7 +122,9 @@ class SecAggDistributedDP(CentralPrivacy):
         self.mechanism = self.noise.name
         self.bits = bits
         self.clip_norm = float(clip_norm)
-        self.noise_multiplier: float | None = float(noise_multiplier)
+        self.noise_multiplier: float | None = (
+            None if noise_multiplier is None else float(noise_multiplier)
+        )
         self.beta = float(beta)
         self.k_stddevs = K_STDDEVS.get(self.mechanism, 4.0) if k_stddevs is None else k_stddevs
         self.dropout_rate = float(dropout_rate)
@@ -148,15 +151,41 @@ class SecAggDistributedDP(CentralPrivacy):
         self.dim = dim
         self.padded = padded_dimension(dim)
         self.expected_clients = sampling.rate * sampling.population
-        assert self.noise_multiplier is not None
-        central_std = self.noise_multiplier * self.clip_norm
-        self.scale = heuristic_scale(
-            local_std=central_std / math.sqrt(self.expected_clients),
+        if self.noise_multiplier is None:
+            self.noise_multiplier = self._calibrate(spec)
+        self.scale = self._scale_for(self.noise_multiplier)
+
+    def _scale_for(self, sigma: float) -> float:
+        """s of the Eq. 61 heuristic for σ on the expected cohort."""
+        return heuristic_scale(
+            local_std=sigma * self.clip_norm / math.sqrt(self.expected_clients),
             clip_norm=self.clip_norm,
             bits=self.bits,
             clients=self.expected_clients,
             dim=self.padded,
             k=self.k_stddevs,
+        )
+
+    def _calibrate(self, spec: CohortSpec) -> float:
+        """σ for the run's target over its planned rounds (expected survivors a round)."""
+        privacy = getattr(spec, "privacy", None)
+        sampling = spec.sampling
+        survivors = max(1, round(self.expected_clients * (1.0 - self.dropout_rate)))
+
+        def event_at(sigma: float) -> DistributedNoiseEvent:
+            scale = self._scale_for(sigma)
+            variance = (sigma * self.clip_norm * scale) ** 2 / self.expected_clients
+            return DistributedNoiseEvent(
+                self.mechanism, self.clip_norm, scale, variance, survivors, self.padded,
+                self.beta, self.bits, sampling.rate if sampling.mode == "poisson" else 1.0,
+                sampling.without_replacement, round(self.expected_clients),
+            )  # fmt: skip
+
+        return calibrate_distributed_sigma(
+            event_at,
+            rounds=int(getattr(spec, "rounds", 1)),
+            target_epsilon=None if privacy is None else privacy.epsilon,
+            delta=1e-5 if privacy is None else privacy.delta,
         )
 
     @property

@@ -49,7 +49,7 @@ def expected_epsilon(mechanism, *, clip, scale, var, dim, beta, q, survivors):
     def sampled(a: int, n: int) -> float:
         if n == 0:
             return 0.0
-        if a > 128:
+        if a > 128 or q >= 1.0:
             return rdp(a, n)
         parts = [(1 - q) ** (a - 1) * (a * q - q + 1)]
         logs = [0.0]
@@ -130,3 +130,32 @@ def test_epsilon_rises_with_dropouts_as_the_survivors_noise_says():
         if rate == 0.0:
             assert survivors == [len(r.cohort) for r in results]
     assert eps[0.0] < eps[0.1] < eps[0.3]
+
+
+def test_an_unset_sigma_is_calibrated_to_the_target_over_the_planned_rounds():
+    """σ = None: the smallest σ (to 0.01) whose planned rounds (every client every round here,
+    so planned = spent) spend the target; a σ 0.01 smaller would exceed it."""
+    data = FederatedDataModule(
+        "synthetic",
+        num_clients=8,
+        dataset_options={"num_examples": 160, "num_features": 8, "num_classes": 3},
+    )
+    data.setup("fit")
+    client = ClientModule(
+        MLP(input_dim=8, hidden=(8,), num_classes=3), num_classes=3, lr=0.1, local_steps=1
+    )
+    strategy = DDPFedAvg(mechanism="skellam", bits=16, noise_multiplier=None)
+    results = simulate(
+        strategy, data, 3, client=client, clients_per_round=8,
+        privacy=PrivacyAccountant("rdp", DELTA, target_epsilon=4.0), seed=1,
+    )  # fmt: skip
+    dp = strategy.dp
+    assert len(results) == 3 and results[-1].epsilon <= 4.0
+    assert results[-1].epsilon > 3.5
+    smaller = dp.noise_multiplier - 0.01
+    scale = dp._scale_for(smaller)
+    want = expected_epsilon(
+        "skellam", clip=1.0, scale=scale, var=(smaller * scale) ** 2 / 8, dim=dp.padded,
+        beta=math.exp(-0.5), q=1.0, survivors=[8, 8, 8],
+    )  # fmt: skip
+    assert want > 4.0
