@@ -133,6 +133,7 @@ def main() -> None:
                 for b in args.bits:
                     mse = distributed_mse(x, mech, b, eps, args.k, g)
                     results.setdefault((mech, b, eps), []).append(mse)
+                    print(f"# repeat {rep} ε = {eps:g} {mech} b = {b}: {mse:.4g}", flush=True)
     seconds = time.perf_counter() - start
     print(f"n = {args.n}, d = {args.d}, δ = {DELTA:g}, k = {args.k:g}, {args.repeat} repeats "
           f"({seconds:.0f} s); MSE of the mean, mean ± std over repeats\n")  # fmt: skip
