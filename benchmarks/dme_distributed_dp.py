@@ -161,8 +161,14 @@ def main() -> None:
 
         fig, axes = plt.subplots(1, len(args.epsilons), figsize=(4 * len(args.epsilons), 3.2))
         for ax, e in zip(np.atleast_1d(axes), args.epsilons, strict=True):
-            ax.axhline(np.mean(results[("gaussian", 0, e)]), color="k", ls="--",
-                       label="central Gaussian")  # fmt: skip
+            ax.axhline(
+                np.mean(results[("gaussian", 0, e)]),
+                color="k",
+                ls="--",
+                label="central Gaussian (exact ε)",
+            )
+            ax.axhline(np.mean(results[("gaussian_rdp", 0, e)]), color="grey", ls=":",
+                       label="central Gaussian (RDP)")  # fmt: skip
             for mech in ("ddg", "skellam"):
                 ax.plot(args.bits, [np.mean(results[(mech, b, e)]) for b in args.bits],
                         marker="o", label=mech)  # fmt: skip
