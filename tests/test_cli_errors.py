@@ -58,6 +58,26 @@ def test_dp_and_round_settings_name_the_field(run_cli, capsys, tmp_path, overrid
     assert not list(Path(tmp_path).rglob("*.ckpt")), "nothing may be trained on bad input"
 
 
+DDG = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        (["--strategy.init_args.bits", "1"], "strategy.bits: an integer in [2, 40]"),
+        (["--strategy.init_args.mechanism", "gauss"], "strategy.mechanism: unknown 'gauss'"),
+        (["--strategy.init_args.dropout_rate", "1.5"], "strategy.dropout_rate: must be in"),
+        (["--strategy.init_args.beta", "1"], "strategy.beta: must be in [0, 1)"),
+        (["--strategy.init_args.noise_multiplier", "0"], "strategy.noise_multiplier: must be"),
+    ],
+)
+def test_distributed_dp_settings_name_the_field(run_cli, capsys, tmp_path, override, field):
+    rc = run_cli(["fit", "--config", str(DDG), *TINY, *override])
+    line = _last_err(capsys)
+    assert rc == 2 and line.startswith(f"error: {field}"), line
+    assert not any(p.is_file() for p in Path(tmp_path).rglob("*")), "nothing may be written"
+
+
 @pytest.mark.parametrize("flag", ["--config", "--client"])
 def test_malformed_yaml_names_file_and_line(run_cli, capsys, tmp_path, flag):
     bad = tmp_path / "bad.yaml"
