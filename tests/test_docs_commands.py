@@ -200,6 +200,9 @@ def fl_lightning_problem(argv: list[str]) -> str | None:
     return None
 
 
+VENV_ACTIVATE = ".venv/bin/activate"  # a checkout has it once scripts/setup.sh ran
+
+
 def program_problem(cmd: DocCommand) -> str | None:
     """Why the command's program or its files do not exist here (None if they do)."""
     words = _words(cmd.command)
@@ -207,6 +210,9 @@ def program_problem(cmd: DocCommand) -> str | None:
     if prog == "fl-lightning":
         return fl_lightning_problem(args)
     if prog in ("bash", "sh", "source", "."):
+        if args[0].startswith(".venv/"):  # made by the set-up command (scripts/setup.sh)
+            made = (REPO / "scripts" / "setup.sh").is_file() and args[0] == VENV_ACTIVATE
+            return None if made else f"no file {args[0]} (scripts/setup.sh makes {VENV_ACTIVATE})"
         return None if (REPO / args[0]).is_file() else f"no file {args[0]}"
     if prog in ("python", "python3"):
         if args[0] == "-m":
