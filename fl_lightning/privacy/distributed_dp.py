@@ -219,7 +219,10 @@ class SecAggDistributedDP(CentralPrivacy):
         roster = sorted(int(c) for c in ctx.cohort)
         if self.dropout_rate > 0 and roster:
             g = generator_for(ctx.seed, ctx.round_idx, "secagg_dropout")
-            stays = torch.rand(len(roster), generator=g, dtype=torch.float64) >= self.dropout_rate
+            stays = (
+                torch.rand(len(roster), generator=g, dtype=torch.float64, device=g.device)
+                >= self.dropout_rate
+            )
             roster = [c for c, s in zip(roster, stays.tolist(), strict=True) if s]
         return roster if len(roster) >= self.min_survivors else []
 

@@ -28,7 +28,9 @@ from fl_lightning.privacy.mechanisms.distributed import DistributedNoise, Encode
 def sample_discrete_laplace(n: int, scale: float, *, generator: torch.Generator) -> torch.Tensor:
     """``n`` draws with P(y) ∝ exp(−|y|/scale): G₁ − G₂ for geometric G on {0, 1, …} with
     success probability 1 − exp(−1/scale) (CKS 2020, Algorithm 2, by inversion)."""
-    u = 1.0 - torch.rand(2, n, dtype=torch.float64, generator=generator)  # (0, 1]
+    u = 1.0 - torch.rand(
+        2, n, dtype=torch.float64, generator=generator, device=generator.device
+    )  # (0, 1]
     g = torch.floor(-scale * torch.log(u))
     return (g[0] - g[1]).to(torch.int64)
 
@@ -47,7 +49,7 @@ def sample_discrete_gaussian(
     while needed > 0:
         m = int(needed * 1.6) + 64  # acceptance ≥ about 0.7 for every σ
         y = sample_discrete_laplace(m, t, generator=generator)
-        u = torch.rand(m, dtype=torch.float64, generator=generator)
+        u = torch.rand(m, dtype=torch.float64, generator=generator, device=generator.device)
         keep = u < torch.exp(-((y.abs().double() - variance / t) ** 2) / (2.0 * variance))
         accepted = y[keep][:needed]
         out.append(accepted)

@@ -26,8 +26,8 @@ def sample_skellam(n: int, variance: float, *, generator: torch.Generator) -> to
         raise ValueError(f"Skellam: variance must be ≥ 0, got {variance}")
     if variance == 0 or n == 0:
         return torch.zeros(n, dtype=torch.int64)
-    rates = torch.full((2, n), variance / 2.0, dtype=torch.float64)
-    draws = torch.poisson(rates, generator=generator)
+    rates = torch.full((2, n), variance / 2.0, dtype=torch.float64, device=generator.device)
+    draws = torch.poisson(rates, generator=generator)  # on its input's device: the generator's
     return (draws[0] - draws[1]).to(torch.int64)
 
 

@@ -46,7 +46,7 @@ def walsh_hadamard(x: torch.Tensor) -> torch.Tensor:
 
 def rotation_signs(d: int, *, generator: torch.Generator) -> torch.Tensor:
     """The diagonal D of random ±1 of the randomized Hadamard transform."""
-    bits = torch.randint(0, 2, (d,), generator=generator)
+    bits = torch.randint(0, 2, (d,), generator=generator, device=generator.device)
     return (bits * 2 - 1).to(torch.float64)
 
 
@@ -90,7 +90,7 @@ def conditional_round(
     floor = torch.floor(x)
     frac = x - floor
     for _ in range(max_tries):
-        up = torch.rand(x.shape, dtype=torch.float64, generator=generator) < frac
+        up = torch.rand(x.shape, dtype=torch.float64, generator=generator, device=x.device) < frac
         rounded = floor + up.double()
         if float(torch.linalg.vector_norm(rounded)) <= bound:
             return rounded.to(torch.int64)

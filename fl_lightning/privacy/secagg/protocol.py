@@ -62,7 +62,7 @@ class RoundKeys:
 def mask_vector(seed: int, dim: int, bits: int) -> torch.Tensor:
     """PRG(seed): ``dim`` uniform integers in [0, 2^b) from a generator seeded with ``seed``."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 1 << bits, (dim,), generator=g, dtype=torch.int64)
+    return torch.randint(0, 1 << bits, (dim,), generator=g, dtype=torch.int64, device=g.device)
 
 
 def masking_graph(
@@ -77,7 +77,7 @@ def masking_graph(
     if neighbours is None or neighbours >= n - 1:
         return {u: frozenset(v for v in ids if v != u) for u in ids}
     g = generator_for(keys.seed, keys.round_idx, "secagg_graph")
-    ring = [ids[i] for i in torch.randperm(n, generator=g).tolist()]
+    ring = [ids[i] for i in torch.randperm(n, generator=g, device=g.device).tolist()]
     graph: dict[int, set[int]] = {u: set() for u in ids}
     for i, u in enumerate(ring):
         for step in range(1, neighbours // 2 + neighbours % 2 + 1):
