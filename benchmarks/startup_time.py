@@ -12,6 +12,10 @@ repeated; medians are reported:
   which imports the package) and which imports all its metric domains;
 * ``lightning``: ``python -c "import lightning.pytorch"``, what any Lightning program imports
   before its own code (third-party floor);
+* ``fit --help``: ``python -m fl_lightning.cli fit --help``, the screenful of options (issue
+  48; also reported as a ratio to ``import lightning.pytorch``);
+* ``bad value``: ``fit --config quickstart.yaml --model.sampling bogus``, a one-line refusal
+  (exit 2) of a bad value (issue 48; also as a ratio to ``import lightning.pytorch``);
 * ``cli import``: ``python -c "import fl_lightning.cli"``, what the console script imports
   before it knows the subcommand (everything heavy is imported by the subcommand);
 * ``tiny fit``: ``python -m fl_lightning.cli fit`` of one DP-FedAvg round on digits (3 of 10
@@ -36,6 +40,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,9 +66,23 @@ COMMANDS: dict[str, list[str]] = {
     "torch._dynamo": ["-c", "import torch._dynamo"],
     "torchmetrics": ["-c", "import torchmetrics"],
     "lightning": ["-c", "import lightning.pytorch"],
+    "fit --help": ["-m", "fl_lightning.cli", "fit", "--help"],
+    "bad value": [
+        "-m",
+        "fl_lightning.cli",
+        "fit",
+        "--config",
+        str(CONFIGS / "experiment" / "quickstart.yaml"),
+        "--model.sampling",
+        "bogus",
+    ],
     "cli import": ["-c", "import fl_lightning.cli"],
     "tiny fit": TINY_FIT,
 }
+# Commands that succeed by failing: the one-line refusal of a bad value exits 2.
+EXPECTED_RC = {"bad value": 2}
+# Reported as a ratio to `import lightning.pytorch` too (issue 48: each <= 1.3x).
+VS_LIGHTNING = ("fit --help", "bad value")
 # Pieces of the import tree reported by their cumulative time (nested: torchvision's time is
 # inside torchmetrics', torch._dynamo's inside torchvision's when torchvision imports it).
 PIECES = ("torch", "lightning", "torchmetrics", "torchvision", "torch._dynamo", "scipy.signal",
@@ -84,15 +103,25 @@ def _argv(name: str, out_dir: Path) -> list[str]:
     return argv
 
 
+CPU_S: dict[str, list[float]] = {}  # CPU seconds (user + system) of every timed process
+
+
 def timed(name: str, scratch: Path) -> float:
-    """Wall-clock seconds of one fresh process running ``name``."""
+    """Wall-clock seconds of one fresh process running ``name`` (its CPU seconds go to
+    ``CPU_S``: on a machine others load, CPU time moves far less than wall time)."""
     out_dir = Path(tempfile.mkdtemp(dir=scratch))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     res = subprocess.run(_argv(name, out_dir), cwd=scratch, env=_env(), capture_output=True,
                          text=True)  # fmt: skip
     seconds = time.perf_counter() - t
-    if res.returncode != 0:
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    CPU_S.setdefault(name, []).append(cpu)
+    if res.returncode != EXPECTED_RC.get(name, 0):
         raise RuntimeError(f"{name}: exit {res.returncode}\n{res.stderr[-2000:]}")
+    if name == "bad value" and len(res.stderr.strip().splitlines()) != 1:
+        raise RuntimeError(f"{name}: not one line:\n{res.stderr[-2000:]}")
     return seconds
 
 
@@ -194,6 +223,17 @@ def main() -> None:
     for n in names:
         runs = ", ".join(f"{v:.2f}" for v in wall[n])
         lines.append(f"| {n} | {med[n]:.2f} | {med[n] / ref:.2f}× | {runs} |")
+    cpu = {n: statistics.median(v) for n, v in CPU_S.items()}
+    lines += [
+        "",
+        "| command | ÷ `import lightning.pytorch` (median wall) | median CPU s | ÷ (median CPU) |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {n} | {med[n] / med['lightning']:.2f}× | {cpu[n]:.2f} | "
+        f"{cpu[n] / cpu['lightning']:.2f}× |"
+        for n in ("lightning", *VS_LIGHTNING)
+    ]
     lines += [
         "",
         "`-X importtime` of the tiny fit (median of the repeats; cumulative seconds, nested):",
@@ -227,6 +267,9 @@ def main() -> None:
         repeats=args.repeats,
         wall_s=wall,
         median_wall_s=med,
+        vs_lightning={n: med[n] / med["lightning"] for n in VS_LIGHTNING},
+        cpu_s=CPU_S,
+        vs_lightning_cpu={n: cpu[n] / cpu["lightning"] for n in VS_LIGHTNING},
         imports=imports,
     )
 

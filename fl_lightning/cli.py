@@ -24,7 +24,7 @@ from fl_lightning.runs.distributed import (
     is_distributed_failure,
     stop_launched_ranks,
 )
-from fl_lightning.runs.error_lines import one_line
+from fl_lightning.runs.error_lines import located, one_line
 from fl_lightning.runs.phase import RunPhase
 
 OVERVIEW = """\
@@ -39,7 +39,7 @@ commands:
   audit      membership inference and gradient inversion against a run: --attack threshold ...
   repro      reproduce a paper's tables and verdicts from its definition: fl-lightning repro 000
 
-  fl-lightning <command> --help   options of one command
+  fl-lightning <command> --help   options of one command (fit --help-all: every trainer flag)
   --import MODULE|FILE.py         import your module first (models, datasets, strategies),
                                   then name them in configs: class_path: MODULE.MyNet
 """
@@ -128,7 +128,7 @@ def run_lightning(args: list[str] | None = None) -> int:
         # (strategies whose cohort is known only at round 0 find it there): one line.
         if isinstance(err, (*config_errors[phase], BudgetError)):
             if rank0:  # one line from rank 0 only
-                print(f"error: {one_line(err)}", file=sys.stderr)
+                print(f"error: {located(one_line(err), argv)}", file=sys.stderr)
             return 2
         if phase == "config":
             raise
@@ -187,6 +187,9 @@ def quiet_console() -> None:
     warnings.filterwarnings("ignore", message="Experiment logs directory .* is not empty")
     # A resumed run writes into its own new directory, by design (nothing is overwritten).
     warnings.filterwarnings("ignore", message="The dirpath has changed from")
+    # Passing LightningCLI its arguments is how this command runs it (after --import, in a
+    # sweep point, for audit's target and shadow runs), not a mistake to warn about.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
 
 
 PLUGIN_GROUP = "fl_lightning.plugins"
@@ -267,6 +270,17 @@ def main(argv: list[str] | None = None) -> int:
     if not rest:
         print(OVERVIEW)
         return 2
+    if rest[0] in ("fit", "validate", "test"):
+        if "--help-all" in rest:  # jsonargparse's full help: every trainer flag and class
+            rest = [("--help" if a == "--help-all" else a) for a in rest]
+            if argv is None:  # LightningCLI reads sys.argv itself
+                sys.argv = [sys.argv[0], *rest]
+            return run_lightning(rest)
+        if "-h" in rest or "--help" in rest:  # a screenful, without building the parser
+            from fl_lightning.runs.help import short_help
+
+            print(short_help(rest[0]), end="")
+            return 0
     handler = _extensions.SUBCOMMANDS.get(rest[0])
     if handler is not None:
         return int(handler(rest[1:]) or 0)

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv (Python 3.11+) and installs fl-lightning with its dev tools, pinned by
 # constraints.txt. Re-running is cheap: the install is skipped while pyproject.toml and
-# constraints.txt are unchanged. GPU users: FL_CONSTRAINTS=/path/to/your-constraints.txt
+# constraints.txt are unchanged. The editable install is a plain path entry to this checkout
+# (pyproject.toml's package-dir), so the console script imports this checkout's fl_lightning
+# and set-up prints no setuptools warning. `pre-commit install` then sets up the hooks of
+# .pre-commit-config.yaml (pre-commit comes with the dev extras). GPU users: FL_CONSTRAINTS=/path/to/your-constraints.txt
 # (e.g. a CUDA build of torch/torchvision) overrides the CPU pins.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -58,6 +58,26 @@ def test_dp_and_round_settings_name_the_field(run_cli, capsys, tmp_path, overrid
     assert not list(Path(tmp_path).rglob("*.ckpt")), "nothing may be trained on bad input"
 
 
+DDG = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        (["--strategy.init_args.bits", "1"], "strategy.bits: an integer in [2, 40]"),
+        (["--strategy.init_args.mechanism", "gauss"], "strategy.mechanism: unknown 'gauss'"),
+        (["--strategy.init_args.dropout_rate", "1.5"], "strategy.dropout_rate: must be in"),
+        (["--strategy.init_args.beta", "1"], "strategy.beta: must be in [0, 1)"),
+        (["--strategy.init_args.noise_multiplier", "0"], "strategy.noise_multiplier: must be"),
+    ],
+)
+def test_distributed_dp_settings_name_the_field(run_cli, capsys, tmp_path, override, field):
+    rc = run_cli(["fit", "--config", str(DDG), *TINY, *override])
+    line = _last_err(capsys)
+    assert rc == 2 and line.startswith(f"error: {field}"), line
+    assert not any(p.is_file() for p in Path(tmp_path).rglob("*")), "nothing may be written"
+
+
 @pytest.mark.parametrize("flag", ["--config", "--client"])
 def test_malformed_yaml_names_file_and_line(run_cli, capsys, tmp_path, flag):
     bad = tmp_path / "bad.yaml"
@@ -98,9 +118,13 @@ def test_checkpoint_problems_are_one_line(run_cli, capsys, tmp_path, one_round_c
     ckpt = str(one_round_checkpoint)
     base = ["fit", "--config", str(QUICKSTART), *TINY]
     corrupt = tmp_path / "corrupt.ckpt"
-    corrupt.write_bytes(b"not a checkpoint\n")
+    corrupt.write_bytes(Path(ckpt).read_bytes()[:300])  # truncated
+    text = tmp_path / "experiment.yaml"
+    text.write_text("trainer:\n  max_steps: 2\n")
     cases = [
         (["--ckpt_path", str(corrupt)], f"ckpt_path: {corrupt} is not a readable checkpoint"),
+        (["--ckpt_path", str(text)],
+         f"ckpt_path: {text} is a text file (it begins 'trainer:'), not a checkpoint; give a"),
         (["--ckpt_path", str(tmp_path / "none.ckpt")], "ckpt_path: "),
         (["--ckpt_path", ckpt, "--client.net.init_args.hidden", "[16]"],
          f"ckpt_path: {ckpt} was saved from another model (global_net"),
@@ -310,6 +334,66 @@ def test_delta_at_least_one_over_the_population_is_refused(
     _nothing_written(tmp_path)
 
 
+_FTRL = [str(REPO / "configs" / "experiment" / "quickstart_ftrl.yaml")]
+_AGN = [
+    "--config", str(REPO / "configs" / "experiment" / "dpfl_agn" / "s52_mnist_anr.yaml"),
+    "--data.dataset", "synthetic", "--data.download", "false",
+    "--data.dataset_options", '{"shape": [1, 28, 28], "num_examples": 600}',
+    "--data.partitioner", "iid", "--model.clients_per_round", "3",
+    "--trainer.enable_progress_bar", "false",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (
+            ["--config", *_FTRL, "--model.sampling", "fixed"],
+            "error: model.sampling: DPFTRL needs each client's rounds at least b apart, which "
+            "'fixed' cohorts cannot guarantee",
+        ),
+        (
+            ["--config", *_FTRL, "--model.sampling", "poisson"],
+            "error: model.sampling: DPFTRL needs each client's rounds at least b apart, which "
+            "'poisson' cohorts cannot guarantee",
+        ),
+        (
+            [*_AGN, "--privacy.accountant", "pld"],
+            "error: privacy.accountant: 'pld' composes noise fixed in advance, but DPFL-AGN's "
+            "ANR chooses σ_t from the released models",
+        ),
+        (
+            [
+                "--config",
+                str(QUICKSTART),
+                *TINY,
+                "--strategy",
+                "fl_lightning.strategies.fedavg.FedAvg",
+                "--strategy.central_dp",
+                "fl_lightning.privacy.adaptive_clipping.AdaptiveClipping",
+                "--strategy.central_dp.noise_multiplier",
+                "1.0",
+                "--strategy.central_dp.count_noise_std",
+                "0.4",
+            ],
+            "error: strategy.central_dp.count_noise_std: must be > noise_multiplier / 2 = 0.5",
+        ),
+    ],  # fmt: skip
+    ids=["dp_ftrl_fixed", "dp_ftrl_poisson", "anr_pld", "adaptive_clip_count_noise"],
+)
+def test_strategy_and_mechanism_refusals_write_nothing(run_cli, capsys, tmp_path, args, start):
+    """Checks made when the strategy is set up (its sampling, its accountant, its mechanism's
+    calibration) refuse before the Trainer exists: one line, exit 2, and no ``fl/version_N``
+    nor W&B run under the run's root (the default loggers are on)."""
+    rc = run_cli(["fit", *args, "--trainer.logger", "true", "--trainer.max_steps", "2"])
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert rc == 2 and "Traceback" not in err, err[-2000:]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err[-2000:]
+    assert errors[0].startswith(start), errors[0]
+    _nothing_written(tmp_path)
+
+
 def test_allow_large_delta_releases_and_says_so(run_cli, capsys, tmp_path):
     import json
 
@@ -369,3 +453,38 @@ def test_docs_sweep_example_is_a_valid_spec(tmp_path, monkeypatch):
     spec = load_spec(example)
     argv = build_command(spec, expand(spec)[0].params)
     assert argument_problem(argv[argv.index("fit") :]) is None
+
+
+def test_messages_name_the_field_the_file_and_the_reason(run_cli, capsys, tmp_path):
+    """Issue 48's messages that said nothing: a config naming a missing group file, an unknown
+    strategy class (by name, by class_path, in a config), an unknown key in a config file."""
+    experiment = tmp_path / "exp"
+    experiment.mkdir()
+    missing = experiment / "missing_group.yaml"
+    missing.write_text("trainer:\n  max_steps: 2\nclient: ../client/nope.yaml\n")
+    unknown_class = experiment / "unknown_class.yaml"
+    unknown_class.write_text("strategy:\n  class_path: fl_lightning.strategies.FedAvgX\n")
+    typo = experiment / "typo.yaml"
+    typo.write_text("model:\n  eval_every: 0\n  clients_per_rnd: 3\n")
+    cases = [
+        (["--config", str(missing)],
+         f"error: client: ../client/nope.yaml not found (named in {missing} line 3; a path in a "
+         f"config is relative to that config's folder: {tmp_path / 'client' / 'nope.yaml'})"),
+        (["--config", str(QUICKSTART), "--strategy", "NoSuchStrategy"],
+         "error: strategy: cannot use class 'NoSuchStrategy' (no class of that name is known); "
+         "choose one of ADPFL, "),
+        (["--config", str(QUICKSTART), "--config", str(unknown_class)],
+         "error: strategy: cannot use class 'fl_lightning.strategies.FedAvgX' (module "
+         "'fl_lightning.strategies' has no attribute 'FedAvgX'); choose one of "),
+        (["--config", str(QUICKSTART), "--config", str(typo)],
+         f"error: model.clients_per_rnd: not an option ({typo} line 3); did you mean "
+         "model.clients_per_round? (see fl-lightning fit --help)"),
+    ]  # fmt: skip
+    for args, start in cases:
+        rc = run_cli(["fit", *args])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1, err
+        assert err[0].startswith(start), err[0]
+        assert "NestedArg" not in err[0] and "NoneType" not in err[0], err[0]
+    written = sorted(p.name for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["missing_group.yaml", "typo.yaml", "unknown_class.yaml"], written

@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import QUICKSTART, REPO, TINY
 
 EXPECTED = [
@@ -20,7 +22,10 @@ EXPECTED = [
 ]
 
 
-def test_fit_prints_only_the_round_bar_and_the_summary(tmp_path):
+@pytest.mark.parametrize("imports", [[], ["--import", "json"]], ids=["plain", "with_import"])
+def test_fit_prints_only_the_round_bar_and_the_summary(tmp_path, imports):
+    """With ``--import`` too: the CLI then hands LightningCLI its arguments, which Lightning
+    warns about (twice, with both lists) unless the command says it means it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     home = tmp_path / "home"
     home.mkdir()
@@ -35,6 +40,7 @@ def test_fit_prints_only_the_round_bar_and_the_summary(tmp_path):
             sys.executable,
             "-m",
             "fl_lightning.cli",
+            *imports,
             "fit",
             "--config",
             str(QUICKSTART),

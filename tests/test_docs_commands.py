@@ -1,207 +1,375 @@
-"""Every ``fl-lightning`` command in README.md and docs/*.md runs as written.
+"""Every shell command README.md and the docs show runs as shown (issue 48, item 2).
 
-The commands are read from the fenced shell blocks (backslash continuations joined, comments
-dropped) and run, in the order the docs give them, as ``python -m fl_lightning.cli`` in a
-scratch folder holding the repository's ``configs/``, ``sweeps/`` and ``examples/``. Only
-*tiny overrides* are added (two rounds, a one-round sweep, a short DLG), and the docs'
-placeholders are filled in (``runs/.../last.ckpt`` by a checkpoint made first,
-``--config ...`` by the quickstart, ``<name>`` by the quickstart sweep). A command that cannot
-run on this machine is listed in ``CANNOT_RUN_HERE`` with the reason.
+**What is read.** Every ```` ```bash ````, ```` ```sh ````, ```` ```shell ```` and
+```` ```console ```` block of README.md and ``docs/**/*.md`` (the generated reports under
+``docs/reproductions/`` and ``docs/reports/`` aside). In a ``bash``/``sh`` block every line is a
+command (backslash continuations joined, ``#`` comments dropped); in a ``console`` block the lines
+that start with ``$ `` are commands and the lines after one, up to the next, are the output the
+page quotes for it (``...`` stands for lines left out). ``--8<--`` lines include a file into the
+page (a tutorial's script): ``tests/test_tutorials.py`` runs those.
+
+**The marker.** A command the page shows but does not expect this test to run ends with
+``# not-run: <why>`` (the why is required: a GPU, a W&B account, hours of CPU, it is the test
+suite itself); ``<!-- not-run: <why> -->`` on the line before a block's fence marks every command
+of the block. The fast test below fails on a marker without a reason and on a skip list that
+grows past a quarter of the commands.
+
+**The fast test** (every run of the suite) checks each command, marked or not: its program
+exists (a script, a file, a module, an installed tool) and an ``fl-lightning`` command's flags
+parse (the subcommand's own parser; LightningCLI's for ``fit``/``validate``/``test`` and the
+overrides of ``audit``), without running anything.
+
+**The slow test** runs every unmarked command, in document order (README.md first, then the
+docs pages by name), in a fresh ``git clone`` of this checkout (``tests/fresh_clone.py``): once
+with the real MNIST test set (where this machine has it) and once without it. Each must exit 0,
+and every number a ``console`` block quotes as its output must be in what it printed. Without the
+MNIST files a command that needs them must end in the documented refusal instead: exit 2 and one
+``error:`` line that names the missing MNIST files.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import os
+import importlib
+import importlib.util
 import re
+import shlex
 import shutil
 import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import SHARED_DATA, offline_mnist_args
+from tests.conftest import SHARED_DATA
+from tests.fresh_clone import clone_env, fresh_clone, seed_venv
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
-
-# command prefix -> why it cannot run on a CPU-only single machine
-CANNOT_RUN_HERE = {
-    "--trainer.accelerator gpu": "needs GPUs (and --trainer.num_nodes 2 needs a cluster)",
-    "--profile paper": "downloads the papers' full datasets (internet) and wants a GPU",
-}
+SHELL_LANGS = {"bash", "sh", "shell", "console"}
+GENERATED = ("docs/reproductions/", "docs/reports/")
+NOT_RUN = re.compile(r"\s#\s*not-run:(?P<why>.*)$")
+BLOCK_NOT_RUN = re.compile(r"^\s*<!--\s*not-run:(?P<why>.*?)-->\s*$")
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
-def doc_commands() -> list[tuple[str, int, str]]:
-    """``(file, line, command)`` of every ``fl-lightning`` line in a fenced shell block."""
-    out = []
-    for path in DOCS:
-        lines = path.read_text().splitlines()
-        fence: str | None = None
-        i = 0
-        while i < len(lines):
-            line = lines[i]
-            stripped = line.strip()
-            if stripped.startswith("```"):
-                fence = None if fence is not None else stripped[3:].strip().lower()
-                i += 1
-                continue
-            if fence is not None and fence in SHELL_LANGS:
-                start = i
-                logical = line.rstrip()
-                while logical.endswith("\\") and i + 1 < len(lines):
-                    i += 1
-                    logical = logical[:-1].rstrip() + " " + lines[i].strip()
-                logical = re.sub(r"\s+#.*$", "", logical).strip()
-                if logical.startswith("fl-lightning "):
-                    out.append((path.name, start + 1, logical))
+@dataclass(frozen=True)
+class DocCommand:
+    file: str  # relative to the repository root
+    line: int
+    command: str  # one logical line, comment dropped
+    not_run: str | None = None  # the marker's reason
+    output: str | None = None  # what a console block quotes after it
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def doc_files() -> list[Path]:
+    docs = sorted(p for p in (REPO / "docs").rglob("*.md")
+                  if not str(p.relative_to(REPO)).startswith(GENERATED))  # fmt: skip
+    return [REPO / "README.md", *docs]
+
+
+def _strip_comment(line: str) -> tuple[str, str | None]:
+    """``(command, not-run reason)``: a ``#`` starting a word outside quotes begins a comment."""
+    marker = NOT_RUN.search(line)
+    why = marker["why"].strip() if marker else None
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=False)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        words = list(lexer)
+    except ValueError:  # an unbalanced quote: keep the line as it is
+        return line.strip(), why
+    if not words:
+        return "", why
+    # cut the original text at the comment, keeping its quoting
+    cut = len(line)
+    for m in re.finditer(r"(?:^|\s)#", line):
+        head = line[: m.start() + (1 if m.group(0).startswith(" ") else 0)]
+        try:
+            if shlex.split(head) == words:
+                cut = m.start()
+                break
+        except ValueError:
+            continue
+    return line[:cut].strip(), why
+
+
+def parse_doc(path: Path) -> list[DocCommand]:
+    rel = str(path.relative_to(REPO))
+    lines = path.read_text().splitlines()
+    out: list[DocCommand] = []
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^\s*(`{3,})(\S*)", lines[i])
+        if not fence:
             i += 1
+            continue
+        ticks, lang = fence.group(1), fence.group(2).lower()
+        block_why = None
+        j = i - 1
+        while j >= 0 and not lines[j].strip():
+            j -= 1
+        if j >= 0 and (m := BLOCK_NOT_RUN.match(lines[j])):
+            block_why = m["why"].strip()
+        end = i + 1
+        while end < len(lines) and not lines[end].strip().startswith(ticks):
+            end += 1
+        body = lines[i + 1 : end]
+        if lang in SHELL_LANGS:
+            out += _block_commands(rel, i + 2, body, console=lang == "console", why=block_why)
+        i = end + 1
     return out
 
 
-def _skip_reason(command: str) -> str | None:
-    return next((why for key, why in CANNOT_RUN_HERE.items() if key in command), None)
+def _block_commands(
+    rel: str, first: int, body: list[str], *, console: bool, why: str | None
+) -> list[DocCommand]:
+    cmds: list[DocCommand] = []
+    k = 0
+    while k < len(body):
+        raw, lineno = body[k], first + k
+        if console and not raw.startswith("$ "):
+            if cmds:  # output quoted for the last command
+                last = cmds[-1]
+                text = (last.output or "") + raw + "\n"
+                cmds[-1] = DocCommand(last.file, last.line, last.command, last.not_run, text)
+            k += 1
+            continue
+        logical = raw[2:] if console else raw
+        while logical.rstrip().endswith("\\") and k + 1 < len(body):
+            k += 1
+            logical = logical.rstrip()[:-1].rstrip() + " " + body[k].strip()
+        k += 1
+        command, line_why = _strip_comment(logical)
+        if not command or command.startswith("--8<--"):
+            continue
+        cmds.append(DocCommand(rel, lineno, command, line_why if line_why is not None else why))
+    return cmds
 
 
-def test_the_docs_commands_are_found() -> None:
-    cmds = [c for _, _, c in doc_commands()]
-    assert any(c.startswith("fl-lightning audit --config configs/experiment/quickstart.yaml")
-               for c in cmds)  # fmt: skip
-    for sub in ("fit", "test", "sweep", "report", "audit"):
-        assert any(c.split()[1] == sub for c in cmds), sub
-    skipped = [c for c in cmds if _skip_reason(c)]
-    assert len(skipped) < len(cmds) / 4, skipped  # a skip list that grows hides breakage
+def doc_commands() -> list[DocCommand]:
+    return [c for path in doc_files() for c in parse_doc(path)]
 
 
-class Workspace:
-    """A scratch folder where the docs' relative paths resolve, and the command runner."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        for name in ("configs", "examples"):
-            (root / name).symlink_to(REPO / name)
-        shutil.copytree(REPO / "sweeps", root / "sweeps")
-        # `fl-lightning repro PAPER` reads its committed sweep store (docs/reproductions/store)
-        # from the working directory and, every point being finished, only regenerates the
-        # report: a copy keeps the command as written (seconds) and the checkout untouched.
-        shutil.copytree(REPO / "docs" / "reproductions", root / "docs" / "reproductions")
-        for spec in (root / "sweeps").glob("*.yaml"):  # tiny: one round a point
-            data = yaml.safe_load(spec.read_text())
-            if "trainer.max_steps" in data.get("parameters", {}):
-                data["parameters"]["trainer.max_steps"] = {"value": 1}
-                spec.write_text(yaml.safe_dump(data, sort_keys=False))
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-            "WANDB_MODE": "offline",
-            "WANDB_SILENT": "true",
-            "OMP_NUM_THREADS": "1",
-            # the real MNIST test set (mnist_offline), where it is beside the checkout
-            **({"FL_SHARED_DATA": str(SHARED_DATA)} if SHARED_DATA is not None else {}),
-        }
-        self.checkpoint: Path | None = None
-
-    def run(self, argv: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "fl_lightning.cli", *argv],
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def make_checkpoint(self) -> Path:
-        before = set(self.root.glob("runs/**/last.ckpt"))
-        res = self.run(["fit", "--config", "configs/experiment/quickstart.yaml",
-                        "--trainer.max_steps", "2"])  # fmt: skip
-        assert res.returncode == 0, res.stderr[-2000:]
-        new = sorted(set(self.root.glob("runs/**/last.ckpt")) - before, key=os.path.getmtime)
-        assert new, "the quickstart wrote no checkpoint"
-        return new[-1]
-
-    def make_wandb_export(self, store: Path) -> None:
-        """A W&B project table exported as CSV (W&B's own run columns, the config and the
-        summary metrics), from the sweep store's finished rows of one setting (its first σ, both
-        seeds): the quickstart sweep's three σ would be three settings in one cell of a paper
-        table, which the report refuses, as documented."""
-        rows = [json.loads(line) for line in (store / "results.jsonl").read_text().splitlines()]
-        rows = [r for r in rows if r.get("status") == "finished"]
-        sigma = "strategy.init_args.noise_multiplier"
-        rows = [r for r in rows if r["params"].get(sigma) == rows[0]["params"].get(sigma)]
-        keys = sorted({k for r in rows for k in {**r["params"], **r["metrics"]}})
-        with (self.root / "wandb_export.csv").open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["Name", "State", "Runtime", "_step", *keys])
-            for r in rows:
-                values = {**r["params"], **r["metrics"]}
-                runtime = round(r.get("wall_time_s") or 0)
-                w.writerow([r["id"], "finished", runtime, 9, *[values.get(k, "") for k in keys]])
-
-    def sweep_store(self, name: str) -> Path:
-        """``sweep_results/<name>``, made by running ``sweeps/<name>.yaml`` first if absent
-        (the README's quickstart sweep; the docs' demo sweep of the paper report)."""
-        store = self.root / "sweep_results" / name
-        if "mnist_offline" in name:
-            offline_mnist_args()  # skips, saying why, without the real MNIST test set
-        if not (store / "results.jsonl").exists():
-            res = self.run(["sweep", f"sweeps/{name}.yaml", "--parallel", "2"])
-            assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-        return store
-
-    def prepare(self, command: str) -> list[str] | None:
-        """The argv of a docs command, placeholders filled in and tiny overrides added."""
-        argv = command.split()[1:]
-        sub = argv[0]
-        text = " ".join(argv)
-        if "runs/" in text and "ckpt" in text:
-            self.checkpoint = self.checkpoint or self.make_checkpoint()
-            argv = [str(self.checkpoint) if a.endswith("last.ckpt") else a for a in argv]
-        argv = [a.replace("<name>", "quickstart_eps") for a in argv]
-        argv = [
-            "configs/experiment/quickstart.yaml" if a == "..." and argv[i - 1] == "--config"
-            else a
-            for i, a in enumerate(argv)
-        ]  # fmt: skip
-        if sub in ("fit", "validate", "test"):
-            resume = "--ckpt_path" in argv and sub == "fit"
-            argv += ["--trainer.max_steps", "3" if resume else "2"]
-        elif sub == "audit":
-            argv += ["--trainer.max_steps=1", "--dlg-iterations", "3", "--dlg-examples", "2",
-                     "--num-targets", "60"]  # fmt: skip
-            if "--shadow-models" in argv:  # LiRA needs two
-                argv[argv.index("--shadow-models") + 1] = "2"
-        elif sub == "sweep" and "--count" in argv:  # a random spec: two points
-            argv[argv.index("--count") + 1] = "2"
-        elif sub == "report":
-            if argv[1] == "runs" and not list(self.root.glob("runs/**/summary.json")):
-                self.checkpoint = self.checkpoint or self.make_checkpoint()  # a fit run
-            source = argv[1].removeprefix("sweep_results/")
-            store = self.sweep_store(source if source != argv[1] else "quickstart_eps")
-            if "wandb_export.csv" in argv:
-                self.make_wandb_export(store)
-        return argv
+COMMANDS = doc_commands()
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Workspace:
-    return Workspace(tmp_path_factory.mktemp("docs"))
+# -- the fast test: every program exists, every fl-lightning command parses ----------------------
 
 
-RUNNABLE = [c for c in doc_commands() if not _skip_reason(c[2])]
+def _words(command: str) -> list[str]:
+    """The command's words, with leading ``VAR=value`` assignments and ``nice -n N`` dropped."""
+    words = shlex.split(command)
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        words.pop(0)
+    if words[:1] == ["nice"]:
+        words = words[3:] if words[1:2] == ["-n"] else words[1:]
+    return words
+
+
+def _parser_of(module: str):
+    mod = importlib.import_module(module)
+    build = getattr(mod, "build_parser", None) or mod._parser
+    return build()
+
+
+def fl_lightning_problem(argv: list[str]) -> str | None:
+    """Why ``fl-lightning argv`` would not parse (None if it does); runs nothing."""
+    from fl_lightning.cli import import_user_modules
+    from fl_lightning.extensions import _PROVIDERS
+    from fl_lightning.runs.arguments import argument_problem
+
+    if argv[:1] in (["--help"], ["-h"]) or "--help" in argv:
+        return None
+    rest = import_user_modules(list(argv))
+    sub, args = rest[0], rest[1:]
+    if sub in ("fit", "validate", "test"):
+        return argument_problem([sub, *args])
+    if sub not in _PROVIDERS:
+        return f"unknown command {sub!r}"
+    parser = _parser_of(_PROVIDERS[sub])
+    try:
+        if sub == "audit":
+            known, overrides = parser.parse_known_args(args)
+            return argument_problem(["fit", "--config", known.config, *overrides])
+        parser.parse_args(args)
+    except SystemExit:
+        return f"fl-lightning {sub}: its parser refused {args}"
+    return None
+
+
+VENV_ACTIVATE = ".venv/bin/activate"  # a checkout has it once scripts/setup.sh ran
+
+
+def program_problem(cmd: DocCommand) -> str | None:
+    """Why the command's program or its files do not exist here (None if they do)."""
+    words = _words(cmd.command)
+    prog, args = words[0], words[1:]
+    if prog == "fl-lightning":
+        return fl_lightning_problem(args)
+    if prog in ("bash", "sh", "source", "."):
+        if args[0].startswith(".venv/"):  # made by the set-up command (scripts/setup.sh)
+            made = (REPO / "scripts" / "setup.sh").is_file() and args[0] == VENV_ACTIVATE
+            return None if made else f"no file {args[0]} (scripts/setup.sh makes {VENV_ACTIVATE})"
+        return None if (REPO / args[0]).is_file() else f"no file {args[0]}"
+    if prog in ("python", "python3"):
+        if args[0] == "-m":
+            return None if importlib.util.find_spec(args[1]) else f"no module {args[1]}"
+        return None if (REPO / args[0]).is_file() else f"no file {args[0]}"
+    if prog == "pytest":
+        paths = [a.split("::")[0] for a in args if a.startswith("tests")]
+        missing = [p for p in paths if not (REPO / p).exists()]
+        return f"no test path {missing}" if missing else None
+    if prog == "git":
+        return None
+    tools = {"mkdocs": "mkdocs", "pre-commit": "pre_commit", "wandb": "wandb"}
+    if prog in tools:
+        return None if importlib.util.find_spec(tools[prog]) else f"{prog} is not installed"
+    return f"unknown program {prog!r}: teach tests/test_docs_commands.py how to check it"
+
+
+def test_the_docs_commands_are_found_and_marked_with_reasons() -> None:
+    files = {c.file for c in COMMANDS}
+    assert "README.md" in files and "docs/sweeps.md" in files, files
+    readme = [c.command for c in COMMANDS if c.file == "README.md"]
+    assert "bash scripts/quickstart.sh" in readme, readme
+    for sub in ("fit", "sweep", "report", "audit", "repro"):
+        assert any(c.startswith(f"fl-lightning {sub} ") for c in readme), sub
+    assert any(c.output for c in COMMANDS if c.file == "README.md"), "the quickstart's output"
+    unexplained = [c.id for c in COMMANDS if c.not_run is not None and len(c.not_run) < 10]
+    assert not unexplained, f"a not-run marker needs its reason: {unexplained}"
+    # A command another test runs names it (``tests/....py runs it``) or is the suite's own
+    # (``scripts/test.sh``, ``pytest ...``); the others are what no test runs: few, or they hide.
+    for c in COMMANDS:
+        for path in re.findall(r"tests/[\w/]+\.py", c.not_run or ""):
+            assert (REPO / path).is_file(), f"{c.id}: the marker names {path}, which is not here"
+    elsewhere = [c for c in COMMANDS if c.not_run and _run_elsewhere(c)]
+    nowhere = [c for c in COMMANDS if c.not_run and c not in elsewhere]
+    assert len(nowhere) < len(COMMANDS) / 4, [c.id for c in nowhere]
+
+
+def _run_elsewhere(cmd: DocCommand) -> bool:
+    """Whether a not-run command is run by a test after all: a tutorial's script (its test
+    named in the marker), the test suite itself, or the suite's own tests by pytest."""
+    words = _words(cmd.command)
+    return bool(
+        re.search(r"tests/[\w/]+\.py runs it", cmd.not_run or "")
+        or words[:2] == ["bash", "scripts/test.sh"]
+        or words[:1] == ["pytest"]
+    )
+
+
+def test_the_parser_reads_blocks_markers_and_output(tmp_path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```bash\nfl-lightning fit --config a.yaml \\\n    --trainer.max_steps 2   # two\n"
+        "# a comment line\nbash x.sh  # not-run: needs a GPU to be useful\n```\n\n"
+        "<!-- not-run: a W&B account -->\n```sh\nwandb login\n```\n"
+        "```console\n$ fl-lightning --help\ncommands: 7\n$ echo '#not a comment'\n```\n"
+        "```python\nprint('not shell')\n```\n"
+    )
+    import tests.test_docs_commands as me
+
+    cmds = me._parse_for_test(page)
+    assert [c.command for c in cmds] == [
+        "fl-lightning fit --config a.yaml --trainer.max_steps 2",
+        "bash x.sh",
+        "wandb login",
+        "fl-lightning --help",
+        "echo '#not a comment'",
+    ]
+    assert [c.not_run for c in cmds] == [
+        None, "needs a GPU to be useful", "a W&B account", None, None
+    ]  # fmt: skip
+    assert cmds[3].output == "commands: 7\n"
+    assert quoted_numbers("ε = 12.353 (δ = 1e-05); q = 0.5, version_0") == [
+        "12.353", "1e-05", "0.5"
+    ]  # fmt: skip
+
+
+def _parse_for_test(path: Path) -> list[DocCommand]:
+    global REPO
+    saved, REPO = REPO, path.parent
+    try:
+        return parse_doc(path)
+    finally:
+        REPO = saved
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=[c.id for c in COMMANDS])
+def test_docs_command_program_and_flags_exist(cmd: DocCommand, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    problem = program_problem(cmd)
+    assert problem is None, f"{cmd.id}: {cmd.command}\n  {problem}"
+
+
+# -- the slow test: every command runs, in a fresh clone, with and without MNIST ------------------
+
+
+def quoted_numbers(output: str) -> list[str]:
+    """The numbers a page quotes as output, those in file names and paths aside."""
+    text = re.sub(r"\S*[/_]\S*", " ", output)  # paths and names such as version_0
+    return NUMBER.findall(text)
+
+
+def needs_mnist_refusal(res: subprocess.CompletedProcess) -> bool:
+    """The documented refusal of a command that needs the MNIST files, where they are absent."""
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    return (
+        res.returncode == 2
+        and len(errors) == 1
+        and "MNIST" in errors[0]
+        and ("not found" in errors[0] or "missing" in errors[0])
+    )
+
+
+RUNNABLE = [c for c in COMMANDS if not c.not_run]
+
+
+def run_doc_command(cmd: DocCommand, root: Path, env: dict[str, str], *, with_mnist: bool) -> str:
+    """Runs one command in the clone; what is wrong with the result ("" when nothing is)."""
+    program = _words(cmd.command)[0]
+    if program not in ("source", ".") and shutil.which(program, path=env["PATH"]) is None:
+        return f"{cmd.id}: {cmd.command}\n  {program} is not installed"
+    res = subprocess.run(
+        ["bash", "-c", f"set -e\n{cmd.command}\n"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    printed = res.stdout + res.stderr
+    tail = printed[-3000:]
+    if res.returncode != 0 and not with_mnist and needs_mnist_refusal(res):
+        return ""  # the documented refusal without the MNIST files
+    if res.returncode != 0:
+        return f"{cmd.id}: {cmd.command}\n  exit {res.returncode}\n{tail}"
+    missing = [n for n in quoted_numbers(cmd.output or "") if n not in printed]
+    if missing:
+        return f"{cmd.id}: {cmd.command}\n  quoted but not printed: {missing}\n{tail}"
+    return ""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("name", "line", "command"), RUNNABLE, ids=[f"{n}:{ln}" for n, ln, _ in RUNNABLE]
-)
-def test_docs_command_runs_as_written(workspace: Workspace, name, line, command) -> None:
-    """One command (xdist may spread them over workers: each prepares what it needs)."""
-    argv = workspace.prepare(command)
-    res = workspace.run(argv)
-    tail = (res.stdout[-800:] + "\n" + res.stderr[-1500:]).strip()
-    assert res.returncode == 0, f"{name}:{line}: {command}\n  ran: {' '.join(argv)}\n{tail}"
+@pytest.mark.parametrize("with_mnist", [True, False], ids=["with MNIST", "without MNIST"])
+def test_every_docs_command_runs_as_shown(with_mnist: bool, tmp_path) -> None:
+    """Every unmarked command, in document order, in one fresh clone (the README's resume reads
+    the quickstart's checkpoint, a report reads the sweep before it): one test a variant, so
+    xdist cannot split the order. Minutes; ``-s`` shows each command as it runs."""
+    if with_mnist and SHARED_DATA is None:
+        pytest.skip("the real MNIST test set is not on this machine (FL_SHARED_DATA)")
+    root = fresh_clone(tmp_path / "fl-lightning")
+    seed_venv(root)
+    env = clone_env(root, mnist=SHARED_DATA if with_mnist else None, tmp=tmp_path)
+    failures = []
+    for cmd in RUNNABLE:
+        print(f"[{cmd.id}] {cmd.command}", flush=True)
+        problem = run_doc_command(cmd, root, env, with_mnist=with_mnist)
+        if problem:
+            failures.append(problem)
+    assert not failures, f"{len(failures)} of {len(RUNNABLE)} commands failed:\n\n" + (
+        "\n\n".join(failures)
+    )

@@ -49,6 +49,7 @@ LAYERS: list[set[str]] = [
 # file in these packages is placed here on purpose.
 INNER_LAYERS: dict[str, list[set[str]]] = {
     "runs": [
+        {"runs.help"},  # the screenful of `fit --help`, read from the source (imports nothing)
         # the parts: Trainer defaults, pre-flight checks, collectives, phase, one-line errors
         {"runs.defaults", "runs.preflight", "runs.distributed", "runs.phase", "runs.error_lines"},
         {"runs.cli_class"},  # the LightningCLI class built from the parts

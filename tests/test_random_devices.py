@@ -16,7 +16,9 @@ from pathlib import Path
 
 import fl_lightning
 
-RANDOM = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson"}
+RANDOM = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial"}
+# torch.poisson has no size form: it draws on the device of its tensor of rates, which the
+# caller places on the generator's device (mechanisms/skellam.py)
 
 
 def _unplaced_draws(source: str) -> list[tuple[int, str]]:

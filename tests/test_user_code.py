@@ -137,9 +137,14 @@ def test_client_net_help_lists_the_model_zoo(capsys) -> None:
     from fl_lightning.cli import main
 
     with pytest.raises(SystemExit):
-        main(["fit", "--help"])
+        main(["fit", "--help-all"])
     out = capsys.readouterr().out
     section = out[out.rindex("--client.net NET") :][:2000]  # the option, not the usage
+    for name in zoo.__all__:
+        assert name in section.replace("\n", " ").replace(" ", ""), name
+    assert main(["fit", "--help"]) == 0  # the screenful: the zoo by name, no torch classes
+    out = capsys.readouterr().out
+    section = out[out.index("--client.net CLASS") :][:600]
     for name in zoo.__all__:
         assert inspect.isclass(getattr(zoo, name))
         assert name in section.replace("\n", " ").replace(" ", ""), name

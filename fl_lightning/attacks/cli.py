@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -97,6 +97,23 @@ def _mechanism(args: argparse.Namespace) -> GaussianMechanism | LaplaceMechanism
     return None
 
 
+def _read_checkpoint(path: str) -> dict[str, Any]:
+    """``--checkpoint``, read before anything is built (``weights_only``: an untrusted
+    checkpoint cannot run code, docs/reliability.md); one line naming the flag if it cannot."""
+    from fl_lightning.utils.atomic import checkpoint_error
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any failure to read it means the same thing
+        raise checkpoint_error(path, err, field="--checkpoint") from err
+    if not isinstance(ckpt, dict) or "global_step" not in ckpt:
+        raise ValueError(
+            f"--checkpoint: {path} is not a Lightning checkpoint (no global_step); give a .ckpt "
+            "written by fl-lightning fit (<run>/checkpoints/last.ckpt)"
+        )
+    return ckpt
+
+
 def audit(argv: list[str]) -> dict:
     """Parses ``argv``, trains or restores the run, attacks it; returns the results."""
     from fl_lightning.attacks.callback import AuditCallback
@@ -154,13 +171,12 @@ def audit(argv: list[str]) -> dict:
             "audit.attack: cs_mia needs the per-round series recorded while training; "
             "drop --checkpoint to train and attack in one go"
         )
+    ckpt = _read_checkpoint(args.checkpoint) if args.checkpoint else None
     pipeline = Pipeline(["--config", args.config, *overrides])
     if callback is not None:
         callback.pipeline = pipeline
     extra: list[str] = []
-    if args.checkpoint and callback is not None:
-        # weights_only: an untrusted checkpoint cannot run code (docs/reliability.md).
-        ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+    if ckpt is not None and callback is not None:
         # Resume to exactly the checkpoint's round: Lightning restores everything, runs nothing.
         extra.append(f"--trainer.max_steps={int(ckpt['global_step'])}")
         if args.out is None:

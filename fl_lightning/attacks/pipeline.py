@@ -206,11 +206,15 @@ class Pipeline:
         *,
         seed: int,
         callbacks: Sequence[Any] = (),
+        label: str = "shadow run",
     ) -> Any:
-        """Trains the experiment on (``train``, ``test``) with ``seed``; returns the module."""
+        """Trains the experiment on (``train``, ``test``) with ``seed``; returns the module.
+        Its summary line on the console starts with ``label`` and says it is the attacker's
+        model, so it is not read as the audited run's."""
         tmp = tempfile.TemporaryDirectory(prefix="fl-audit-shadow-")
         self._tmp.append(tmp)
         cli = self.build(f"--seed_everything={seed}", root_dir=tmp.name, quiet=True)
+        cli.model.console_label = f"audit: {label} (the attacker's model, not the audited one): "
         cli.datamodule.setup("fit")
         restrict_datamodule(cli.datamodule, train, test)
         cli.trainer.callbacks.extend(callbacks)

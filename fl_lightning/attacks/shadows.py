@@ -80,6 +80,7 @@ class ShadowBank:
                 pool.subset(np.flatnonzero(~in_mask)),
                 seed=self.seed * 1000 + 17 + i,
                 callbacks=[recorder],
+                label=f"shadow run {i + 1}",
             )
             net = module.global_net.cpu().eval()
             self.shadows.append(Shadow(net=net, in_mask=in_mask, series=recorder.as_array()))

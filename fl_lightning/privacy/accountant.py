@@ -46,7 +46,8 @@ from fl_lightning.privacy.analysis import (
     local_epsilon,
     rdp_screen_epsilon,
 )
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.distributed_accounting import rdp_to_epsilon, total_rdp
+from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.horizon import PlannedHorizon, horizon_problem
 from fl_lightning.privacy.statement import with_seed_clause
 
@@ -121,6 +122,9 @@ class PrivacyAccountant(Callback):
         self.record_level: dict[int, list[SampledGaussian]] = {}
         self.local: dict[int, dict[LocalKey, int]] = {}
         """Per client: how many uploads of each (ε, δ, unit, coordinates, σ/Δ) release."""
+        self.distributed: list[DistributedNoiseEvent] = []
+        """Client-level rounds of distributed DP behind SecAgg (RDP, whatever ``accountant``:
+        ``privacy/distributed_accounting.py``)."""
         self.no_guarantee: str | None = None
         self.rounds = 0
         self.private_run = True
@@ -147,6 +151,7 @@ class PrivacyAccountant(Callback):
         }
         self._record_eps: dict[int, float] = {}
         self._local_eps: dict[int, tuple[float, str]] = {}
+        self._distributed_rdp = total_rdp(self.distributed)
 
     def _history_epsilon(self, history: History) -> float:
         return epsilon(history, self.delta, self.accountant)
@@ -182,6 +187,14 @@ class PrivacyAccountant(Callback):
 
     # -- ledger ------------------------------------------------------------------------------
     def record(self, spent: RoundPrivacy) -> None:
+        if (self.client_level or spent.client_level) and (self.distributed or spent.distributed):
+            raise ValueError(
+                "strategy: one run mixes central Gaussian and distributed (SecAgg) client-level "
+                "rounds, which this accountant does not compose"
+            )
+        self.distributed.extend(spent.distributed)
+        if spent.distributed:
+            self._distributed_rdp = self._distributed_rdp + total_rdp(spent.distributed)
         self.client_level.extend(spent.client_level)
         self._client_history = extend_history(self._client_history, spent.client_level)
         for cid, events in spent.record_level.items():
@@ -270,6 +283,9 @@ class PrivacyAccountant(Callback):
         eps_client = eps_record = None
         if self.client_level:
             eps_client = out["privacy/epsilon_client"] = self._client_level_epsilon()
+        if self.distributed:
+            eps_client = out["privacy/epsilon_client"] = self._distributed_epsilon()
+            out["privacy/secagg_survivors_min"] = float(min(e.survivors for e in self.distributed))
         if self.record_level:
             eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon()
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
@@ -281,6 +297,9 @@ class PrivacyAccountant(Callback):
 
     def _client_level_epsilon(self) -> float:
         return self._history_epsilon(self._client_history)
+
+    def _distributed_epsilon(self) -> float:
+        return rdp_to_epsilon(self._distributed_rdp, self.delta)
 
     def _headline(
         self,
@@ -294,6 +313,10 @@ class PrivacyAccountant(Callback):
         name = ACCOUNTANT_NAMES[self._backend]
         if self.no_guarantee:
             return math.inf, f"none: {self.no_guarantee}"
+        if self.distributed:
+            eps = self._distributed_epsilon() if eps_client is None else eps_client
+            words = distributed_words(self.distributed)
+            return eps, f"client-level ({eps:.3g}, {self.delta:g})-DP, {words}"
         if self.client_level:
             client = self._client_level_epsilon() if eps_client is None else eps_client
             how = describe_sampling(self.client_level, "client")
@@ -342,6 +365,9 @@ class PrivacyAccountant(Callback):
         """The headline ε after ``prospective``; None when the headline would be no guarantee."""
         if self.no_guarantee or prospective.no_guarantee:
             return None
+        if self.distributed or prospective.distributed:
+            rdp = self._distributed_rdp + total_rdp(prospective.distributed)
+            return rdp_to_epsilon(rdp, self.delta)
         if self.client_level or prospective.client_level:
             return self._history_epsilon(
                 extend_history(self._client_history, prospective.client_level)
@@ -395,6 +421,7 @@ class PrivacyAccountant(Callback):
                 cid: [[e, d, unit, units, n, z] for (e, d, unit, units, z), n in rows.items()]
                 for cid, rows in self.local.items()
             },
+            "distributed": [e.to_state() for e in self.distributed],
             "no_guarantee": self.no_guarantee,
             "rounds": self.rounds,
             "private_run": self.private_run,
@@ -435,6 +462,9 @@ class PrivacyAccountant(Callback):
             for c, eps in state_dict["local_epsilon"].items():
                 d = float(state_dict.get("local_delta", {}).get(c, 0.0))
                 self.local.setdefault(int(c), {})[(float(eps), d, "upload", 1, 0.0)] = 1
+        self.distributed = [
+            DistributedNoiseEvent.from_state(r) for r in state_dict.get("distributed", [])
+        ]
         self.no_guarantee = state_dict["no_guarantee"]
         self.private_run = bool(state_dict.get("private_run", True))
         self.rounds = int(state_dict["rounds"])
@@ -446,6 +476,29 @@ class PrivacyAccountant(Callback):
         if saved is not None and saved.reason is not None:
             self.horizon = saved  # the bound stays the one the run was priced for
         self._reset_caches()
+
+
+def distributed_words(events: list[DistributedNoiseEvent]) -> str:
+    """The trust model, noise, field and sampling of distributed-DP rounds, in words."""
+    from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
+
+    last = events[-1]
+    fewest = min(e.survivors for e in events)
+    if last.replace_one:
+        how = (
+            f"replace-one client, fixed-size cohorts ({last.cohort} a round), no amplification "
+            "claimed"
+        )
+    elif last.sample_rate < 1.0:
+        how = f"add/remove one client, Poisson cohorts (q = {last.sample_rate:.3g})"
+    else:
+        how = "add/remove one client, every client in every round"
+    return (
+        f"distributed DP: the server sees only the sum (SecAgg, honest-but-curious server, "
+        f"n ≥ {fewest} surviving clients a round), {distributed_noise(last.mechanism).words} "
+        f"noise shares, {last.bits}-bit modular field, {how}, RDP (integer orders; Zhu & Wang "
+        "2019 subsampling)"
+    )
 
 
 def local_key(release: Any) -> LocalKey:

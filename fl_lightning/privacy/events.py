@@ -10,6 +10,8 @@ A round can spend privacy at three levels, reported separately and never mixed:
   (Poisson batches, add/remove one record).
 * ``local``: releases a client privatises itself before upload (local DP), keyed by client id,
   each a :class:`LocalRelease` that names its unit (one coordinate or one whole upload).
+* ``distributed``: client-level rounds whose noise the clients add in shares behind secure
+  aggregation (:class:`DistributedNoiseEvent`; Kairouz et al. 2021, Agarwal et al. 2021).
 
 Events are built by the mechanisms (``privacy/mechanisms``), never by hand in a strategy.
 A strategy whose algorithm does not give the guarantee its paper claims sets ``no_guarantee``
@@ -189,3 +191,54 @@ class RoundPrivacy:
     record_level: dict[int, list[SampledGaussian]] = field(default_factory=dict)
     local: dict[int, list[LocalRelease]] = field(default_factory=dict)
     no_guarantee: str | None = None
+    distributed: list[DistributedNoiseEvent] = field(default_factory=list)
+    """Client-level rounds of distributed DP behind secure aggregation (RDP-accounted)."""
+
+
+@dataclass(frozen=True)
+class DistributedNoiseEvent:
+    """One round of distributed DP behind secure aggregation: the server sees only the modular
+    sum of the survivors' encoded updates, each carrying its own integer noise share
+    (``privacy/distributed_dp.py``). Priced by RDP (``privacy/distributed_accounting.py``)
+    with the survivors' noise, never the planned one.
+
+    Attributes:
+        mechanism: the registered distributed noise (``ddg``, ``skellam``).
+        clip_norm: C, the L2 bound on one client's update before encoding.
+        scale: s = 1/γ, the encoding's scale.
+        local_variance: each client's noise variance on the integer grid.
+        survivors: the clients whose upload (and noise) is in the decoded sum.
+        dim: d, the padded dimension.
+        beta: the conditional rounding's β.
+        bits: b, the modulus 2^b (for the sentence; the accounting assumes no wrap-around).
+        sample_rate: q of Poisson cohorts (1.0: no amplification claimed).
+        replace_one: fixed-size cohorts: replace-one adjacency (sensitivity doubled), no
+            amplification claimed.
+        cohort: the clients dispatched this round (the survivors' share of it is reported).
+    """
+
+    mechanism: str
+    clip_norm: float
+    scale: float
+    local_variance: float
+    survivors: int
+    dim: int
+    beta: float
+    bits: int
+    sample_rate: float
+    replace_one: bool = False
+    cohort: int = 0
+
+    def to_state(self) -> list:
+        return [
+            self.mechanism, self.clip_norm, self.scale, self.local_variance, self.survivors,
+            self.dim, self.beta, self.bits, self.sample_rate, self.replace_one, self.cohort,
+        ]  # fmt: skip
+
+    @classmethod
+    def from_state(cls, row: list) -> DistributedNoiseEvent:
+        m, c, s, v, n, d, b, bits, q, r, k = row
+        return cls(
+            str(m), float(c), float(s), float(v), int(n), int(d), float(b), int(bits),
+            float(q), bool(r), int(k),
+        )  # fmt: skip

@@ -11,8 +11,11 @@ says *where* the server calls it. Today one placement is a protocol of its own:
   global delta. ``round_privacy`` is the event of that release, known before any client trains
   (the budget stop prices the round with it).
 
-  Implementations: :class:`~fl_lightning.strategies.central_dp.CentralGaussian` (fixed clip) and
-  :class:`~fl_lightning.privacy.adaptive_clipping.AdaptiveClipping` (Andrew et al. 2021).
+  Implementations: :class:`~fl_lightning.strategies.central_dp.CentralGaussian` (fixed clip),
+  :class:`~fl_lightning.privacy.adaptive_clipping.AdaptiveClipping` (Andrew et al. 2021) and
+  :class:`~fl_lightning.privacy.distributed_dp.SecAggDistributedDP` (distributed discrete
+  noise behind secure aggregation: ``on_client`` encodes, noises and masks each upload, the
+  server only ever sums masked vectors; Kairouz et al. 2021, Agarwal et al. 2021).
 
 On uploads the placement is ``strategies/upload_privacy.py: UploadPrivacy``; on each example's
 gradient it is the DP-SGD engine (``client/dp_sgd.py``, Opacus's optimizer-reports-the-step).
@@ -67,6 +70,14 @@ class CentralPrivacy(abc.ABC):
     def clip(self, update: ClientUpdate) -> ClientUpdate:
         """Client side: bounds the upload's contribution (in place) and records its norm in
         ``update.metrics``."""
+
+    def on_client(
+        self, update: ClientUpdate, ctx: RoundContext, *, generator: torch.Generator
+    ) -> ClientUpdate:
+        """Client side, the whole upload path (``Strategy.process_update`` calls it with the
+        client's keyed generator): :meth:`clip` here; a mechanism whose clients add noise or
+        encode their upload (``privacy/distributed_dp.py``) overrides it."""
+        return self.clip(update)
 
     def partial(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
         """This process's buffer, summed over processes by one all-reduce: Σ Δ_k of the

@@ -109,7 +109,7 @@ class RunFacts:
 def _unit(ledger: dict[str, Any]) -> str:
     if ledger.get("no_guarantee"):
         return "none"
-    if ledger.get("client_level"):
+    if ledger.get("client_level") or ledger.get("distributed"):
         return "client"
     if ledger.get("record_level"):
         return "record"
@@ -146,6 +146,17 @@ def _gaussian_rows(events: list[list[Any]]) -> list[str]:
 
 def _sampling(unit: str, ledger: dict[str, Any]) -> tuple[str, str]:
     """(sampling, whether amplification by it is used)."""
+    if unit == "client" and ledger.get("distributed"):
+        last = ledger["distributed"][-1]  # DistributedNoiseEvent.to_state()
+        q, replace_one = float(last[8]), bool(last[9])
+        if replace_one:
+            return f"fixed-size cohorts of {int(last[10])} clients", "no (replace-one, 2× Δ)"
+        if q < 1.0:
+            return (
+                f"Poisson cohorts, each client with probability q = {q:.6g}",
+                "yes (Zhu & Wang 2019's bound on RDP): it holds only while the cohorts stay secret",
+            )
+        return "every client in every round", "no (q = 1)"
     if unit == "client":
         last = ledger["client_level"][-1]
         q, population = float(last[1]), int(last[3]) if len(last) > 3 else 0
@@ -177,6 +188,14 @@ def _sampling(unit: str, ledger: dict[str, Any]) -> tuple[str, str]:
 
 
 def _adjacency(unit: str, ledger: dict[str, Any]) -> str:
+    if unit == "client" and ledger.get("distributed"):
+        return (
+            "replace-one client (fixed-size cohorts): one client's encoded update changes, the "
+            "other survivors' noise shares present in both worlds"
+            if ledger["distributed"][-1][9]
+            else "add/remove one client's encoded update, the other survivors' noise shares "
+            "present in both worlds (Kairouz et al. 2021's analysis)"
+        )
     if unit == "client":
         last = ledger["client_level"][-1]
         fixed = len(last) > 3 and int(last[3])
@@ -241,8 +260,47 @@ def _events(unit: str, ledger: dict[str, Any]) -> list[str]:
                 z = f"{multiplier[0]:.4g}" if multiplier and multiplier[0] else "—"
                 lines.append(f"| {shown} | {eps:.6g} | {dlt:g} | {what} | {units} | {n} | {z} |")
         lines.append("")
+    if ledger.get("distributed"):
+        lines += _distributed_lines(ledger["distributed"])
     if not lines:
         lines = ["No privacy event was recorded.", ""]
+    return lines
+
+
+def _distributed_lines(rows: list[list[Any]]) -> list[str]:
+    """The distributed-DP rounds and the trust model behind them."""
+    mech, clip, scale, var, _, dim, beta, bits, *_ = rows[0]
+    survivors = [int(r[4]) for r in rows]
+    cohorts = [int(r[10]) for r in rows]
+    fewest = min(survivors)
+    lines = [
+        "Client level, distributed DP behind secure aggregation (one event per round):",
+        "",
+        "| rounds | noise | bits | clip C | scale s | per-client variance (grid) | d (padded) "
+        "| β | survivors / dispatched |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for first, last, (n, k) in _runs(list(zip(survivors, cohorts, strict=True))):
+        lines.append(
+            f"| {first}–{last} | {mech} | {bits} | {clip:.6g} | {scale:.6g} | {var:.6g} | {dim} "
+            f"| {beta:.4g} | {n} / {k} |"
+        )
+    lines += [
+        "",
+        "**Trust model.** The server is honest but curious and sees only the modular sum of the "
+        f"surviving clients' masked uploads (SecAgg, Bonawitz et al. 2017), at least {fewest} "
+        "a round; every round is priced with the noise of the clients that survived, not the "
+        "noise planned. Key agreement and Shamir sharing are simulated: the pairwise mask seeds "
+        "are derived from the run's seed (its secret in secure mode).",
+        "",
+        f"**If SecAgg is broken** (the server learns the masks, or colludes with all but one "
+        "client of a round), it sees each client's encoded update with that client's own noise "
+        f"share only: 1/m of the variance, for m the expected cohort size (here the sum of "
+        f"{fewest} or more shares). Each client is then protected only by its share: about σ·√m "
+        "times less noise relative to its update than the ε above assumes, i.e. local DP with "
+        "noise multiplier σ/√m, which at these settings is a weak or vacuous guarantee.",
+        "",
+    ]
     return lines
 
 
@@ -350,6 +408,9 @@ def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
         "per client, the better of basic composition and the optimal composition "
         "(dp-accounting PLD) of its uploads"
         if unit == "local"
+        else "RDP at integer orders 2-128 and 256 (privacy/distributed_accounting.py), whatever "
+        "privacy.accountant names: the distributed mechanisms have no PLD here"
+        if ledger.get("distributed")
         else facts.accountant_name
     )
     eps = "∞" if math.isinf(facts.epsilon) else f"{facts.epsilon:.6g}"

@@ -259,6 +259,18 @@ def compare(
         if ok:
             kept.append(run)
     filtered_out = len(runs) - len(kept)
+    if runs and not kept:  # every run says it has another value: an empty table is no answer
+        seen = {
+            dim: sorted({str(v) for r in runs if (v := run_value(r, dim)) is not None})
+            for dim in where
+            if dim != "epsilon"
+        }
+        have = "; ".join(f"{d} in runs: {', '.join(v[:8])}" for d, v in seen.items() if v)
+        raise ValueError(
+            f"--where: 0 of {len(runs)} runs matched "
+            + ", ".join(f"{k}={v}" for k, v in where.items() if k != "epsilon")
+            + (f" ({have})" if have else "")
+        )
     runs = kept
     cells: dict[tuple[str, float | None], Cell] = {}
     for c in selected:

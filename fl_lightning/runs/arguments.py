@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fl_lightning.runs.cli_class import build_cli_class
-from fl_lightning.runs.error_lines import one_line
+from fl_lightning.runs.error_lines import located, one_line
 
 
 def yaml_problem(args: list[str]) -> str | None:
@@ -47,5 +47,5 @@ def argument_problem(args: list[str]) -> str | None:
     try:
         build_cli_class()(args, parse_only=True)
     except (ArgumentError, ValueError, TypeError, KeyError, FileNotFoundError) as err:
-        return one_line(err)
+        return located(one_line(err), args)
     return None

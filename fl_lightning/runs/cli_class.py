@@ -246,6 +246,11 @@ def build_cli_class():  # noqa: ANN201
             )
             if problem:
                 raise ValueError(problem)
+            # Every strategy and mechanism check (and σ's calibration) before the Trainer
+            # creates its loggers: a refusal leaves no fl/version_N and no W&B run.
+            model.set_up_before_fit(
+                data, rounds=int(self.trainer.max_steps), precision=str(self.trainer.precision)
+            )
 
         def after_fit(self) -> None:
             trainer = self.trainer

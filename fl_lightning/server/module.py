@@ -120,6 +120,11 @@ class FederatedModule(pl.LightningModule):
         self._client = [client]
         self._round: FederatedRound | None = None  # bound to the fit's parts in on_fit_start
         self._local: LocalTrainingConfig | None = None  # the clients' config, σ fixed in setup
+        # The rounds ``set_up_before_fit`` set the federation up for (the CLI: before any
+        # logger exists); ``setup("fit")`` then uses that set-up instead of repeating it.
+        self._set_up_for: int | None = None
+        # Put before the summary line this run prints (audit's shadow runs say what they are).
+        self.console_label = ""
         self.last_eval: dict[str, float] = {}
         # What the last round logged (round/*, train/*, privacy/*, test/* when evaluated):
         # public, for callbacks (fl_lightning.callbacks.RunPlots, user callbacks).
@@ -197,17 +202,33 @@ class FederatedModule(pl.LightningModule):
         refuse_trainer_precision(str(self.trainer.precision))
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
             self._draw_secret()  # the one noise seed, before anything is keyed by it
-            self._local = set_up_federation(
-                strategy=self.strategy,
-                client=self.client,
-                accountant=self.accountant,
-                sampler=self.sampler,
-                data=data,
-                global_net=self.global_net,
-                server=self.settings.optimizer_spec,
-                rounds=int(self.trainer.max_steps),
-                seed=self.seed,
-            )
+            rounds = int(self.trainer.max_steps)
+            prepared, self._set_up_for = self._set_up_for, None
+            if prepared != rounds:
+                self._set_up_federation(data, rounds)
+
+    def set_up_before_fit(self, data: Any, *, rounds: int, precision: str) -> None:
+        """Runs every check and calibration of ``setup("fit")`` now, before the Trainer
+        starts: the CLI calls it before any logger, W&B run or directory exists, so that a
+        refusal (a strategy's or a mechanism's) leaves nothing behind. ``data`` is set up.
+        The next ``setup("fit")`` for the same rounds uses this set-up instead of repeating it
+        (calibration can take seconds); later fits set up afresh."""
+        refuse_trainer_precision(precision)
+        self._set_up_federation(data, rounds)
+        self._set_up_for = rounds
+
+    def _set_up_federation(self, data: Any, rounds: int) -> None:
+        self._local = set_up_federation(
+            strategy=self.strategy,
+            client=self.client,
+            accountant=self.accountant,
+            sampler=self.sampler,
+            data=data,
+            global_net=self.global_net,
+            server=self.settings.optimizer_spec,
+            rounds=rounds,
+            seed=self.seed,
+        )
 
     def on_fit_start(self) -> None:
         data = self.data
@@ -353,7 +374,8 @@ class FederatedModule(pl.LightningModule):
             line = summary_line(summary, final)
             if log_dir and out is None:
                 line = f"{line}; {NOT_WRITTEN}"
-            print(f"{line}; details: {statement}" if statement else line, flush=True)
+            line = f"{line}; details: {statement}" if statement else line
+            print(f"{self.console_label}{line}", flush=True)
 
     def _run_facts(self, summary: dict[str, Any], out: str | None) -> RunFacts:
         """What ``privacy_statement.md`` needs beyond the ledger: among it the files the run

@@ -213,6 +213,7 @@ def copy_events(events: RoundPrivacy) -> RoundPrivacy:
         record_level=dict(events.record_level),
         local=dict(events.local),
         no_guarantee=events.no_guarantee,
+        distributed=list(events.distributed),
     )
 
 

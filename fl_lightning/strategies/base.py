@@ -250,7 +250,9 @@ class Strategy(Callback):
         ``central_dp``."""
         if self.local_dp is not None:
             update = self.local_dp.privatize(update, ctx, generator=generator)
-        return update if self.central_dp is None else self.central_dp.clip(update)
+        if self.central_dp is None:
+            return update
+        return self.central_dp.on_client(update, ctx, generator=generator)
 
     # -- server side -------------------------------------------------------------------------
     def aggregate(
@@ -320,7 +322,9 @@ class Strategy(Callback):
         ``local_dp``'s releases and ``central_dp``'s subsampled Gaussian, else nothing."""
         spent = RoundPrivacy() if self.local_dp is None else self.local_dp.round_privacy(ctx)
         if self.central_dp is not None:
-            spent.client_level.extend(self.central_dp.round_privacy(ctx).client_level)
+            central = self.central_dp.round_privacy(ctx)
+            spent.client_level.extend(central.client_level)
+            spent.distributed.extend(central.distributed)
         return spent
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:

@@ -231,6 +231,7 @@ class SweepRunner:
         argv = list(base["command"])
         env = {**os.environ, RUN_DIR_ENV: str(run_dir), "FL_SWEEP_POINT": point.id}
         env.setdefault("WANDB_SILENT", "true")
+        env.update(same_package_env(env))
         env.update(self.extra_env)
         log = run_dir / "output.log"
         start = time.perf_counter()
@@ -534,6 +535,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return p
+
+
+def same_package_env(env: dict[str, str]) -> dict[str, str]:
+    """What a point's ``python -m fl_lightning.cli`` needs to import the package this runner
+    imported, whatever its working directory holds: the folder above that package first on
+    ``PYTHONPATH``, and ``PYTHONSAFEPATH`` (Python's ``-P``: ``-m`` does not put the working
+    directory first). A user's ``--import`` module beside the configs still imports: the CLI
+    puts the working directory on ``sys.path`` itself, once the package is imported."""
+    import fl_lightning
+
+    root = str(Path(fl_lightning.__file__).resolve().parents[1])
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return {"PYTHONPATH": os.pathsep.join([root, *rest]), "PYTHONSAFEPATH": "1"}
 
 
 def main(argv: list[str] | None = None) -> int:

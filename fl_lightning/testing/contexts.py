@@ -43,7 +43,9 @@ def round_context(
             client-level event then cannot be accounted).
         sample_rate: q (default the sampling's rate, else m/N, m the cohort's size).
         expected_cohort_size: default q·N.
-        round_idx, total_rounds, seed, client_config, evaluate: as ``RoundContext`` has them.
+
+    ``round_idx``, ``total_rounds``, ``seed``, ``client_config`` and ``evaluate`` are as
+    ``RoundContext`` has them.
     """
     params = torch.zeros(global_params) if isinstance(global_params, int) else global_params
     members = [int(c) for c in cohort]

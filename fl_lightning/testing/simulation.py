@@ -93,6 +93,12 @@ def _epsilon(accountant: PrivacyAccountant) -> float:
 class Simulation:
     """A run's parts bound once, rounds run one at a time (see the module docstring).
 
+    ``clients_per_round``, ``client_rate``, ``sampling``, ``server_optimizer``, ``server_lr``,
+    ``server_momentum``, ``executor`` and ``seed`` are as ``FederatedModule`` takes them
+    (``clients_per_round`` defaults to every client). With ``privacy.secure_mode`` the rounds
+    are keyed, as the module keys them, by a secret drawn from the OS's entropy
+    (:attr:`noise_seed`, kept only in :meth:`state_dict`), ``seed`` only by the set-up.
+
     Args:
         strategy: the strategy under test (set up here, as ``FederatedModule.setup`` does).
         data: a ``FederatedDataModule`` (set up here when it is not) or any object with
@@ -103,11 +109,6 @@ class Simulation:
         rounds: the planned number of rounds (``trainer.max_steps``: schedules and σ
             calibration read it).
         privacy: the accountant; None runs without accounting.
-        clients_per_round, client_rate, sampling, server_optimizer, server_lr,
-        server_momentum, executor, seed: as ``FederatedModule`` takes them
-            (``clients_per_round`` defaults to every client). With ``privacy.secure_mode`` the
-            rounds are keyed, as the module keys them, by a secret drawn from the OS's entropy
-            (:attr:`noise_seed`, kept only in :meth:`state_dict`), ``seed`` only by the set-up.
         reduction: ``"declared"`` (the strategy's own ``reduction``, as a run does), ``"gather"``
             (``aggregate`` of the list of every update) or ``"sum"`` (``partial_aggregate`` on
             each of ``processes`` emulated ranks, added, then ``finalize``).

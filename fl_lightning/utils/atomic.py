@@ -115,22 +115,39 @@ def atomic_write(path: str | os.PathLike, data: bytes | bytearray | memoryview |
 CHECKPOINT_ERRORS = (pickle.UnpicklingError, EOFError, RuntimeError, OSError)
 
 
-def checkpoint_error(path: Any, err: BaseException) -> ValueError:
-    """The one-line ``ckpt_path`` error for a checkpoint ``torch.load(weights_only=True)``
-    could not read: a Python object it refuses (unpickling it could run code), or a file that
-    is not a checkpoint at all (truncated, corrupt)."""
+_CHECKPOINT_MAGIC = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive; a legacy pickle
+
+
+def checkpoint_error(path: Any, err: BaseException, *, field: str = "ckpt_path") -> ValueError:
+    """The one-line error (naming ``field``: ``ckpt_path``, audit's ``--checkpoint``) for a
+    checkpoint ``torch.load(weights_only=True)`` could not read: a missing file, a file that
+    is no checkpoint at all (a config given by mistake, a truncated or corrupt file), or a
+    Python object it refuses (unpickling it could run code)."""
+    hint = "give a .ckpt written by fl-lightning fit (<run>/checkpoints/last.ckpt)"
+    if not os.path.isfile(path):
+        return ValueError(f"{field}: {path} does not exist or is not a file; {hint}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError as read_err:
+        return ValueError(f"{field}: cannot read {path} ({describe(read_err)})")
+    if not head.startswith(_CHECKPOINT_MAGIC):
+        try:
+            first = head.decode("utf-8").strip().splitlines()[0][:40]
+        except (UnicodeDecodeError, IndexError):
+            first = None
+        what = f"a text file (it begins {first!r})" if first else "not a torch checkpoint"
+        return ValueError(f"{field}: {path} is {what}, not a checkpoint; {hint}")
     text = str(err)
     refused = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", text)
     if isinstance(err, pickle.UnpicklingError) and refused:
         return ValueError(
-            f"ckpt_path: {path} holds a {refused.group(1).rstrip('.')} object, which "
+            f"{field}: {path} holds a {refused.group(1).rstrip('.')} object, which "
             "torch.load(weights_only=True) refuses: fl-lightning loads only checkpoints of "
             "plain tensors and containers, since unpickling anything else can run code"
         )
-    return ValueError(
-        f"ckpt_path: {path} is not a readable checkpoint ({type(err).__name__}); give a .ckpt "
-        "written by fl-lightning fit"
-    )
+    why = type(err).__name__
+    return ValueError(f"{field}: {path} is not a readable checkpoint ({why}); {hint}")
 
 
 def build_checkpoint_io() -> TorchCheckpointIO:  # an AtomicCheckpointIO (Lightning imported lazily)

@@ -45,3 +45,9 @@ def test_quickstart_audit_runs_and_reports_consistent_dlg_numbers(tmp_path: Path
     assert "central noise" in dlg["threat_model"] and "upload" in dlg["threat_model"]
     assert "threat model" in out and "recovered" in out and "per-batch SSIM" in out
     assert Path(dlg["grid"]).exists()
+    # One summary line for the audited run; the shadow run's says it is the attacker's model.
+    finished = [ln for ln in out.splitlines() if "Finished 2 rounds" in ln]
+    assert len(finished) == 2 and finished[0].startswith("Finished 2 rounds"), finished
+    assert finished[1].startswith(
+        "audit: shadow run 1 (the attacker's model, not the audited one): Finished 2 rounds"
+    ), finished

@@ -84,11 +84,22 @@ def test_empirical_epsilon_never_exceeds_the_accountant(private: dict) -> None:
         (["--attack", "nope"], "unknown attack"),
         (["--attack", "cs_mia", "--checkpoint", "x.ckpt"], "cs_mia needs"),
         (["--attack", "lira", "--shadow-models", "1"], "LiRA needs"),
+        (
+            ["--attack", "threshold", "--checkpoint", "no/such.ckpt"],
+            "error: --checkpoint: no/such.ckpt does not exist or is not a file; give a .ckpt",
+        ),
+        (  # a config given as the checkpoint: named as such, not a YAML or unpickling error
+            ["--attack", "threshold", "--checkpoint", str(CONFIGS / "overfit.yaml")],
+            f"error: --checkpoint: {CONFIGS / 'overfit.yaml'} is a text file (it begins ",
+        ),
     ],
 )
-def test_bad_audit_arguments_exit_2(args: list[str], message: str, capsys) -> None:
-    assert audit_main(["--config", str(CONFIGS / "overfit.yaml"), *args]) == 2
-    assert message in capsys.readouterr().err
+def test_bad_audit_arguments_exit_2(args: list[str], message: str, capsys, tmp_path) -> None:
+    rc = audit_main(["--config", str(CONFIGS / "overfit.yaml"), *args,
+                     f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and message in err[0], err
+    assert not list(tmp_path.rglob("*")), "nothing may be written on bad input"
 
 
 def test_audit_of_a_checkpoint_restores_the_run(overfit: dict, tmp_path: Path) -> None:

@@ -113,6 +113,18 @@ def test_ambiguous_table_asks_for_where(store: Path, capsys):
     assert "--where" in err and "dataset" in err
 
 
+def test_where_that_matches_no_run_is_refused_in_one_line(store: Path, tmp_path: Path, capsys):
+    """An empty table is no answer: ``--where`` that every run contradicts exits 2 with one
+    line saying 0 runs matched and which values the runs have; no report is written."""
+    out = tmp_path / "report"
+    rc = cli.main([str(store), "--paper", "001", "--table", "III", "--where", "metric=ACC",
+                   "--where", "seed_everything=7", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("error: --where: 0 of 12 runs matched metric=ACC, seed_everything=7")
+    assert "seed_everything in runs: 0, 1" in err[0] and not out.exists()
+
+
 def test_store_row_is_json_lines(store: Path):
     lines = (store / "results.jsonl").read_text().splitlines()
     assert all(isinstance(json.loads(ln), dict) for ln in lines)

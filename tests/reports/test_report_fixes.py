@@ -160,7 +160,7 @@ def test_ties_are_shown_as_ties(tmp_path: Path):
     assert rank.tau == pytest.approx(-0.8164965809, abs=1e-6)
 
 
-def test_runner_config_reaches_where(tmp_path: Path):
+def test_runner_config_reaches_where(tmp_path: Path, capsys):
     """A store row's resolved config (written by the runner) is what --where reads."""
     run_dir = tmp_path / "store" / "runs" / "p" / "a1"
     run_dir.mkdir(parents=True)
@@ -203,20 +203,12 @@ def test_runner_config_reaches_where(tmp_path: Path):
         )
         == 2
     )
-    assert (
-        cli.main(
-            [
-                str(tmp_path / "store"),
-                "--paper",
-                "002",
-                "--table",
-                "5.3",
-                "--where",
-                "dataset=CIFAR-10",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    assert "1 left out by --where" in (out / "report.md").read_text()
+    # The run's resolved config says mnist_offline, so --where CIFAR-10 leaves no run: one line
+    # naming what the runs have, exit 2, no report (an empty table is no answer).
+    rc = cli.main([str(tmp_path / "store"), "--paper", "002", "--table", "5.3",
+                   "--where", "dataset=CIFAR-10", "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1] == (
+        "error: --where: 0 of 1 runs matched dataset=CIFAR-10 (dataset in runs: mnist_offline)"
+    ), err
+    assert not (out / "report.md").exists()

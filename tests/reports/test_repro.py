@@ -138,7 +138,9 @@ def test_repro_end_to_end_and_resume(tmp_path: Path, capsys, monkeypatch):
     ref = table["nonprivate_reference"]
     assert ref["seeds"] == 1 and ref["guarantee"].startswith("none")
     (v,) = doc["verdicts"]
-    assert v["verdict"] == "untestable" and "fewer than 2 paired seeds" in v["reason"]
+    # the tiny setting's reference (2 rounds) is far below the standard's 90 % floor
+    assert v["verdict"] == "untestable" and "non-private reference" in v["reason"]
+    assert "< 90 %" in v["reason"]
     md = (out / "002.md").read_text()
     assert "## Verdicts" in md and "| data | MNIST | digits | a test |" in md
     for png in ("002_5_3_accuracy_vs_round.png", "002_5_3_epsilon_vs_round.png"):

@@ -161,7 +161,7 @@ def test_verify_reruns_stored_cells_and_reports_them(tmp_path: Path, capsys, cle
     doc = json.loads((out / "002.json").read_text())
     assert {e["run"] for e in doc["verification"]} == {e["run"] for e in log}
     # the same seed draws the same cells
-    assert repro.main([*args, "--verify", "2", "--verify-seed", "5", "--report-only"]) == 0
+    assert repro.main([*args, "--verify", "2", "--verify-seed", "5"]) == 0
     again = [json.loads(x) for x in (store / "verification.jsonl").read_text().splitlines()]
     assert [e["run"] for e in again[2:]] == [e["run"] for e in log]
 
@@ -213,7 +213,7 @@ def test_a_pool_is_not_confirmed_by_columns_that_disagree():
     (v,), _ = claims_mod.verdicts(_defn_with(claim), cells)
     assert v["verdict"] == "contradicted" and "C − D" in v["test"]["comparison"]
     assert v["test"]["paper_value"] == 1.0 and v["pooled_test"]["paper_value"] == 3.0
-    assert [c["paper_value"] for c in v["pooled_test"]["columns"]] == [1.0, 1.0]
+    assert [c["paper_value"] for c in v["test"]["columns"]] == [1.0, 1.0]
     assert "columns that disagree" in v["evidence"]
     # with column 2 agreeing, the pool decides and lists its columns
     claim["pooled"][1]["paper_value"] = 5.0

@@ -458,7 +458,17 @@ def test_update_readme_rewrites_only_between_the_markers(tmp_path: Path):
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old row" not in text
     row = next(x for x in text.splitlines() if x.startswith("| 004"))
-    assert "| 0 / 1 / 0 / 1 | contradicted | 3 (1 untestable, 1 merged, 1 of 2" in row
+    assert (
+        "| 0 / 1 / 0 / 1 | contradicted (reading not stated, exploratory) | not stated | "
+        "3 (1 untestable, 1 merged, 1 of 2" in row
+    )
+    # a registered, confirmatory headline on the published reading, and the paper's scale
+    doc["verdicts"][0].update(reading="published", confirmatory=True)
+    doc["scale"] = {"steps_fraction": 0.0056, "data_fraction": 0.133}
+    (out / "004.json").write_text(json.dumps(doc))
+    update_readme(readme, out)
+    row = next(x for x in readme.read_text().splitlines() if x.startswith("| 004"))
+    assert "| contradicted (published, confirmatory) | steps 0.56 %, data 13 % |" in row
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="markers"):
         update_readme(readme, out)

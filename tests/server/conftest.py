@@ -119,6 +119,15 @@ ADAPTIVE = [
                                   "count_noise_std": 1.0}}}}),
 ]  # fmt: skip
 
+# Distributed DP behind SecAgg (DDG, SecAgg+ graph, 20 % dropouts): each rank's modular partial
+# sum of masked uploads is all-reduced, so 1 and 2 processes decode the same integers.
+SECAGG = [
+    "--strategy",
+    json.dumps({"class_path": "fl_lightning.strategies.ddp_fedavg.DDPFedAvg",
+                "init_args": {"mechanism": "ddg", "bits": 16, "noise_multiplier": 1.0,
+                              "dropout_rate": 0.2, "neighbours": 2}}),
+]  # fmt: skip
+
 RUNS: dict[str, tuple[int, list[str]]] = {
     "sum": (2, SUM_BASED),
     "all_updates": (2, ALL_UPDATES),
@@ -129,6 +138,7 @@ RUNS: dict[str, tuple[int, list[str]]] = {
     "ftrl": (3, FTRL),
     **{name: (3, args) for name, args in FTRL_NEW.items()},
     "adaptive": (2, ADAPTIVE),
+    "secagg": (2, SECAGG),
 }
 # Launched by Lightning, with "sum_resumed" (the rest of RUNS: torchrun-style, after
 # "collectives" and "refused").

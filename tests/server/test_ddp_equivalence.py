@@ -104,3 +104,16 @@ def test_two_processes_match_one_with_adaptive_clipping(ddp_runs):
         return state["central_dp"]["clip_norm"]
 
     assert clip(one) == clip(two) != 0.05
+
+
+def test_two_processes_match_one_with_distributed_dp_behind_secagg(ddp_runs):
+    """DDPFedAvg (tests/server/conftest.py SECAGG): the modular sum of the masked uploads is the
+    all-reduce, the dropouts and masks are keyed by (seed, round), so 2 processes decode the
+    integers 1 process does: the same weights, the same survivors and the same ε."""
+    one, two = ddp_runs.run("secagg", 1), ddp_runs.run("secagg", 2)
+    assert_same_run(one, two)
+    sa = json.loads((one / "summary.json").read_text())
+    sb = json.loads((two / "summary.json").read_text())
+    assert "SecAgg" in sa["privacy/guarantee"] and "16-bit" in sa["privacy/guarantee"]
+    assert sa["privacy/secagg_survivors_min"] == sb["privacy/secagg_survivors_min"]
+    assert 0 < sa["privacy/epsilon"] < float("inf")

@@ -157,3 +157,28 @@ def test_sigterm_starts_no_queued_point(fake_sweep, tmp_path):
     assert len(fake_sweep.calls.read_text().splitlines()) == 1
     rows = list(ResultStore(store).rows())
     assert [r["status"] for r in rows] == ["running"]
+
+
+def test_points_import_the_runners_package_whatever_their_working_directory(tmp_path):
+    """A point's ``python -m fl_lightning.cli`` runs the checkout the runner runs, not a
+    ``fl_lightning/`` folder in its working directory (one .venv shared by two checkouts)."""
+    import os
+
+    import fl_lightning
+    from fl_lightning.sweeps.runner import same_package_env
+
+    decoy = tmp_path / "fl_lightning"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('imported the decoy')\n")
+    code = "import fl_lightning; print(fl_lightning.__file__)"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    shadowed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                              capture_output=True, text=True)  # fmt: skip
+    assert "imported the decoy" in shadowed.stderr  # the folder shadows it without the fix
+    env.update(same_package_env(env))
+    proc = subprocess.run([sys.executable, "-m", "fl_lightning.cli", "--help"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0 and "fl-lightning:" in proc.stdout, proc.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert out.strip() == fl_lightning.__file__

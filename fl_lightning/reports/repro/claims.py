@@ -43,6 +43,7 @@ __all__ = ["VERDICTS", "verdicts", "untestable_reasons", "selection_tracking", "
 HEADLINE_N = 5  # a headline verdict needs at least this many pairs
 MIN_PAIRS = 2  # below this no interval exists
 POSITIVE_MIN = 0.55  # an attack table's positive control must reach this (fraction)
+REFERENCE_MIN = 90.0  # % a setting's non-private reference must reach (the standard's floor)
 NEAR_CHANCE_PT = 15.0  # both arms within this many points of chance: untestable
 FIRING = {"strategy/anr_fired": "ANR"}  # a mechanism's firing count per round
 ORDER = {"contradicted": 0, "inconclusive": 1, "confirmed": 2}  # worst first
@@ -172,6 +173,22 @@ def _paired(
         diffs.append(x - y)
         runs += [ia, ib]
     return diffs, runs
+
+
+def _weak_reference(t: TableDef, cells: ArmCells) -> list[str]:
+    """The standard's floor for an accuracy comparison: the setting's non-private reference
+    must reach :data:`REFERENCE_MIN` %, else the setting itself does not learn well enough to
+    rank methods by accuracy."""
+    ref = cells.get(t.label, {}).get(t.reference or "")
+    if ref is None or ref.mean is None or not t.percent or t.metric:
+        return []
+    if ref.mean >= REFERENCE_MIN:
+        return []
+    return [
+        f"the setting's non-private reference ({ref.arm.method}) reaches {ref.mean:.1f} % "
+        f"< {REFERENCE_MIN:.0f} % over {len(ref.values)} runs: the setting does not learn well "
+        "enough for an accuracy verdict"
+    ]
 
 
 def _pooled_columns(
@@ -504,7 +521,10 @@ def _decide(
     if not given:
         row["paper_value_note"] = "the paper gives no figure for this estimand: +1 marks its side"
     inspected = sorted({i for p in pairs for i in (*p.a.ids, *p.b.ids)})
-    reasons = {id(p): untestable_reasons(p, _positive(p.table, cells)) for p in pairs}
+    reasons = {
+        id(p): untestable_reasons(p, _positive(p.table, cells)) + _weak_reference(p.table, cells)
+        for p in pairs
+    }
     context = _notes([c for p in pairs for c in (p.a, p.b)]) + _context(claim)
     if "pooled" in claim:
         ok = [p for p in pairs if not reasons[id(p)]]
@@ -559,8 +579,8 @@ def _decide(
                 "columns that disagree, so the claim is decided by that column"
             )
             row = _finish(row, worst, null, unit, d, text + context)
+            row["test"]["columns"] = cols  # every column's own test, beside the one deciding
             row["pooled_test"] = test.as_json(round(o.paper_value, 4), null)
-            row["pooled_test"]["columns"] = cols
             return row
         row = _finish(row, o, null, unit, d, text + context)
         row["test"]["columns"] = cols

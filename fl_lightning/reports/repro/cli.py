@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         tpoints = tuning_points(defn, extra=extra, arms=tuned_for)
         root = args.data_root or defn.data_root
+        if root == "shared" and extra.get("data.dataset", "mnist_offline") != "mnist_offline":
+            root = None  # `--set data.dataset=...` replaces the MNIST files: nothing to find
         if root == "shared":
             found = find_shared_data()
             if found is None and not (args.report_only or args.migrate_store):
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     plans = point_plans(entries)
-    runs_anything = not (args.report_only or args.dry_run or args.register)
+    runs_anything = not (args.report_only or args.dry_run or args.register or args.verify)
     if runs_anything and store.commit and store.commit.endswith(DIRTY):
         if not args.allow_dirty:
             files = dirty_files()
@@ -278,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in todo:
             print(" ".join(runner.command_for(p, store.root / "runs" / p.id / "a?")))
         return 0
-    if args.verify:
+    if args.verify and not args.report_only:
         if store.commit and store.commit.endswith(DIRTY) and not args.allow_dirty:
             print(
                 "error: --verify: the checkout has uncommitted changes; commit them first",

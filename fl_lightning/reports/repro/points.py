@@ -4,6 +4,7 @@ and the sweep runner that runs them and appends each finished point's curve to t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import statistics
@@ -44,6 +45,13 @@ def numeric_versions() -> dict[str, str]:
 
 
 def _file_digest(paths: list[str]) -> str:
+    return _digest(tuple(paths))
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(paths: tuple[str, ...]) -> str:
+    """The configs' text, hashed once per process (a point id is computed for every seed a
+    report looks for)."""
     h = hashlib.sha1()
     for p in paths:
         f = Path(p) if Path(p).is_absolute() else REPO / p
@@ -164,20 +172,21 @@ def with_stored_seeds(
     *,
     limit: int = 64,
 ) -> list[ReproPoint]:
-    """``points`` and, per (arm, view), the further seeds the store holds (run with a larger
-    ``--seeds`` than the definition's): a report uses every seed stored for an arm."""
+    """``points`` and, per (arm, view), the further seeds below ``limit`` the store holds (run
+    with a larger ``--seeds`` than the definition's, or for an earlier plan): a report uses
+    every seed stored for an arm, also where a claim's fresh seeds lie beyond a gap."""
     views = {t.variant: t for t in defn.tables}
-    top: dict[tuple[str, str], int] = {}
+    planned: dict[tuple[str, str], set[int]] = {}
     for rp in points:
-        key = (rp.arm.name, rp.variant)
-        top[key] = max(top.get(key, -1), rp.seed)
+        planned.setdefault((rp.arm.name, rp.variant), set()).add(rp.seed)
     out = list(points)
-    for (name, variant), last in top.items():
-        for seed in range(last + 1, limit):
+    for (name, variant), seeds in planned.items():
+        for seed in range(limit):
+            if seed in seeds:
+                continue
             rp = _repro_point(defn, defn.arms[name], seed, extra, len(out), views.get(variant))
-            if rp.point.id not in store_ids:
-                break
-            out.append(rp)
+            if rp.point.id in store_ids:
+                out.append(rp)
     return out
 
 

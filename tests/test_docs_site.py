@@ -1,0 +1,135 @@
+"""The documentation site builds offline and renders (issue 48, item 6).
+
+``mkdocs build --strict`` (mkdocs.yml at the repository root: Material theme, the API reference
+by mkdocstrings) into a temporary folder; the built pages ask for nothing on the network (no
+web fonts: ``theme.font: false``, no social cards); and a headless Chromium takes a screenshot of
+the landing page and of a tutorial, which must not be blank: the picture varies, ink covers a
+fair share of it, and Material's header colour is there (its stylesheet loaded).
+
+Without a browser the screenshot test skips, saying so; ``.ci/run`` installs Debian's
+``chromium`` and sets ``FL_REQUIRE_BROWSER=1``, under which a missing browser fails instead.
+``FL_BROWSER`` names another Chromium-compatible binary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+MATERIAL_INDIGO = np.array([0x40, 0x51, 0xB5])  # the header of Material's default palette
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, f"mkdocs build --strict failed:\n{res.stderr[-4000:]}"
+    return out
+
+
+def test_the_site_builds_strict_with_every_section(site: Path) -> None:
+    for page in (
+        "index.html",
+        "tutorials/first_private_run.html",
+        "tutorials/custom_strategy.html",
+        "tutorials/auditing.html",
+        "tutorials/reproducing_a_paper.html",
+        "reference/api/testing.html",
+        "privacy.html",
+    ):
+        assert (site / page).is_file(), page
+    home = (site / "index.html").read_text()
+    for section in ("Tutorials", "How-to guides", "Reference", "Explanations"):
+        assert section in home, section
+    api = (site / "reference" / "api" / "testing.html").read_text()
+    assert "RoundResult" in api and "planned_epsilon" in api  # rendered from the docstrings
+    tutorial = (site / "tutorials" / "first_private_run.html").read_text()
+    assert "headline_epsilon" in tutorial  # the script, included by the snippet
+
+
+def test_the_site_fetches_nothing(site: Path) -> None:
+    """No page loads a font, stylesheet or script from another host."""
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        remote = re.findall(r"<(?:link|script)[^>]+(?:href|src)=\"(https?://[^\"]+)\"", html)
+        assert not remote, f"{page.relative_to(site)} loads {remote}"
+        assert "fonts.googleapis" not in html and "fonts.gstatic" not in html, page
+
+
+def _browser() -> str | None:
+    named = os.environ.get("FL_BROWSER")
+    if named:
+        return shutil.which(named) or named
+    return next((p for b in BROWSERS if (p := shutil.which(b))), None)
+
+
+def _screenshot(browser: str, page: Path, out: Path, tmp: Path) -> np.ndarray:
+    res = subprocess.run(
+        [
+            browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}",
+            "--window-size=1280,900", f"--screenshot={out}", page.as_uri(),
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0 and out.is_file(), f"{browser} failed:\n{res.stderr[-2000:]}"
+    import matplotlib.image
+
+    img = matplotlib.image.imread(out)  # floats in [0, 1], H x W x (3|4)
+    return (img[..., :3] * 255).round().astype(np.int16)
+
+
+def blank_reasons(img: np.ndarray) -> list[str]:
+    """Why a screenshot looks blank or unstyled (empty when it does not)."""
+    reasons = []
+    if img.std() < 20:
+        reasons.append(f"pixel standard deviation {img.std():.1f} < 20")
+    background = np.median(img.reshape(-1, 3), axis=0)
+    ink = (np.abs(img - background).sum(axis=-1) > 60).mean()
+    if ink < 0.03:
+        reasons.append(f"only {ink:.1%} of the pixels differ from the background")
+    header = (np.abs(img - MATERIAL_INDIGO).sum(axis=-1) < 30).mean()
+    if header < 0.02:
+        reasons.append(f"Material's header colour covers {header:.1%} (the theme did not load)")
+    return reasons
+
+
+def test_blank_reasons_can_fail() -> None:
+    white = np.full((90, 128, 3), 255, dtype=np.int16)
+    assert len(blank_reasons(white)) == 3
+    page = white.copy()
+    page[:8] = MATERIAL_INDIGO
+    page[20:80:4, 10:100] = 0  # lines of text
+    assert blank_reasons(page) == []
+
+
+@pytest.mark.parametrize("page", ["index.html", "tutorials/first_private_run.html"])
+def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path) -> None:
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("FL_REQUIRE_BROWSER") == "1":
+            pytest.fail("FL_REQUIRE_BROWSER=1 but no Chromium is installed (.ci/run installs it)")
+        pytest.skip(
+            "no headless browser (chromium): `apt-get install chromium` or set FL_BROWSER; "
+            ".ci/run installs it"
+        )
+    img = _screenshot(browser, site / page, tmp_path / "shot.png", tmp_path)
+    assert img.shape[0] >= 800 and img.shape[1] >= 1200, img.shape
+    reasons = blank_reasons(img)
+    assert not reasons, f"{page} looks blank: {reasons}"
