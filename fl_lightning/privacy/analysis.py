@@ -334,6 +334,14 @@ def calibrate_noise_multiplier(
                 return True
         return False
 
+    return smallest_sigma(exceeds, target_epsilon=target_epsilon, field=field, tolerance=tolerance)
+
+
+def smallest_sigma(
+    exceeds: Callable[[float], bool], *, target_epsilon: float, field: str, tolerance: float
+) -> float:
+    """The smallest σ (to ``tolerance``) at which ``exceeds(σ)`` is false, by doubling from 1
+    and bisecting (ε falls as σ grows); ``ValueError`` naming ``field`` when σ would pass 1e4."""
     low, high = 0.05, 1.0
     while exceeds(high):
         low, high = high, high * 2

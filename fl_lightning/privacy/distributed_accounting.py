@@ -35,6 +35,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
+from fl_lightning.privacy.analysis import smallest_sigma
 from fl_lightning.privacy.events import DistributedNoiseEvent
 from fl_lightning.privacy.mechanisms.distributed import EncodedSensitivity
 from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
@@ -182,21 +183,7 @@ def calibrate_distributed_sigma(
     def exceeds(sigma: float) -> bool:
         return distributed_epsilon([event_at(sigma)] * rounds, delta) > target_epsilon
 
-    low, high = 0.05, 1.0
-    while exceeds(high):
-        low, high = high, high * 2
-        if high > 1e4:
-            raise ValueError(
-                f"privacy.target_epsilon: {target_epsilon} is unreachable for this run "
-                f"({field} would exceed 1e4)"
-            )
-    while high - low > tolerance:
-        mid = (low + high) / 2
-        if exceeds(mid):
-            low = mid
-        else:
-            high = mid
-    return high
+    return smallest_sigma(exceeds, target_epsilon=target_epsilon, field=field, tolerance=tolerance)
 
 
 __all__ = [
