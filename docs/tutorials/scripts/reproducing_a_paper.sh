@@ -21,6 +21,8 @@ for v in doc["verdicts"]:
     test = v.get("test") or {}
     print(f"- {v['claim']}")
     print(f"  verdict: {v['verdict']}{' (headline)' if v.get('headline') else ''}")
+    status = "confirmatory" if v.get("confirmatory") else "exploratory"
+    print(f"  reading: {v.get('reading')}; {status}")
     if "estimate" in test:
         lo, hi = test["ci95"]
         print(f"  {test['comparison']}: {test['estimate']:+.2f} pt, 95 % CI [{lo:+.2f}, {hi:+.2f}],"
