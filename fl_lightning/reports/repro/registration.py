@@ -24,10 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.reports.repro.definition import Definition, ReproError, claim_seeds
+from fl_lightning.reports.repro.definition import READINGS, Definition, ReproError, claim_seeds
 from fl_lightning.reports.repro.points import ReproPoint, claim_points
 
-READINGS = ("published", "variant")
 PAIRED = "paired t (by seed), 95 % CI"
 POOLED = "paired t (by seed), pooled over columns, each column also tested alone"
 

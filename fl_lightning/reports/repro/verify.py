@@ -105,10 +105,8 @@ def verify(
             }
         with (store.root / LOG).open("a") as f:
             f.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
-        print(
-            f"{rid}: {'identical' if entry['identical'] else 'DIFFERS in ' + ', '.join(differs)}"
-            f" ({n} metrics, {entry['threads']} thread(s))"
-        )
+        verdict = "identical" if entry["identical"] else "DIFFERS: " + ", ".join(entry["differs"])
+        print(f"{rid}: {verdict} ({n} metrics, {entry['threads']} thread(s))")
         out.append(entry)
     return out
 
