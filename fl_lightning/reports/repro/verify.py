@@ -83,6 +83,8 @@ def verify(
             )
             new = runner.run_point(by_id[rid].point)
         n, differs = compare(row.get("metrics") or {}, new.get("metrics") or {})
+        if new.get("status") != "finished":
+            differs = [f"the re-run {new.get('status')}: {new.get('error', '')}"]
         entry = {
             "run": rid,
             "commit": commit,
@@ -90,9 +92,7 @@ def verify(
             "threads": int(row["threads"]),
             "identical": new.get("status") == "finished" and not differs and n > 0,
             "metrics_compared": n,
-            "differs": differs
-            if new.get("status") == "finished"
-            else [f"the re-run {new.get('status')}: {new.get('error', '')}"],
+            "differs": differs,
             "versions": numeric_versions(),
             "stored_versions": row.get("versions"),
             "draw_seed": seed,
@@ -105,7 +105,7 @@ def verify(
             }
         with (store.root / LOG).open("a") as f:
             f.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
-        verdict = "identical" if entry["identical"] else "DIFFERS: " + ", ".join(entry["differs"])
+        verdict = "identical" if entry["identical"] else "DIFFERS: " + ", ".join(differs)
         print(f"{rid}: {verdict} ({n} metrics, {entry['threads']} thread(s))")
         out.append(entry)
     return out
