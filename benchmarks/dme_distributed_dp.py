@@ -32,7 +32,7 @@ import time
 import numpy as np
 import torch
 
-from fl_lightning.privacy.analysis import gaussian_epsilon
+from fl_lightning.privacy.analysis import gaussian_epsilon, geometric_bisection
 from fl_lightning.privacy.distributed_accounting import (
     ORDERS,
     local_std_for_epsilon,
@@ -56,28 +56,16 @@ BETA = math.exp(-0.5)
 
 def analytic_gaussian_multiplier(epsilon: float) -> float:
     """σ/C of the Gaussian with ε(σ) = ``epsilon`` at δ (bisection on the exact ε)."""
-    low, high = 1e-3, 1e3
-    for _ in range(80):
-        mid = math.sqrt(low * high)
-        if gaussian_epsilon(mid, DELTA) > epsilon:
-            low = mid
-        else:
-            high = mid
-    return high
+    return geometric_bisection(lambda s: gaussian_epsilon(s, DELTA) > epsilon, 1e-3, 1e3, 80)
 
 
 def rdp_gaussian_multiplier(epsilon: float) -> float:
     """σ/C of the Gaussian priced by RDP (α/(2σ²)) with the same integer orders and conversion
     as the distributed mechanisms: separates the accounting's loss from the discretisation's."""
     orders = np.asarray(ORDERS, dtype=float)
-    low, high = 1e-3, 1e3
-    for _ in range(80):
-        mid = math.sqrt(low * high)
-        if rdp_to_epsilon(orders / (2 * mid**2), DELTA) > epsilon:
-            low = mid
-        else:
-            high = mid
-    return high
+    return geometric_bisection(
+        lambda s: rdp_to_epsilon(orders / (2 * s**2), DELTA) > epsilon, 1e-3, 1e3, 80
+    )
 
 
 def central_mse(x: torch.Tensor, epsilon: float, g: torch.Generator, *, rdp: bool) -> float:

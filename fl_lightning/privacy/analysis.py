@@ -360,6 +360,20 @@ def smallest_sigma(
 
 
 @lru_cache(maxsize=4096)
+def geometric_bisection(
+    exceeds: Callable[[float], bool], low: float, high: float, steps: int
+) -> float:
+    """``steps`` bisections of [``low``, ``high``] at the geometric midpoint (the scale of a
+    noise parameter spans decades): the upper end, at which ``exceeds`` is false."""
+    for _ in range(steps):
+        mid = math.sqrt(low * high)
+        if exceeds(mid):
+            low = mid
+        else:
+            high = mid
+    return high
+
+
 def calibrate_repeated_gaussian(
     steps: int,
     *,

@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from fl_lightning.privacy.analysis import smallest_sigma
+from fl_lightning.privacy.analysis import geometric_bisection, smallest_sigma
 from fl_lightning.privacy.events import DistributedNoiseEvent
 from fl_lightning.privacy.mechanisms.distributed import EncodedSensitivity
 from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
@@ -150,13 +150,9 @@ def local_std_for_epsilon(
     std = clip_norm  # start: σ = 1 on one client's share
     scale = scale_for(std)
     for _ in range(6):
-        low, high = 1e-6 * clip_norm, 1e3 * clip_norm
-        for _ in range(60):
-            mid = math.sqrt(low * high)
-            if eps_at(mid, scale) > epsilon:
-                low = mid
-            else:
-                high = mid
+        high = geometric_bisection(
+            lambda std_, s=scale: eps_at(std_, s) > epsilon, 1e-6 * clip_norm, 1e3 * clip_norm, 60
+        )
         if abs(high - std) <= 1e-4 * std:
             std = high
             break
