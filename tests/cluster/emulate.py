@@ -129,10 +129,29 @@ def sbatch(
         out.close()
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, their children, ... (torchrun starts its workers in sessions of
+    their own, so killing a node's process group would leave them running)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    children = [int(p) for p in out.split()]
+    return [d for c in children for d in (c, *descendants(c))]
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
+    """Sends ``sig`` to ``pid`` and every descendant (a crashed node); returns their pids."""
+    tree = [pid, *descendants(pid)]
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
+    return tree
+
+
 def stop(proc: subprocess.Popen | None) -> None:
-    """Kills ``proc``'s process group (its session) if anything in it still runs."""
+    """Kills ``proc``, its process group (its session) and every descendant still running."""
     if proc is None:
         return
+    if proc.poll() is None:
+        kill_tree(proc.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
