@@ -22,7 +22,7 @@ from fl_lightning.runs.distributed import (
 )
 from fl_lightning.runs.phase import RunPhase, phase_callback
 from fl_lightning.runs.preflight import checkpoint_problem, not_a_directory, output_problem
-from fl_lightning.runs.slurm import requeue_checkpoint
+from fl_lightning.runs.slurm import IN_PLACE, requeue_checkpoint, resumes_in_place
 
 
 def build_cli_class():  # noqa: ANN201
@@ -49,7 +49,7 @@ def build_cli_class():  # noqa: ANN201
             # config.yaml rank 0 has just written and refuse alone, leaving rank 0 waiting.
             held = None
             # A requeued SLURM job continues its run in place (runs/slurm.py).
-            requeued = trainer.ckpt_path and trainer.ckpt_path == requeue_checkpoint(trainer, None)
+            requeued = resumes_in_place(trainer)
             if trainer.is_global_zero and log_dir and not self.overwrite and not requeued:
                 target = os.path.join(log_dir, self.config_filename)
                 held = target if os.path.exists(target) else None
@@ -182,7 +182,9 @@ def build_cli_class():  # noqa: ANN201
 
         def _check_outputs(self) -> None:
             ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
-            if requeue_checkpoint(self.trainer, ckpt_path):  # a requeued SLURM job: in place
+            requeued = requeue_checkpoint(self.trainer, ckpt_path)
+            setattr(self.trainer, IN_PLACE, requeued)
+            if requeued:  # a requeued SLURM job continues its own run in place
                 return
             problem = output_problem(self.trainer)
             if problem:

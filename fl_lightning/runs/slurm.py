@@ -68,6 +68,15 @@ def requeue_checkpoint(trainer: Any, ckpt_path: Any) -> str | None:
     return trainer._checkpoint_connector._hpc_resume_path
 
 
+IN_PLACE = "_fl_requeue_checkpoint"  # set on the Trainer by the CLI (runs/cli_class.py)
+
+
+def resumes_in_place(trainer: Any) -> bool:
+    """Whether the CLI found this run to be a requeued SLURM job resuming its own
+    ``hpc_ckpt_<n>.ckpt`` (:func:`requeue_checkpoint`), which may write into its directory."""
+    return bool(getattr(trainer, IN_PLACE, None))
+
+
 def slurm_job_id() -> str | None:
     """The id ``scontrol requeue`` takes: ``<array job>_<task>`` in a job array."""
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
@@ -142,7 +151,8 @@ def slurm_requeue_callback() -> Any:
             if not requested or done:  # the last round: let the run finish (and summarise)
                 return
             path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
-            trainer.save_checkpoint(path)  # rank 0 writes; every rank waits for it
+            # The full state (optimizer, callbacks: strategy, accountant); rank 0 writes it.
+            trainer.save_checkpoint(path, weights_only=False)
             job = slurm_job_id() or "?"
             failed = requeue_job(job) if trainer.is_global_zero else None
             failed = trainer.strategy.broadcast(failed)
