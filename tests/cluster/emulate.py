@@ -112,6 +112,8 @@ def sbatch(
         "SLURM_JOB_NODELIST": f"127.0.0.[1-{nodes}]" if nodes > 1 else "127.0.0.1",
         "SLURM_CPUS_PER_TASK": opts.get("--cpus-per-task", "1"),
         "SLURM_SUBMIT_DIR": str(cwd), "SLURM_RESTART_COUNT": str(restart_count),
+        # The batch step is task 0 of node 0 (srun sets these anew for each task it starts).
+        "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
         "FAKE_SLURM_LOG": str(log.with_suffix(".slurm")),
     }  # fmt: skip
     variables["SLURM_NODELIST"] = variables["SLURM_JOB_NODELIST"]
