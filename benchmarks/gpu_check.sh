@@ -49,7 +49,7 @@ grep "^profile" "$out/profile.txt"
 #    with NCCL, one rank per GPU.
 ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 cluster_args=(--trainer.max_steps 5 --trainer.logger false --trainer.enable_progress_bar false)
-if OUT="$out/per_gpu" RUNS_PER_GPU=3 timeout "${GPU_CHECK_CLUSTER_S:-180}" \
+if PYTHON=python3 OUT="$out/per_gpu" RUNS_PER_GPU=3 timeout "${GPU_CHECK_CLUSTER_S:-180}" \
   bash examples/slurm/runs_per_gpu.sh "${cluster_args[@]}"; then
   echo "runs_per_gpu: $(ls "$out"/per_gpu/*/summary.json | wc -l) runs finished on $ngpu GPU(s)"
 else

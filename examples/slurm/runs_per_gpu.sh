@@ -7,8 +7,9 @@
 # With NVIDIA MPS enabled their kernels run concurrently.
 #   RUNS_PER_GPU=3 examples/slurm/runs_per_gpu.sh --trainer.max_steps 40
 #   DRY_RUN=1 GPUS="2 3" RUNS_PER_GPU=2 examples/slurm/runs_per_gpu.sh   # print the placement
-# Extra arguments go to every `fl-lightning fit`. Each run writes runs/per_gpu/gpu<i>-seed<s>/
-# and its console to runs/per_gpu/gpu<i>-seed<s>.log; the script exits non-zero if any failed.
+# Extra arguments go to every `fl-lightning fit` (run by $PYTHON, default python). Each run
+# writes runs/per_gpu/gpu<i>-seed<s>/ and its console to runs/per_gpu/gpu<i>-seed<s>.log; the
+# script exits non-zero if any failed.
 # One DDP run cannot put two of its ranks on one GPU (NCCL refuses it): this is for separate
 # runs (seeds, grid points). CI checks the placement (tests/cluster/test_scripts.py);
 # benchmarks/gpu_check.sh runs it where a GPU is present.
@@ -36,7 +37,7 @@ seed=${SEED0}
 for gpu in "${gpus[@]}"; do
   for ((k = 0; k < RUNS_PER_GPU; k++)); do
     name="gpu${gpu}-seed${seed}"
-    cmd=(python -m fl_lightning.cli fit --config "${CONFIG}" --trainer.accelerator gpu
+    cmd=("${PYTHON:-python}" -m fl_lightning.cli fit --config "${CONFIG}" --trainer.accelerator gpu
          --trainer.devices 1 --seed_everything "${seed}"
          --trainer.default_root_dir "${OUT}/${name}" "$@")
     if [ -n "${DRY_RUN:-}" ]; then
