@@ -148,6 +148,15 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
     return tree
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which an init that does not reap leaves, is dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def stop(proc: subprocess.Popen | None) -> None:
     """Kills ``proc``, its process group (its session) and every descendant still running."""
     if proc is None:

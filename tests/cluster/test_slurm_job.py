@@ -40,7 +40,7 @@ from tests.server.conftest import COMMON
 from tests.server.test_ddp_equivalence import assert_same_run
 
 FIT = SLURM / "fit.sbatch"
-ROUNDS = 8
+ROUNDS = 10
 # 2 nodes x 1 task on CPU; one CPU a task (the script sets OMP_NUM_THREADS from it).
 OVERRIDES = {"--nodes": "2", "--ntasks-per-node": "1", "--cpus-per-task": "1"}
 ARGS = [*COMMON, "--trainer.max_steps", str(ROUNDS), f"--trainer.callbacks={EVERY_ROUND}"]
