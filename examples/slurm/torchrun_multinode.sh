@@ -7,7 +7,7 @@
 #   NODE_RANK=1 MASTER_ADDR=10.0.0.1 ./torchrun_multinode.sh   # on node 1
 # Any further arguments go to `fl-lightning fit` (e.g. --trainer.max_steps 4).
 # On CPU (gloo): ACCEL=cpu NPROC=1. CI runs this script as two "nodes" on 127.0.0.1
-# (tests/server/test_cluster_launch.py): the same weights, ε and metrics as one process, nothing
+# (tests/cluster/test_torchrun_nodes.py): the same weights, ε and metrics as one process, nothing
 # written by node 1, and a killed node ends the other with one line and a resumable checkpoint.
 set -euo pipefail
 NNODES=${NNODES:-2}

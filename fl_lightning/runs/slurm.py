@@ -25,7 +25,7 @@ exactly is the one between two rounds. :class:`SlurmRequeue` therefore takes the
    that checkpoint like a ``--ckpt_path``.
 
 Rounds are keyed by (seed, round), so the requeued job ends with the weights and ε of an
-uninterrupted one (tests/server/test_cluster_launch.py). With auto-requeue off
+uninterrupted one (tests/cluster/test_slurm_job.py). With auto-requeue off
 (``SLURMEnvironment(auto_requeue=False)``) nothing here acts.
 """
 
