@@ -54,12 +54,15 @@ def srun_command(script: Path) -> list[str]:
 
 
 def expand(word: str, variables: dict[str, str]) -> str:
-    """``${VAR}`` and ``${VAR:-default}`` as bash expands them, from ``variables``."""
+    """``${VAR}``, ``${VAR:-default}`` and ``${VAR:?message}`` as bash expands them, from
+    ``variables`` (a missing ``:?`` variable fails, as bash would)."""
 
     def one(m: re.Match) -> str:
-        return variables.get(m.group(1)) or (m.group(3) or "")
+        value = variables.get(m.group(1))
+        assert value or m.group(2) != ":?", f"bash would stop: {m.group(3)}"
+        return value or (m.group(3) if m.group(2) == ":-" else "")
 
-    return re.sub(r"\$\{(\w+)(:-([^}]*))?\}", one, word)
+    return re.sub(r"\$\{(\w+)(?:(:[-?])([^}]*))?\}", one, word)
 
 
 def flag(words: list[str], name: str) -> str:
