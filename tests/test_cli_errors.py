@@ -378,8 +378,12 @@ _AGN = [
             ],
             "error: strategy.central_dp.count_noise_std: must be > noise_multiplier / 2 = 0.5",
         ),
+        (
+            ["--config", str(DDG), *TINY, "--strategy.init_args.bits", "2"],
+            "error: strategy.bits: 2 bits cannot hold 4 standard deviations of the sum of",
+        ),
     ],  # fmt: skip
-    ids=["dp_ftrl_fixed", "dp_ftrl_poisson", "anr_pld", "adaptive_clip_count_noise"],
+    ids=["dp_ftrl_fixed", "dp_ftrl_poisson", "anr_pld", "adaptive_clip_count_noise", "ddg_bits"],
 )
 def test_strategy_and_mechanism_refusals_write_nothing(run_cli, capsys, tmp_path, args, start):
     """Checks made when the strategy is set up (its sampling, its accountant, its mechanism's
