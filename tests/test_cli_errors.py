@@ -69,6 +69,11 @@ DDG = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
         (["--strategy.init_args.dropout_rate", "1.5"], "strategy.dropout_rate: must be in"),
         (["--strategy.init_args.beta", "1"], "strategy.beta: must be in [0, 1)"),
         (["--strategy.init_args.noise_multiplier", "0"], "strategy.noise_multiplier: must be"),
+        (
+            ["--strategy.init_args.bits", "6", "--strategy.init_args.noise_multiplier", "null",
+             "--privacy.target_epsilon", "8"],
+            "privacy.target_epsilon: 8.0 is unreachable with strategy.bits 6: more noise shrinks",
+        ),  # fmt: skip
     ],
 )
 def test_distributed_dp_settings_name_the_field(run_cli, capsys, tmp_path, override, field):
