@@ -27,17 +27,17 @@ script can be stopped and resumed; ``--report`` prints the Markdown tables of th
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _grid_store import fit, read_rows, run_missing  # noqa: E402
 
 CONFIG = "configs/experiment/distributed_dp/mnist_offline.yaml"
 CENTRAL = [
@@ -72,39 +72,21 @@ def sum_noise_multiplier(ledger: dict) -> float:
 
 
 def run_one(arm: str, eps: float, seed: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            sys.executable, "-m", "fl_lightning.cli", "fit", "--config", CONFIG, *ARMS[arm],
-            "--privacy.target_epsilon", str(eps), "--seed_everything", str(seed),
-            "--trainer.default_root_dir", tmp, "--trainer.enable_progress_bar", "false",
-            "--trainer.logger", "false",
-        ]  # fmt: skip
-        load = os.getloadavg()
-        start = time.time()
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            return {
-                "arm": arm, "epsilon_target": eps, "seed": seed,
-                "error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "",
-                "command": " ".join(cmd[1:]),
-            }  # fmt: skip
-        s = json.loads(next(Path(tmp).rglob("summary.json")).read_text())
-        ledger = json.loads(next(Path(tmp).rglob("privacy_ledger.json")).read_text())
-        return {
-            "arm": arm,
-            "epsilon_target": eps,
-            "seed": seed,
-            "accuracy": s["test/accuracy"],
-            "epsilon": s["privacy/epsilon"],
-            "sigma": sum_noise_multiplier(ledger),
-            "guarantee": s.get("privacy/guarantee", ""),
-            "rounds": s["rounds"],
-            "seconds": time.time() - start,
-            "load_before": load,
-            "load_after": os.getloadavg(),
-            "command": " ".join(cmd[1:]),
-            "commit": COMMIT,
-        }
+    got = fit(["--config", CONFIG, *ARMS[arm], "--privacy.target_epsilon", str(eps),
+               "--seed_everything", str(seed)])  # fmt: skip
+    row = {"arm": arm, "epsilon_target": eps, "seed": seed, "commit": COMMIT}
+    if "error" in got:
+        return {**row, "error": got["error"], "command": got["command"]}
+    s = got["summary"]
+    return {
+        **row,
+        "accuracy": s["test/accuracy"],
+        "epsilon": s["privacy/epsilon"],
+        "sigma": sum_noise_multiplier(got["ledger"]),
+        "guarantee": s.get("privacy/guarantee", ""),
+        "rounds": s["rounds"],
+        **{k: got[k] for k in ("seconds", "load_before", "load_after", "command")},
+    }
 
 
 def report(rows: list[dict]) -> str:
@@ -154,8 +136,10 @@ def report_paired(rows: list[dict], reference: str = "central") -> str:
             diff = [100 * (got[s]["accuracy"] - ref[s]["accuracy"]) for s in seeds]
             mean = statistics.mean(diff)
             if len(diff) > 1:
-                half = stats.t.ppf(0.975, len(diff) - 1) * statistics.stdev(diff) / math.sqrt(
-                    len(diff)
+                half = (
+                    stats.t.ppf(0.975, len(diff) - 1)
+                    * statistics.stdev(diff)
+                    / math.sqrt(len(diff))
                 )
                 interval = f"[{mean - half:+.2f}, {mean + half:+.2f}]"
             else:
@@ -164,6 +148,13 @@ def report_paired(rows: list[dict], reference: str = "central") -> str:
             lines.append(f"| {eps:g} | {arm} | {len(seeds)} | {mean:+.2f} | {interval} "
                          f"| {per_seed} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def describe(row: dict) -> str:
+    if "error" in row:
+        return row["error"]
+    return (f"acc {row['accuracy']:.4f}, ε {row['epsilon']:.3f}, σ {row['sigma']:.3f}, "
+            f"{row['seconds']:.0f} s")  # fmt: skip
 
 
 def main() -> int:
@@ -175,27 +166,14 @@ def main() -> int:
     p.add_argument("--report", action="store_true", help="print the tables of the store")
     args = p.parse_args()
     store = Path(args.store)
-    rows = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
     if args.report:
+        rows = read_rows(store)
         print(report(rows))
         print()
         print(report_paired(rows))
         return 0
-    done = {(r["arm"], r["epsilon_target"], r["seed"]) for r in rows}
-    for eps in args.epsilons:
-        for seed in args.seeds:
-            for arm in args.arms:
-                if (arm, eps, seed) in done:
-                    continue
-                row = run_one(arm, eps, seed)
-                with store.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                if "error" in row:
-                    print(f"{arm} ε={eps:g} seed={seed}: {row['error']}", flush=True)
-                else:
-                    print(f"{arm} ε={eps:g} seed={seed}: acc {row['accuracy']:.4f}, "
-                          f"ε {row['epsilon']:.3f}, σ {row['sigma']:.3f}, "
-                          f"{row['seconds']:.0f} s", flush=True)  # fmt: skip
+    points = [(a, e, s) for e in args.epsilons for s in args.seeds for a in args.arms]
+    run_missing(store, points, run_one, describe)
     return 0
 
 
