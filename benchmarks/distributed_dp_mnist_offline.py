@@ -12,8 +12,10 @@ Every client takes part in every round so that no arm claims amplification by sa
 central arm is then the plain Gaussian mechanism composed 40 times (Opacus' RDP) and the
 distributed arms the same composition of DDG's / Skellam's RDP, so equal ε leaves the
 discreteness (the rounding's inflated sensitivity, DDG's τ term, Skellam's RDP) and the
-modular field as the only differences. The seed fixes the data split, the initial model and
-the local batches, so arms with the same seed are paired.
+modular field as the only differences. The data split and partition are the same in every
+run (``data.seed`` 0); ``seed_everything`` fixes the initial model, the local batches and the
+noise's generators, so arms with the same seed share the model and the batches (their noise
+differs by mechanism) and are paired.
 
 Each run is appended to a JSON-lines store as it ends (rerunning skips the runs stored), so the
 script can be stopped and resumed; ``--report`` prints the Markdown tables of the store:
