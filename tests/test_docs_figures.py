@@ -109,11 +109,12 @@ def dp_ftrl(rounds: int, accountant: str = "pld") -> float:
     return eps(acc.report())
 
 
-def ledger_epsilon(report: dict, accountant: str) -> float:
-    """The tutorial's step 3: the ledger recomputed by dp-accounting alone."""
+@cache
+def quickstart_ledger_epsilon(accountant: str) -> float:
+    """The first tutorial's step 3: the quickstart's ledger recomputed by dp-accounting alone."""
     from fl_lightning.privacy.recompute import headline_epsilon
 
-    return headline_epsilon(report["ledger"], delta=DELTA, accountant=accountant)
+    return headline_epsilon(quickstart()["ledger"], delta=DELTA, accountant=accountant)
 
 
 def stored(path: str) -> dict:
@@ -193,7 +194,7 @@ def sweep_demo(target: float) -> float:
 
 def dp_sgd_epsilon(client_yaml: str, examples: int, steps: int) -> float:
     """ε (RDP, the configs' accountant) of ``steps`` DP-SGD steps of a client holding
-    ``examples`` with the batch and σ of ``configs/client/<client_yaml>``."""
+    ``examples`` with the batch and σ of ``configs/client/dpfl_agn/<client_yaml>``."""
     c = yaml.safe_load((REPO / "configs" / "client" / "dpfl_agn" / client_yaml).read_text())
     q = int(c["batch_size"]) / examples
     event = SampledGaussian(float(c["dp_sgd"]["noise_multiplier"]), q, steps)
@@ -329,13 +330,13 @@ TUTORIALS = [
     Figure(
         FIRST,
         "ε at δ = 1e-05 by pld: {}",
-        f(".3f", lambda: ledger_epsilon(quickstart(), "pld")),
+        f(".3f", lambda: quickstart_ledger_epsilon("pld")),
         "accountant: the ledger recomputed by dp-accounting's PLD (privacy/recompute.py)",
     ),
     Figure(
         FIRST,
         "ε at δ = 1e-05 by rdp: {}",
-        f(".3f", lambda: ledger_epsilon(quickstart(), "rdp")),
+        f(".3f", lambda: quickstart_ledger_epsilon("rdp")),
         "accountant: the ledger recomputed by dp-accounting's RDP (privacy/recompute.py)",
     ),
     Figure(
@@ -357,7 +358,7 @@ TUTORIALS = [
     Figure(
         FIRST,
         "a looser bound for the same noise, gives {}.",
-        f(".3f", lambda: ledger_epsilon(quickstart(), "rdp")),
+        f(".3f", lambda: quickstart_ledger_epsilon("rdp")),
         "accountant: dp-accounting RDP",
     ),
     Figure(
@@ -779,6 +780,35 @@ def historical_quickstart(rounds: int) -> float:
     return eps(client_level(1.0, CohortSampling("poisson", 5 / 20, 20), rounds, "rdp"))
 
 
+def dp_sgd_epsilon_at(client_yaml: str, examples: int, *, epochs: int) -> float:
+    """ε (RDP) of ``epochs`` DP-SGD epochs (n/B steps each) of a client holding ``examples``,
+    at the batch and σ of ``configs/client/<client_yaml>``."""
+    c = yaml.safe_load((REPO / "configs" / "client" / client_yaml).read_text())
+    batch = int(c["batch_size"])
+    event = SampledGaussian(
+        float(c["dp_sgd"]["noise_multiplier"]), batch / examples, epochs * examples // batch
+    )
+    return analysis.epsilon([event], DELTA, "rdp")
+
+
+def steinke(canaries: int, guesses: int) -> float:
+    """The largest lower bound ``canaries`` canaries and ``guesses`` guesses can show (all
+    right), at 95 % confidence and δ = 1e-5."""
+    from fl_lightning.privacy.one_run import steinke_epsilon
+
+    return steinke_epsilon(canaries, guesses, guesses, DELTA)
+
+
+@cache
+def sigma_for(target: float, accountant: str, mode: str) -> float:
+    """σ calibrated to ``target`` over the quickstart's rounds and cohorts."""
+    sampling, rounds, _ = federation(QS, mode)
+    history = [SampledGaussian.for_cohort(1.0, sampling, rounds)]
+    return analysis.calibrate_noise_multiplier(
+        [history], target_epsilon=target, delta=DELTA, accountant=accountant
+    )
+
+
 def canary_table() -> list[str]:
     """``benchmarks/dp_ftrl_audit_table.py`` on the stored runs, the guarantee without the
     simulation clause (docs/audit.md says the runs are simulations once)."""
@@ -821,7 +851,7 @@ PRIVACY = [
     ),
     Figure(
         "docs/privacy.md",
-        "printed ε {} where a fresh 40-round run prints {}.",
+        "printed ε {} where a fresh 40-round run prints {} (both PLD).",
         f(".3g", lambda: dp_ftrl(10), lambda: dp_ftrl(40)),
         "accountant: PLD, DP-FTRL quickstart planned for 10 and for 40 rounds",
     ),
@@ -857,6 +887,34 @@ PRIVACY = [
             "--report",
         ),
         "stored: benchmarks/results/dp_ftrl_mnist_offline.jsonl (its --report)",
+    ),
+    Figure(
+        "docs/privacy.md",
+        "Calibrating σ to ε = 8 over the quickstart's 40 rounds gives σ = {} (Poisson) and {} "
+        "(fixed-size;",
+        f(".2f", lambda: sigma_for(8.0, "pld", "poisson"), lambda: sigma_for(8.0, "pld", "fixed")),
+        "accountant: PLD calibration (analysis.calibrate_noise_multiplier)",
+    ),
+    Figure(
+        "docs/privacy.md",
+        "| σ for ε = 8, Poisson / fixed-size | {} / {} | {} / {} | {} / {} |",
+        lambda: " ".join(
+            f"{sigma_for(8.0, a, m):.2f}"
+            for a in ("pld", "prv", "rdp")
+            for m in ("poisson", "fixed")
+        ),
+        "accountant: each accountant's calibration (analysis.calibrate_noise_multiplier)",
+    ),
+    Figure(
+        "docs/privacy.md",
+        "fixed-size cohorts cost about {}× the ε of Poisson cohorts under replace-one and {}× "
+        "under add/remove",
+        f(
+            ".2g",
+            lambda: eps(quickstart(mode="fixed")) / replace_one_poisson_pld(),
+            lambda: fixed_pair_at(20 / 41) / eps(quickstart()),
+        ),
+        "accountant: PLD, the table above",
     ),
 ]
 
@@ -927,6 +985,12 @@ AUDIT_MD = [
             ]
         ),
         "stored: benchmarks/results/dp_ftrl_audit/mnist_dp_fedavg_eps*.audit.json",
+    ),
+    Figure(
+        "docs/audit.md",
+        "it cannot exceed {} even when every guess is right (1,000 canaries and 200 guesses: {})",
+        f(".2g", lambda: steinke(200, 40), lambda: steinke(1000, 200)),
+        "accountant: fl_lightning.privacy.one_run.steinke_epsilon, every guess right",
     ),
 ]
 
@@ -1085,6 +1149,19 @@ METHODS = [
             f"{100 * dlg('recovered_fraction'):.0f} {dlg('ssim_median'):.3f} {dlg('ssim_mean'):.3f}"
         ),
         f"stored: {AUDIT}",
+    ),
+    Figure(
+        "docs/gcfl.md",
+        "ε is already about 2 after one epoch on a 4,000-example client (mnist_offline; {} on the "
+        "RDP accountant, δ = 1e-5)",
+        f(".3g", lambda: dp_sgd_epsilon_at("gcfl_mnist_cnn.yaml", 4000, epochs=1)),
+        "accountant: RDP, configs/client/gcfl_mnist_cnn.yaml (σ, B)",
+    ),
+    Figure(
+        "docs/gcfl.md",
+        "reaches ε = 2 after about 40 epochs ({};",
+        f(".3g", lambda: dp_sgd_epsilon_at("gcfl_mnist_cnn.yaml", 30_000, epochs=40)),
+        "accountant: RDP, configs/client/gcfl_mnist_cnn.yaml (σ, B)",
     ),
 ]
 
