@@ -559,15 +559,19 @@ DP_FEDASGP = [
     Figure(
         "docs/dp_fedasgp.md",
         "CNN (|W| = {}M) at ε = 0.5 this is ≈ {} per round",
-        lambda: f"{1_663_370 / 1e6:.2f} {comma(asgp_round_epsilon(1_663_370, 0.5))}",
+        lambda: (
+            f"{mnist_cnn_parameters() / 1e6:.2f} "
+            f"{comma(asgp_round_epsilon(mnist_cnn_parameters(), 0.5))}"
+        ),
         "accountant: the strategy's defensible_round_epsilon (DPFedASGP, noise_unselected)",
     ),
 ]
 
 
 def asgp_round_epsilon(parameters: int, epsilon: float) -> float:
-    """DP-FedASGP's defensible ε of one upload (noise on every coordinate), the MnistCNN of
-    ``benchmarks/asgp_round_time.py`` (``parameters``), rounded to tens as the doc does."""
+    """DP-FedASGP's defensible ε of one upload of ``parameters`` coordinates (noise on every
+    coordinate: ``noise_unselected``, the strategy's defaults otherwise), rounded to tens as the
+    doc does."""
     from fl_lightning.strategies.dp_fedasgp import DPFedASGP
 
     s = DPFedASGP(epsilon=epsilon, noise_unselected=True)
@@ -576,6 +580,7 @@ def asgp_round_epsilon(parameters: int, epsilon: float) -> float:
 
 
 def mnist_cnn_parameters() -> int:
+    """|W| of the default MnistCNN (``benchmarks/asgp_round_time.py``'s model)."""
     from fl_lightning.models import MnistCNN
 
     return sum(p.numel() for p in MnistCNN().parameters())
@@ -1260,12 +1265,12 @@ DECIMAL = r"\d[\d,]*\.\d+"
 NUMBER = r"\d[\d,]*(?:\.\d+)?"
 EPS = r"(?:ε|\beps(?:ilon)?)(?:_\w+|[₀-₉*])?"
 GUARD = re.compile("|".join([
-    rf"{EPS}\s?(?:=|≈|≥|≤|<|>|~)\s?{DECIMAL}",
+    rf"{EPS}\s?(?:=|≈|≥|≤|<|>|~|:)\s?{DECIMAL}",
     rf"{EPS}\s?≈\s?{NUMBER}",
     rf"{EPS}(?: lower bound| of| is| planned| spent| measured)? {DECIMAL}",
     rf"\({NUMBER}, (?:δ|\d[\d.e-]*)\)-L?DP",
     rf"{NUMBER}-LDP",
-    rf"\b(?:AUC|SSIM|PSNR|TPR@[\d.]+%\s?FPR|bal\.\s?acc\.?)(?: =| ≈| median| mean)? {DECIMAL}",
+    rf"\b(?i:AUC|SSIM|PSNR|TPR@[\d.]+%\s?FPR|bal\.\s?acc\.?)(?: =| ≈| median| mean)? {DECIMAL}",
 ]))  # fmt: skip
 
 
@@ -1334,6 +1339,9 @@ def test_every_epsilon_looking_figure_is_in_the_inventory(doc: str) -> None:
     "The estimate is ε ≈ 7 at best.",
     "The audit gives AUC 0.73 and SSIM median 0.91.",
     "local ε 419.5 after two rounds",
+    "it logs privacy/epsilon: 2.5 at the end",
+    "threshold auc 0.61, bal. acc. 0.55",
+    "one upload is 1,234-LDP",
 ])  # fmt: skip
 def test_the_guard_catches_a_new_unchecked_figure(line: str) -> None:
     text = text_of("docs/dp_fedasgp.md") + " " + line
@@ -1346,9 +1354,11 @@ def test_the_guard_passes_budgets_and_thresholds() -> None:
 
 
 def test_a_changed_figure_is_caught() -> None:
-    wrong = dataclasses.replace(FIGURES[0], now=lambda: "6.1")
+    """A figure whose code moved (here: the README's quickstart ε, as if it printed 6.1) fails."""
+    readme = next(q for q in FIGURES if q.doc == "README.md" and "{}" in q.quoted)
+    wrong = dataclasses.replace(readme, now=lambda: "6.100 6.1")
     said_now = said_and_now(wrong, text_of(wrong.doc))
-    assert all(said != now for said, now in said_now)
+    assert said_now and all(said != now for said, now in said_now)
 
 
 def test_the_sweeps_stored_runs_are_the_epsilon_recomputed() -> None:
