@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -117,7 +118,8 @@ def quickstart_ledger_epsilon(accountant: str) -> float:
     return headline_epsilon(quickstart()["ledger"], delta=DELTA, accountant=accountant)
 
 
-def stored(path: str) -> dict:
+def stored(path: str) -> Any:
+    """A stored run output (JSON), by its path in the repository."""
     return json.loads((REPO / path).read_text())
 
 
@@ -162,7 +164,8 @@ def sweep_demo(target: float) -> float:
     """ε of a point of ``sweeps/mnist_offline_dpsgd_methods.yaml``: record-level DP-SGD with σ
     calibrated to ``target`` by the run's own rule (``resolve_client_noise``) for the config's
     clients (``configs/experiment/sweep_demo_dpsgd.yaml``: the 10,000 MNIST test images, 20 %
-    held out, an IID split), then its rounds recorded. No training: ε depends on none of it."""
+    held out, an IID split), then its rounds recorded. No training: ε depends on the data only
+    through the clients' sizes."""
     from fl_lightning.client.config import DPSGDConfig, LocalTrainingConfig
     from fl_lightning.data.partitioners import iid
     from fl_lightning.privacy.budget import dp_sgd_event
@@ -271,10 +274,6 @@ class Setting:
     quoted: str
 
 
-def sentence(report: Callable[[], dict]) -> Callable[[], str]:
-    return lambda: str(report()["privacy/guarantee"])
-
-
 PLD_SENTENCE = QUOTES[0]  # docs/privacy.md's quickstart sentence, checked there
 QS_EPS = f(".3f", lambda: eps(quickstart()))
 QS_EPS3G = f(".3g", lambda: eps(quickstart()))
@@ -283,7 +282,7 @@ README = [
     Figure(
         "README.md",
         "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP",
-        f("", lambda: round(eps(quickstart()), 3), lambda: float(f"{eps(quickstart()):.3g}")),
+        lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD, configs/experiment/quickstart.yaml",
     ),
     Figure(
@@ -301,7 +300,7 @@ README = [
     Figure(
         "docs/index.md",
         "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP",
-        f("", lambda: round(eps(quickstart()), 3), lambda: float(f"{eps(quickstart()):.3g}")),
+        lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD, configs/experiment/quickstart.yaml",
     ),
     Figure(
@@ -1146,6 +1145,18 @@ METHODS = [
             "900000", "9·10⁵"
         ),
         "d·ε·15",
+    ),
+    Figure(
+        "docs/spm_fl.md",
+        "| ∞ (sign only) | {} |",
+        f("g", lambda: 5 * SPM_EPS),
+        "basic composition of the 5 reports the table's header states, ε = 0.3 each",
+    ),
+    Figure(
+        "docs/spm_fl.md",
+        "| {} per coordinate | {} |",
+        f("g", lambda: 5 * SPM_EPS, lambda: 5 * SPM_EPS),
+        "basic composition of the 5 reports the table's header states, ε = 0.3 each",
     ),
     Figure(
         "docs/attacks.md",
