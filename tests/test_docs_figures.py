@@ -214,11 +214,22 @@ def dpfl_agn_client(dataset: str, train: int) -> int:
     return round(train * (1 - float(c["val_fraction"]))) // int(c["num_clients"])
 
 
+SPM_RUN = REPO / "configs" / "experiment" / "spm_fl" / "quick_mnist_offline.yaml"
+
+
+@cache
 def spm_dimension() -> int:
-    """d of the 784-256-10 MLP of docs/spm_fl.md (``fl_lightning.models.MLP``)."""
+    """d of the MLP of docs/spm_fl.md's runs (``configs/experiment/spm_fl/quick_mnist_offline``)."""
     from fl_lightning.models import MLP
 
-    return sum(p.numel() for p in MLP(784, [256], 10).parameters())
+    net = yaml.safe_load(SPM_RUN.read_text())["client"]["net"]["init_args"]
+    return sum(p.numel() for p in MLP(**net).parameters())
+
+
+def spm_epsilon() -> float:
+    """The per-coordinate ε of those runs (their strategy file)."""
+    strategy = yaml.safe_load(SPM_RUN.read_text())["strategy"]
+    return float(yaml.safe_load((SPM_RUN.parent / strategy).read_text())["init_args"]["epsilon"])
 
 
 def f(fmt: str, *values: Callable[[], float]) -> Callable[[], str]:
@@ -1009,8 +1020,8 @@ def nbafl_published_guarantee() -> str:
 
 
 NBAFL_SAYS = "none: NbAFL as published: Theorem 1 calibrates to sensitivity 2C/m"
-MLP_D = spm_dimension  # noqa: E731 (read once per use)
-SPM_EPS = 0.3  # the runs' per-coordinate ε (configs/experiment/spm_fl/quick_mnist_offline.yaml)
+MLP_D = spm_dimension
+SPM_EPS = spm_epsilon()
 
 
 def spm_magnitude_factor(epsilon: float) -> float:
