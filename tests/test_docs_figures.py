@@ -14,7 +14,7 @@ Three kinds of check (``Figure.source`` names which and from what):
    names under ``benchmarks/results/`` (or ``docs/reports/``), which the doc's command wrote.
    Where the stored output is a ledger, the ε is recomputed from it by the accountant (kinds 1
    and 2 together).
-3. **Named exceptions** (``EXCEPTIONS``): a figure no command prints now (a past observation, a
+3. **Named exceptions** (``EXCEPTIONS``, ``NamedException``): a figure no command prints now (a past observation, a
    table of a setting no longer shipped). Each names where the doc says it came from (a phrase
    the doc must keep) and why it is not re-run. Keep them rare.
 
@@ -267,7 +267,7 @@ class Printed:
 
 
 @dataclass(frozen=True)
-class Exception_:
+class NamedException:
     """A figure no command prints now: ``origin`` is the doc's own words for where it came
     from (the doc must keep saying it), ``why`` why it is not re-run or recomputed."""
 
@@ -1203,21 +1203,21 @@ SETTINGS = [
 ]
 
 EXCEPTIONS = [
-    Exception_(
+    NamedException(
         "docs/audit.md",
         "gave ε ≈ 0.9 for a mechanism of ε = 0.06 in our tests",
         origin="in our tests",
         why="an observation made while testing the unequal-variance fit "
         "(fl_lightning/privacy/one_run.py says so too); no command or stored run prints it",
     ),
-    Exception_(
+    NamedException(
         "docs/audit.md",
         "every attack sits at AUC ≈ 0.5 and the empirical ε lower bound is 0",
         origin="the table below is its recorded output",
         why="reads the 2026-11-21 tables of benchmarks/audit_table.py on a setting no longer "
         "shipped (hours of CPU; the tables are its recorded output, their ε recomputed above)",
     ),
-    Exception_(
+    NamedException(
         "docs/audit.md",
         "attacks reach AUC 0.82 (threshold), 0.82 (ML-Leaks), 0.78 (CS-MIA) and "
         "0.74 (LiRA, 6 shadows), and drop to 0.44-0.47 under DP-SGD with ε = 1",
@@ -1225,7 +1225,7 @@ EXCEPTIONS = [
         why="measured on tests/attacks' over-fitted digits models, whose tests assert bounds "
         "(AUC ≥ 0.7, < 0.6), not these values; nothing prints them",
     ),
-    Exception_(
+    NamedException(
         "docs/audit.md",
         "every membership attack is at chance (AUC 0.49–0.52)",
         origin="Re-run with DP-FedASGP and SPM (lead, 2026-11-21",
@@ -1249,6 +1249,7 @@ INVENTORY: list[Figure | Printed] = [
 # --------------------------------------------------------------------------------------------
 # Reading the docs
 
+# a compared figure: a number (1,234 / 1e-05 / .5), ∞, or docs/spm_fl.md's "9·10⁵"
 FIELD = r"([-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?|[-+]?\.\d+|∞|inf|9·10⁵)"
 ANY = r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
 
@@ -1265,7 +1266,7 @@ def pattern(quoted: str) -> re.Pattern[str]:
     return re.compile(re.escape(quoted).replace(r"\{\}", FIELD).replace(r"\{\*\}", ANY))
 
 
-def occurrences(item: Figure | Printed | Exception_ | Setting, text: str) -> list[re.Match]:
+def occurrences(item: Figure | Printed | NamedException | Setting, text: str) -> list[re.Match]:
     if isinstance(item, Printed):
         lines = [" ".join(line.split()) for line in item.lines()]
         return [m for line in lines for m in re.finditer(re.escape(line), text)]
@@ -1337,7 +1338,7 @@ def test_a_table_a_command_prints_is_shown_as_it_prints_it(printed: Printed) -> 
 def test_an_exception_or_setting_is_still_quoted_and_says_where_it_came_from(item) -> None:
     text = text_of(item.doc)
     assert occurrences(item, text), f"{item.doc} no longer quotes {item.quoted!r}: drop it here"
-    if isinstance(item, Exception_):
+    if isinstance(item, NamedException):
         assert item.origin in text, f"{item.doc} must say where {item.quoted!r} came from"
         assert item.why
 
@@ -1385,7 +1386,7 @@ def test_a_changed_figure_is_caught() -> None:
 
 def test_the_sweeps_stored_runs_are_the_epsilon_recomputed() -> None:
     """docs/reports' store (the sweep's runs as they finished) holds the ε the calibration
-    gives now, to the digits the report prints."""
+    gives now (to six decimals; the report prints three)."""
     rows = [json.loads(line) for line in (REPO / SWEEP).read_text().splitlines()]
     done = [r for r in rows if r.get("status") == "finished"]
     assert len(done) == 12
