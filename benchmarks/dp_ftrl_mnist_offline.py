@@ -25,14 +25,13 @@ script can be stopped and resumed; ``--report`` prints the Markdown table of wha
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _grid_store import fit, read_rows, run_missing  # noqa: E402
 
 CONFIG = "configs/experiment/dp_ftrl/mnist_offline.yaml"
 ARMS = {
@@ -68,33 +67,21 @@ ARMS = {
 
 
 def run_one(arm: str, eps: float, seed: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            sys.executable, "-m", "fl_lightning.cli", "fit", "--config", CONFIG, *ARMS[arm],
-            "--privacy.target_epsilon", str(eps), "--seed_everything", str(seed),
-            "--trainer.default_root_dir", tmp, "--trainer.enable_progress_bar", "false",
-            "--trainer.logger", "false",
-        ]  # fmt: skip
-        load = os.getloadavg()
-        start = time.time()
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{arm} ε={eps} seed={seed} failed:\n{done.stderr[-3000:]}")
-        summary = next(Path(tmp).rglob("summary.json"))
-        s = json.loads(summary.read_text())
-        return {
-            "arm": arm,
-            "epsilon_target": eps,
-            "seed": seed,
-            "accuracy": s["test/accuracy"],
-            "epsilon": s["privacy/epsilon"],
-            "guarantee": s.get("privacy/guarantee", ""),
-            "rounds": s["rounds"],
-            "seconds": time.time() - start,
-            "load_before": load,
-            "load_after": os.getloadavg(),
-            "command": " ".join(cmd[1:]),
-        }
+    got = fit(["--config", CONFIG, *ARMS[arm], "--privacy.target_epsilon", str(eps),
+               "--seed_everything", str(seed)])  # fmt: skip
+    if "error" in got:
+        raise RuntimeError(f"{arm} ε={eps} seed={seed} failed: {got['error']}")
+    s = got["summary"]
+    return {
+        "arm": arm,
+        "epsilon_target": eps,
+        "seed": seed,
+        "accuracy": s["test/accuracy"],
+        "epsilon": s["privacy/epsilon"],
+        "guarantee": s.get("privacy/guarantee", ""),
+        "rounds": s["rounds"],
+        **{k: got[k] for k in ("seconds", "load_before", "load_after", "command")},
+    }
 
 
 def report(rows: list[dict]) -> str:
@@ -151,23 +138,17 @@ def main() -> int:
     p.add_argument("--report", action="store_true", help="print the table of the store")
     args = p.parse_args()
     store = Path(args.store)
-    rows = [json.loads(line) for line in store.read_text().splitlines()] if store.exists() else []
     if args.report:
+        rows = read_rows(store)
         print(report(rows))
         print()
         print(report_paired(rows))
         return 0
-    done = {(r["arm"], r["epsilon_target"], r["seed"]) for r in rows}
-    for seed in args.seeds:
-        for eps in args.epsilons:
-            for arm in args.arms:
-                if (arm, eps, seed) in done:
-                    continue
-                row = run_one(arm, eps, seed)
-                with store.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(f"{arm} ε={eps:g} seed={seed}: acc {row['accuracy']:.4f}, "
-                      f"ε {row['epsilon']:.3g}, {row['seconds']:.0f} s", flush=True)  # fmt: skip
+    points = [(a, e, s) for s in args.seeds for e in args.epsilons for a in args.arms]
+    run_missing(
+        store, points, run_one,
+        lambda r: f"acc {r['accuracy']:.4f}, ε {r['epsilon']:.3g}, {r['seconds']:.0f} s",
+    )  # fmt: skip
     return 0
 
 

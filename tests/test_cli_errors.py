@@ -69,6 +69,11 @@ DDG = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
         (["--strategy.init_args.dropout_rate", "1.5"], "strategy.dropout_rate: must be in"),
         (["--strategy.init_args.beta", "1"], "strategy.beta: must be in [0, 1)"),
         (["--strategy.init_args.noise_multiplier", "0"], "strategy.noise_multiplier: must be"),
+        (
+            ["--strategy.init_args.bits", "6", "--strategy.init_args.noise_multiplier", "null",
+             "--privacy.target_epsilon", "8"],
+            "privacy.target_epsilon: 8.0 is unreachable with strategy.bits 6: more noise shrinks",
+        ),  # fmt: skip
     ],
 )
 def test_distributed_dp_settings_name_the_field(run_cli, capsys, tmp_path, override, field):
@@ -378,8 +383,12 @@ _AGN = [
             ],
             "error: strategy.central_dp.count_noise_std: must be > noise_multiplier / 2 = 0.5",
         ),
+        (
+            ["--config", str(DDG), *TINY, "--strategy.init_args.bits", "2"],
+            "error: strategy.bits: 2 bits cannot hold 4 standard deviations of the sum of",
+        ),
     ],  # fmt: skip
-    ids=["dp_ftrl_fixed", "dp_ftrl_poisson", "anr_pld", "adaptive_clip_count_noise"],
+    ids=["dp_ftrl_fixed", "dp_ftrl_poisson", "anr_pld", "adaptive_clip_count_noise", "ddg_bits"],
 )
 def test_strategy_and_mechanism_refusals_write_nothing(run_cli, capsys, tmp_path, args, start):
     """Checks made when the strategy is set up (its sampling, its accountant, its mechanism's

@@ -176,10 +176,26 @@ def calibrate_distributed_sigma(
     if target_epsilon is None:
         raise ValueError(f"{field}: unset, so privacy.target_epsilon is needed to calibrate it")
 
-    def exceeds(sigma: float) -> bool:
-        return distributed_epsilon([event_at(sigma)] * rounds, delta) > target_epsilon
+    def epsilon_at(sigma: float) -> float:
+        return distributed_epsilon([event_at(sigma)] * rounds, delta)
 
-    return smallest_sigma(exceeds, target_epsilon=target_epsilon, field=field, tolerance=tolerance)
+    try:
+        return smallest_sigma(
+            lambda sigma: epsilon_at(sigma) > target_epsilon,
+            target_epsilon=target_epsilon,
+            field=field,
+            tolerance=tolerance,
+        )
+    except ValueError:
+        # More noise shrinks the scale that fits the sum in 2^b, and the rounding's inflated
+        # sensitivity (about √d/2 on the grid) then grows with it: ε has a floor set by b.
+        widest = event_at(1e4)
+        raise ValueError(
+            f"privacy.target_epsilon: {target_epsilon} is unreachable with strategy.bits "
+            f"{widest.bits}: more noise shrinks the encoding's scale, whose rounding then "
+            f"inflates the sensitivity, so {rounds} rounds spend more than the target at every σ "
+            f"up to 1e4 ({epsilon_at(1e4):.3g} there); raise strategy.bits or the target"
+        ) from None
 
 
 __all__ = [

@@ -21,7 +21,12 @@ from fl_lightning.runs.distributed import (
     set_timeout,
 )
 from fl_lightning.runs.phase import RunPhase, phase_callback
-from fl_lightning.runs.preflight import checkpoint_problem, not_a_directory, output_problem
+from fl_lightning.runs.preflight import (
+    checkpoint_problem,
+    not_a_directory,
+    output_problem,
+    resolve_last,
+)
 from fl_lightning.runs.slurm import IN_PLACE, requeue_checkpoint, resumes_in_place
 
 
@@ -172,6 +177,13 @@ def build_cli_class():  # noqa: ANN201
                 requeued = ckpt_path = requeue_checkpoint(self.trainer, ckpt_path) or ckpt_path
             if not ckpt_path:
                 return
+            if ckpt_path == "last":  # the newest last.ckpt under the root, not Lightning's
+                ckpt_path, problem = resolve_last(self.trainer.default_root_dir)
+                if problem:
+                    raise ValueError(problem)
+                # what runs and what config.yaml records: the file, not the alias
+                self.config[subcommand]["ckpt_path"] = ckpt_path
+                self.config_init[subcommand]["ckpt_path"] = ckpt_path
             max_steps = int(self.trainer.max_steps) if subcommand == "fit" else None
             problem = checkpoint_problem(str(ckpt_path), self.model, max_steps=max_steps)
             if problem:

@@ -59,6 +59,25 @@ def output_problem(trainer: Any) -> str | None:
 _CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
 
+def resolve_last(root: str | Path) -> tuple[str | None, str | None]:
+    """``ckpt_path: last`` as (the newest ``last.ckpt`` under ``root``, None), or (None, one
+    line naming the field) when there is none.
+
+    Lightning resolves ``last`` in the checkpoint directory of the run being started, which for
+    a new run (every fl-lightning run writes to a new ``fl/version_N``) holds nothing: it then
+    warns and trains from round 0, so the "resumed" run silently restarts. Resolved here, before
+    anything is written, among the runs under ``trainer.default_root_dir`` instead.
+    """
+    root = Path(root).absolute()
+    found = [p for p in root.glob("**/last*.ckpt") if p.is_file()] if root.is_dir() else []
+    if not found:
+        return None, (
+            f"ckpt_path: last, but no last.ckpt under {root} (trainer.default_root_dir); give "
+            "the checkpoint's path, e.g. <run>/checkpoints/last.ckpt"
+        )
+    return str(max(found, key=lambda p: (p.stat().st_mtime, str(p)))), None
+
+
 def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str | None:
     """Why ``ckpt_path`` cannot resume this run (one line naming the field), or None: missing,
     unreadable, not a Lightning checkpoint, saved from another model, planned for fewer rounds

@@ -49,3 +49,52 @@ def test_dp_fedavg_resumed_to_twice_the_rounds_prints_the_fresh_epsilon(tmp_path
     ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
     assert main(_args(QUICKSTART, tmp_path / "resumed", 4, "--ckpt_path", str(ckpt))) == 0
     assert _epsilon(tmp_path / "resumed") == _epsilon(tmp_path / "fresh")
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def test_ckpt_path_last_resumes_the_newest_checkpoint_under_the_root(tmp_path, capsys):
+    """``--ckpt_path last`` in the same ``trainer.default_root_dir``: Lightning alone would look
+    in the new run's empty checkpoint folder and silently train from round 0; it resumes the
+    root's newest last.ckpt (K → 2K: a fresh 2K run's ε), and config.yaml records the file."""
+    from fl_lightning.cli import main
+
+    assert main(_args(QUICKSTART, tmp_path / "fresh", 4)) == 0
+    root = tmp_path / "run"
+    assert main(_args(QUICKSTART, root, 2)) == 0
+    ckpt = root / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    assert main(_args(QUICKSTART, root, 4, "--ckpt_path", "last",
+                      "--trainer.logger", "true")) == 0  # fmt: skip
+    assert f"Resuming from {ckpt}" in capsys.readouterr().out
+    (config,) = (root / "fl").rglob("config.yaml")
+    assert f"ckpt_path: {ckpt}" in config.read_text()
+    (summary,) = (root / "fl").rglob("summary.json")
+    resumed = json.loads(summary.read_text())
+    assert resumed["rounds"] == 4
+    assert resumed["privacy/epsilon"] == _epsilon(tmp_path / "fresh")
+
+
+def test_ckpt_path_last_refusals_write_nothing(tmp_path, capsys):
+    """No checkpoint under the root, or DP-FTRL's horizon: one line, exit 2, no file added."""
+    from fl_lightning.cli import main
+
+    empty = tmp_path / "empty"
+    rc = main(_args(QUICKSTART, empty, 4, "--ckpt_path", "last"))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: ckpt_path: last, but no last.ckpt under {empty}"), err
+    assert not empty.exists() or not _files(empty)
+
+    root = tmp_path / "ftrl"
+    assert main(_args(FTRL, root, 2)) == 0
+    before = _files(root)
+    capsys.readouterr()
+    rc = main(_args(FTRL, root, 4, "--ckpt_path", "last", "--trainer.logger", "true"))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: trainer.max_steps: "), err
+    assert "planned and accounted for 2 rounds" in err
+    assert _files(root) == before
