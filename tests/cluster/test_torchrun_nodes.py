@@ -89,7 +89,7 @@ def test_two_nodes_equal_one_process_and_only_rank_0_writes(tmp_path, monkeypatc
 
 @pytest.mark.fault
 def test_a_dead_node_ends_the_other_with_one_line_and_a_resumable_checkpoint(tmp_path, monkeypatch):
-    rounds = 20
+    rounds = 30
     args = [*COMMON, "--trainer.max_steps", str(rounds), f"--trainer.callbacks={EVERY_ROUND}",
             "--distributed_timeout", "60"]  # fmt: skip
     nodes = start_nodes(tmp_path, *args)
