@@ -127,12 +127,6 @@ def test_a_slurm_job_equals_one_process_and_a_requeued_one_the_uninterrupted_job
         # Every task gets the signal (slurmstepd delivers --signal to each of them).
         for line in (p_root / "tasks.pids").read_text().splitlines():
             os.kill(int(line.split()[1]), signal.SIGUSR1)
-        # The same run in this process, meanwhile.
-        monkeypatch.chdir(REPO)
-        one = tmp_path / "one_process"
-        args = ["fit", "--config", str(QUICKSTART), *ARGS, "--trainer.accelerator", "cpu",
-                "--trainer.devices", "1", "--trainer.default_root_dir", str(one)]  # fmt: skip
-        assert main(args) == 0
         assert _wait(preempted) == 0, (p_root / "job.log").read_text()[-3000:]
         log = (p_root / "job.log").read_text()
         lines = [ln for ln in log.splitlines() if ln.startswith("requeued:")]
@@ -150,6 +144,12 @@ def test_a_slurm_job_equals_one_process_and_a_requeued_one_the_uninterrupted_job
         requeued = sbatch(FIT, *ARGS, job_id=job, log=p_root / "job.log", overrides=OVERRIDES,
                           env={"ACCEL": "cpu", "VENV": sys.prefix, "CONFIG": str(QUICKSTART)},
                           cwd=p_root, restart_count=1)  # fmt: skip
+        # The same run in this process, while the jobs run.
+        monkeypatch.chdir(REPO)
+        one = tmp_path / "one_process"
+        args = ["fit", "--config", str(QUICKSTART), *ARGS, "--trainer.accelerator", "cpu",
+                "--trainer.devices", "1", "--trainer.default_root_dir", str(one)]  # fmt: skip
+        assert main(args) == 0
         assert _wait(uninterrupted) == 0, (u_root / "job.log").read_text()[-3000:]
         assert _wait(requeued) == 0, (p_root / "job.log").read_text()[-3000:]
     finally:
