@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,14 @@ def run_one(arm: str, eps: float, seed: int) -> dict:
     }
 
 
+def refusal(error: str) -> str:
+    """A refused run in a few words: the unreachable target's floor, else the whole line."""
+    found = re.search(r"strategy\.bits (\d+):.*\(([\d.e+-]+) there\)", error)
+    if not found:
+        return f"refused: {error}"
+    return f"refused: ε target unreachable at {found[1]} bits ({found[2]} at σ = 10⁴)"
+
+
 def report(rows: list[dict]) -> str:
     lines = [
         "| ε target | arm | runs | test accuracy % (mean ± sd) | σ of the sum (×C) | "
@@ -104,7 +113,7 @@ def report(rows: list[dict]) -> str:
                 continue
             failed = [r for r in got if "error" in r]
             if failed:
-                lines.append(f"| {eps:g} | {arm} | {len(got)} | refused: {failed[0]['error']} "
+                lines.append(f"| {eps:g} | {arm} | {len(got)} | {refusal(failed[-1]['error'])} "
                              "| | | |")  # fmt: skip
                 continue
             acc = [100 * r["accuracy"] for r in got]

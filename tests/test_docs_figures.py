@@ -14,9 +14,9 @@ Three kinds of check (``Figure.source`` names which and from what):
    names under ``benchmarks/results/`` (or ``docs/reports/``), which the doc's command wrote.
    Where the stored output is a ledger, the ε is recomputed from it by the accountant (kinds 1
    and 2 together).
-3. **Named exceptions** (``EXCEPTIONS``, ``NamedException``): a figure no command prints now (a past observation, a
-   table of a setting no longer shipped). Each names where the doc says it came from (a phrase
-   the doc must keep) and why it is not re-run. Keep them rare.
+3. **Named exceptions** (``EXCEPTIONS``, ``NamedException``): a figure no command prints now
+   (a past observation, a table of a setting no longer shipped). Each names where the doc says
+   it came from (a phrase the doc must keep) and why it is not re-run. Keep them rare.
 
 ``SETTINGS`` lists the ε-looking numbers that are inputs (a budget the doc chooses, a paper's
 column), not figures the code computes. ``tests/test_docs_epsilon.py``'s quotes (docs/privacy.md,
@@ -679,7 +679,41 @@ DISTRIBUTED = [
         lambda: f"{dropout_row(1.0)[-1]:.3g} {1 / math.sqrt(0.4):.3g}",
         "accountant: benchmarks/dropout_epsilon.py",
     ),
+    Printed(
+        "docs/distributed_dp.md",
+        lambda: printed_by(
+            "distributed_dp_mnist_offline",
+            "--store",
+            "benchmarks/results/distributed_dp_mnist_offline.jsonl",
+            "--report",
+        ),
+        "stored: benchmarks/results/distributed_dp_mnist_offline.jsonl (its --report)",
+    ),
+    Figure(
+        "docs/distributed_dp.md",
+        "**cannot reach the target at any σ** (ε ≥ {} at σ = 10⁴:",
+        lambda: refused_floor("ddg_12", 2.0),
+        "stored: benchmarks/results/distributed_dp_mnist_offline.jsonl (the refusal's line)",
+    ),
+    Figure(
+        "docs/distributed_dp.md",
+        "(floors {} and {} over the 40 rounds)",
+        lambda: f"{refused_floor('ddg_10', 8.0)} {refused_floor('ddg_8', 8.0)}",
+        "stored: benchmarks/results/distributed_dp_mnist_offline.jsonl (the refusals' lines)",
+    ),
 ]
+
+
+def refused_floor(arm: str, target: float) -> str:
+    """The ε at σ = 10⁴ that the stored refusal of ``arm`` at ``target`` printed."""
+    path = RESULTS / "distributed_dp_mnist_offline.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    (floor,) = {
+        re.search(r"\(([\d.e+-]+) there\)", r["error"])[1]  # type: ignore[index]
+        for r in rows
+        if r["arm"] == arm and r["epsilon_target"] == target and "error" in r
+    }
+    return floor
 
 
 @cache

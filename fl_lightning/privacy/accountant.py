@@ -484,6 +484,7 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
 
     last = events[-1]
     fewest = min(e.survivors for e in events)
+    rdp = "RDP (integer orders)"
     if last.replace_one:
         how = (
             f"replace-one client, fixed-size cohorts ({last.cohort} a round), no amplification "
@@ -491,13 +492,13 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
         )
     elif last.sample_rate < 1.0:
         how = f"add/remove one client, Poisson cohorts (q = {last.sample_rate:.3g})"
+        rdp = "RDP (integer orders; Zhu & Wang 2019 subsampling)"
     else:
         how = "add/remove one client, every client in every round"
     return (
         f"distributed DP: the server sees only the sum (SecAgg, honest-but-curious server, "
         f"n ≥ {fewest} surviving clients a round), {distributed_noise(last.mechanism).words} "
-        f"noise shares, {last.bits}-bit modular field, {how}, RDP (integer orders; Zhu & Wang "
-        "2019 subsampling)"
+        f"noise shares, {last.bits}-bit modular field, {how}, {rdp}"
     )
 
 
