@@ -9,7 +9,12 @@
 #      the vectorised executors and the ceilings, with and without DP-SGD, our MnistCNN and a
 #      user's CNN: cohorts 10 and 100 (60 examples a client), cohort 1000 (10 examples, one
 #      step, with one bucket of all clients as a same-run A/B); the peak GPU memory per path at
-#      cohort 100; bf16-mixed clients; one profiled round of each vectorised path.
+#      cohort 100; bf16-mixed clients; one profiled round of each vectorised path;
+#   3. the cluster scripts of issue 51 (docs/distributed.md, "Running on a cluster"):
+#      examples/slurm/runs_per_gpu.sh (3 independent runs on each visible GPU, each pinned by
+#      CUDA_VISIBLE_DEVICES) and, with 2 GPUs or more, examples/slurm/torchrun_multinode.sh as
+#      two "nodes" on 127.0.0.1 with NCCL, one GPU each (NCCL refuses two ranks of one run on
+#      one GPU: with one GPU that part is skipped, saying so).
 # Usage: bash benchmarks/gpu_check.sh OUT_DIR   (logs and the JSON rows go to OUT_DIR)
 set -uo pipefail
 out=${1:?usage: bash benchmarks/gpu_check.sh OUT_DIR}
@@ -40,3 +45,27 @@ timeout "${GPU_CHECK_BF16_S:-60}" $bench --precision bf16-mixed --models user_cn
 timeout "${GPU_CHECK_PROFILE_S:-60}" python3 benchmarks/cohort_speed.py --device cuda \
   --profile vectorized --models mnist_cnn --dp both --cohorts 100 > "$out/profile.txt" 2>&1
 grep "^profile" "$out/profile.txt"
+# 3. Cluster scripts (issue 51): several independent runs per GPU, then two torchrun "nodes"
+#    with NCCL, one rank per GPU.
+ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+cluster_args=(--trainer.max_steps 5 --trainer.logger false --trainer.enable_progress_bar false)
+if PYTHON=python3 OUT="$out/per_gpu" RUNS_PER_GPU=3 timeout "${GPU_CHECK_CLUSTER_S:-180}" \
+  bash examples/slurm/runs_per_gpu.sh "${cluster_args[@]}"; then
+  echo "runs_per_gpu: $(ls "$out"/per_gpu/*/summary.json | wc -l) runs finished on $ngpu GPU(s)"
+else
+  echo "runs_per_gpu: FAILED (logs in $out/per_gpu)"
+fi
+if [ "$ngpu" -ge 2 ]; then
+  port=$((20000 + RANDOM % 10000))
+  for rank in 0 1; do
+    CUDA_VISIBLE_DEVICES=$rank NODE_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NPROC=1 \
+      ACCEL=gpu RUN_DIR="$out/torchrun_node$rank" timeout "${GPU_CHECK_CLUSTER_S:-180}" \
+      bash examples/slurm/torchrun_multinode.sh "${cluster_args[@]}" \
+      > "$out/torchrun_node$rank.log" 2>&1 &
+  done
+  wait
+  grep -h "^Finished\|^error" "$out"/torchrun_node*.log \
+    || echo "torchrun (NCCL, 2 nodes x 1 GPU): no result (logs in $out)"
+else
+  echo "torchrun (NCCL, 2 nodes x 1 GPU): skipped, needs 2 GPUs (this machine has $ngpu)"
+fi

@@ -26,6 +26,7 @@ from fl_lightning.runs.distributed import (
 )
 from fl_lightning.runs.error_lines import located, one_line
 from fl_lightning.runs.phase import RunPhase
+from fl_lightning.runs.slurm import SlurmRequeued
 
 OVERVIEW = """\
 fl-lightning: differentially private federated learning on PyTorch Lightning.
@@ -119,6 +120,10 @@ def run_lightning(args: list[str] | None = None) -> int:
         if isinstance(err, OutputWriteError):  # disk full, read-only folder: one line, exit 1
             print(f"error: {one_line(err)}", file=sys.stderr)
             return 1
+        if isinstance(err, SlurmRequeued):  # saved at a round boundary, requeued: one line
+            if rank0:
+                print(f"requeued: {err}", flush=True)
+            return 0
         if phase != "config" and is_distributed_failure(err):
             print(distributed_failure_line(err), file=sys.stderr, flush=True)
             stop_launched_ranks()
@@ -180,7 +185,9 @@ def quiet_console() -> None:
     on every run (``_pytree``'s ``LeafSpec``)."""
     import logging
 
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed"):
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.seed",
+                 # "SLURM auto-requeueing enabled": fl_lightning/runs/slurm.py handles SIGUSR1
+                 "lightning.pytorch.trainer.connectors.signal_connector"):  # fmt: skip
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     # Lightning's CSV logger would delete it; output_problem refuses that run first.

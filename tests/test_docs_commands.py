@@ -214,6 +214,9 @@ def program_problem(cmd: DocCommand) -> str | None:
             made = (REPO / "scripts" / "setup.sh").is_file() and args[0] == VENV_ACTIVATE
             return None if made else f"no file {args[0]} (scripts/setup.sh makes {VENV_ACTIVATE})"
         return None if (REPO / args[0]).is_file() else f"no file {args[0]}"
+    if prog == "sbatch":  # sbatch [options] SCRIPT [arguments]: the script must be here
+        script = next((a for a in args if not a.startswith("-")), None)
+        return None if script and (REPO / script).is_file() else f"no batch script {script}"
     if prog in ("python", "python3"):
         if args[0] == "-m":
             return None if importlib.util.find_spec(args[1]) else f"no module {args[1]}"

@@ -51,7 +51,14 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
     "runs": [
         {"runs.help"},  # the screenful of `fit --help`, read from the source (imports nothing)
         # the parts: Trainer defaults, pre-flight checks, collectives, phase, one-line errors
-        {"runs.defaults", "runs.preflight", "runs.distributed", "runs.phase", "runs.error_lines"},
+        {
+            "runs.defaults",
+            "runs.preflight",
+            "runs.distributed",
+            "runs.phase",
+            "runs.error_lines",
+            "runs.slurm",
+        },
         {"runs.cli_class"},  # the LightningCLI class built from the parts
         {"runs.arguments"},  # does a command line parse (builds the class, parse only)
     ],

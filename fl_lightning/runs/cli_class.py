@@ -27,6 +27,7 @@ from fl_lightning.runs.preflight import (
     output_problem,
     resolve_last,
 )
+from fl_lightning.runs.slurm import IN_PLACE, requeue_checkpoint, resumes_in_place
 
 
 def build_cli_class():  # noqa: ANN201
@@ -52,7 +53,9 @@ def build_cli_class():  # noqa: ANN201
             # Rank 0 looks and tells every rank: a rank that looked itself could find the
             # config.yaml rank 0 has just written and refuse alone, leaving rank 0 waiting.
             held = None
-            if trainer.is_global_zero and log_dir and not self.overwrite:
+            # A requeued SLURM job continues its run in place (runs/slurm.py).
+            requeued = resumes_in_place(trainer)
+            if trainer.is_global_zero and log_dir and not self.overwrite and not requeued:
                 target = os.path.join(log_dir, self.config_filename)
                 held = target if os.path.exists(target) else None
             held = trainer.strategy.broadcast(held)
@@ -169,6 +172,9 @@ def build_cli_class():  # noqa: ANN201
 
         def _check_checkpoint(self, subcommand: str) -> None:
             ckpt_path = self.config[subcommand].get("ckpt_path")
+            requeued = None
+            if subcommand == "fit":  # a requeued SLURM job: Lightning restores hpc_ckpt_<n>
+                requeued = ckpt_path = requeue_checkpoint(self.trainer, ckpt_path) or ckpt_path
             if not ckpt_path:
                 return
             if ckpt_path == "last":  # the newest last.ckpt under the root, not Lightning's
@@ -183,9 +189,15 @@ def build_cli_class():  # noqa: ANN201
             if problem:
                 raise ValueError(problem)
             if subcommand == "fit" and self.trainer.is_global_zero:
-                print(f"Resuming from {ckpt_path}", flush=True)
+                how = " (requeued SLURM job: continuing in its directory)" if requeued else ""
+                print(f"Resuming from {ckpt_path}{how}", flush=True)
 
         def _check_outputs(self) -> None:
+            ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
+            requeued = requeue_checkpoint(self.trainer, ckpt_path)
+            setattr(self.trainer, IN_PLACE, requeued)
+            if requeued:  # a requeued SLURM job continues its own run in place
+                return
             problem = output_problem(self.trainer)
             if problem:
                 raise ValueError(problem)

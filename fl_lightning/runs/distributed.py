@@ -42,8 +42,18 @@ def is_distributed_failure(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(sign in text for sign in _DISTRIBUTED_SIGNS)
 
 
+def lost_peers(rank: Any, world: Any) -> str:
+    """Who this rank lost: the other rank of a 2-process job (a collective that fails there
+    can only fail for want of that peer, killed or hung); with more processes the error does
+    not say which one (gloo names the peer's address, NCCL nothing reliable), so "its peers"."""
+    if world == 2 and rank in (0, 1):
+        return f"rank {1 - int(rank)}"
+    return "its peers"
+
+
 def distributed_failure_line(err: BaseException) -> str:
-    """One line: which rank, which round, why, what was stopped and where to resume from."""
+    """One line: which rank, which peer it lost (:func:`lost_peers`), which round, why, what
+    was stopped and where to resume from."""
     text = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
     text = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". This is")[0].rstrip(".")
     rank = world = step = "?"
@@ -61,7 +71,8 @@ def distributed_failure_line(err: BaseException) -> str:
                 "(any number of processes gives the same result)"
             )
     return (
-        f"error: distributed: rank {rank} of {world} lost its peers in round {step} ({text}); "
+        f"error: distributed: rank {rank} of {world} lost {lost_peers(rank, world)} in round "
+        f"{step} ({text}); "
         f"the job is stopped, {resume}"
     )
 
