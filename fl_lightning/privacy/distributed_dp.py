@@ -36,7 +36,10 @@ from typing import Any
 import torch
 
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.distributed_accounting import calibrate_distributed_sigma
+from fl_lightning.privacy.distributed_accounting import (
+    calibrate_distributed_sigma,
+    survivor_distribution,
+)
 from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy
 from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
 from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
@@ -78,9 +81,10 @@ class SecAggDistributedDP(CentralPrivacy):
         clip_norm: C, the L2 bound on each client's delta.
         noise_multiplier: σ: the noise of the sum of m = the expected cohort size clients has
             standard deviation σC (each client adds 1/m of the variance). ``None``: calibrated
-            so that ``trainer.max_steps`` planned rounds, each with the expected survivors
-            ⌊m(1 − dropout_rate)⌉, spend ``privacy.target_epsilon`` (a round with fewer
-            survivors costs more, and the budget stop then ends the run before the target).
+            so that ``trainer.max_steps`` planned rounds spend ``privacy.target_epsilon`` with
+            the survivors' variation (the cohort's and the dropouts') covered with about 95 %
+            probability (``distributed_accounting.planned_rdp``); a run whose rounds had fewer
+            survivors than that is ended by the budget stop before its last rounds.
         beta: β ∈ [0, 1) of conditional randomized rounding.
         k_stddevs: k standard deviations of the encoded sum must fit in 2^b (sets the scale);
             None: 4 for ``ddg``, 3 for ``skellam``, as the reference.
@@ -167,25 +171,33 @@ class SecAggDistributedDP(CentralPrivacy):
         )
 
     def _calibrate(self, spec: CohortSpec) -> float:
-        """σ for the run's target over its planned rounds (expected survivors a round)."""
+        """σ for the run's target over its planned rounds (planned survivors a round)."""
         privacy = getattr(spec, "privacy", None)
         sampling = spec.sampling
-        survivors = max(1, round(self.expected_clients * (1.0 - self.dropout_rate)))
+        rounds = int(getattr(spec, "rounds", 1))
+        stays = 1.0 - self.dropout_rate
+        if sampling.mode == "poisson":  # cohort ~ Binomial(N, q), each survives w.p. 1 − r
+            trials, survive = sampling.population, sampling.rate * stays
+        else:  # a fixed cohort of m
+            trials, survive = round(self.expected_clients), stays
+        survivors = survivor_distribution(trials, survive, min_survivors=self.min_survivors)
+        expected = max(1, round(self.expected_clients * stays))  # the event's own survivors
 
         def event_at(sigma: float) -> DistributedNoiseEvent:
             scale = self._scale_for(sigma)
             variance = (sigma * self.clip_norm * scale) ** 2 / self.expected_clients
             return DistributedNoiseEvent(
-                self.mechanism, self.clip_norm, scale, variance, survivors, self.padded,
+                self.mechanism, self.clip_norm, scale, variance, expected, self.padded,
                 self.beta, self.bits, sampling.rate if sampling.mode == "poisson" else 1.0,
                 sampling.without_replacement, round(self.expected_clients),
             )  # fmt: skip
 
         return calibrate_distributed_sigma(
             event_at,
-            rounds=int(getattr(spec, "rounds", 1)),
+            rounds=rounds,
             target_epsilon=None if privacy is None else privacy.epsilon,
             delta=1e-5 if privacy is None else privacy.delta,
+            survivors=survivors,
         )
 
     @property
