@@ -53,27 +53,40 @@ def federation(name: str, mode: str) -> tuple[CohortSampling, int, dict]:
     return CohortSampling(mode, m / n, n), int(c["trainer"]["max_steps"]), c["strategy"]
 
 
-def dp_fedavg(name: str, accountant: str, mode: str = "poisson") -> dict:
-    """The report of the config's DP-FedAvg run: ``max_steps`` rounds of one client-level
-    Gaussian on cohorts drawn by ``mode`` (Poisson: the sampler's ``auto`` for DP-FedAvg)."""
-    sampling, rounds, strategy = federation(name, mode)
-    sigma = float(strategy["init_args"]["noise_multiplier"])
+@cache
+def client_level(sigma: float, sampling: CohortSampling, rounds: int, accountant: str) -> dict:
+    """The report of ``rounds`` client-level Gaussians of multiplier ``sigma`` on ``sampling``
+    (DP-FedAvg's round: ``SampledGaussian.for_cohort``, as the strategy records it), with the
+    ledger it was computed from."""
     acc = PrivacyAccountant(accountant, 1e-5, secure_mode=True)  # no simulation clause
     for _ in range(rounds):
         acc.record(RoundPrivacy(client_level=[SampledGaussian.for_cohort(sigma, sampling)]))
-    return acc.report()
+    return {**acc.report(), "ledger": {"delta": 1e-5, **acc.state_dict()}}
 
 
-def dp_ftrl(name: str, accountant: str) -> dict:
+def dp_fedavg(
+    name: str, accountant: str, mode: str = "poisson", sigma: float | None = None
+) -> dict:
+    """The report of the config's DP-FedAvg run: ``max_steps`` rounds of one client-level
+    Gaussian on cohorts drawn by ``mode`` (Poisson: the sampler's ``auto`` for DP-FedAvg);
+    ``sigma`` overrides the config's σ as ``--strategy.init_args.noise_multiplier`` does."""
+    sampling, rounds, strategy = federation(name, mode)
+    sigma = float(strategy["init_args"]["noise_multiplier"]) if sigma is None else sigma
+    return client_level(sigma, sampling, rounds, accountant)
+
+
+@cache
+def dp_ftrl(name: str, accountant: str, rounds: int | None = None) -> dict:
     """The report of the config's DP-FTRL run: its one whole-run event (``DPFTRL`` set up on
-    the config's cyclic cohorts and rounds, Δ and σ/Δ as the run computes them)."""
-    sampling, rounds, strategy = federation(name, "cyclic")
+    the config's cyclic cohorts and rounds, or ``rounds`` planned instead; Δ and σ/Δ as the run
+    computes them)."""
+    sampling, planned, strategy = federation(name, "cyclic")
     ftrl = DPFTRL(**strategy["init_args"])
     ftrl.setup_federation(
         FederationSpec(
             num_clients=sampling.population,
             num_parameters=1,
-            rounds=rounds,
+            rounds=planned if rounds is None else rounds,
             privacy=PrivacyTarget(accountant=accountant, sampling=sampling),
         )
     )

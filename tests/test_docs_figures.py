@@ -56,10 +56,8 @@ from fl_lightning.privacy.events import (
     RoundPrivacy,
     SampledGaussian,
 )
-from fl_lightning.privacy.matrix_mechanism import whole_run_event
-from fl_lightning.strategies.dp_ftrl import DPFTRL
-from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
-from tests.test_docs_epsilon import QUOTES, federation
+from tests.test_docs_epsilon import QUOTES, client_level, dp_fedavg, federation
+from tests.test_docs_epsilon import dp_ftrl as dp_ftrl_report
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -70,44 +68,19 @@ QS, FTRL = "quickstart.yaml", "quickstart_ftrl.yaml"
 # What the code gives now
 
 
-@cache
-def client_level(sigma: float, sampling: CohortSampling, rounds: int, accountant: str) -> dict:
-    """The report of ``rounds`` client-level Gaussians of multiplier ``sigma`` on ``sampling``
-    (DP-FedAvg's round: ``SampledGaussian.for_cohort``, as the strategy records it)."""
-    acc = PrivacyAccountant(accountant, DELTA, secure_mode=True)  # no simulation clause
-    for _ in range(rounds):
-        acc.record(RoundPrivacy(client_level=[SampledGaussian.for_cohort(sigma, sampling)]))
-    return {**acc.report(), "ledger": {"delta": DELTA, **acc.state_dict()}}
-
-
 def quickstart(accountant: str = "pld", mode: str = "poisson", sigma: float | None = None) -> dict:
     """The quickstart's report (its σ, cohorts and rounds from configs/experiment/quickstart.yaml;
     ``sigma`` overrides σ as ``--strategy.init_args.noise_multiplier`` does)."""
-    sampling, rounds, strategy = federation(QS, mode)
-    sigma = float(strategy["init_args"]["noise_multiplier"]) if sigma is None else sigma
-    return client_level(sigma, sampling, rounds, accountant)
+    return dp_fedavg(QS, accountant, mode, sigma)
 
 
 def eps(report: dict) -> float:
     return float(report["privacy/epsilon"])
 
 
-@cache
 def dp_ftrl(rounds: int, accountant: str = "pld") -> float:
     """ε of the DP-FTRL quickstart (its whole-run event) planned for ``rounds`` rounds."""
-    sampling, _, strategy = federation(FTRL, "cyclic")
-    ftrl = DPFTRL(**strategy["init_args"])
-    ftrl.setup_federation(
-        FederationSpec(
-            num_clients=sampling.population,
-            num_parameters=1,
-            rounds=rounds,
-            privacy=PrivacyTarget(accountant=accountant, sampling=sampling),
-        )
-    )
-    acc = PrivacyAccountant(accountant, DELTA, secure_mode=True)
-    acc.record(RoundPrivacy(client_level=[whole_run_event(ftrl.multiplier, ftrl.scheme())]))
-    return eps(acc.report())
+    return eps(dp_ftrl_report(FTRL, accountant, rounds))
 
 
 @cache
