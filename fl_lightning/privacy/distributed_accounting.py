@@ -177,6 +177,8 @@ def survivor_distribution(
     from scipy import stats
 
     trials = int(trials)
+    if trials < int(min_survivors):  # every round aborts: nothing is ever released
+        return [(0, 1.0)]
     dist = stats.binom(trials, float(survive))
     low = max(int(min_survivors), int(dist.ppf(tail)))
     high = max(low, int(dist.isf(tail)) + 1)

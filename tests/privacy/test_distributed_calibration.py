@@ -41,6 +41,7 @@ def test_the_survivor_distribution_is_the_binomial_with_aborted_rounds_at_zero()
     assert dist[0][0] == 0 and dist[0][1] == pytest.approx(0.8**100 + 100 * 0.2 * 0.8**99)
     assert all(n >= 2 for n, _ in dist[1:])
     assert survivor_distribution(20, 1.0) == [(20, 1.0)]  # nobody drops: exactly m
+    assert survivor_distribution(1, 1.0, min_survivors=2) == [(0, 1.0)]  # always aborted
 
 
 def test_a_fixed_number_of_survivors_plans_exactly_the_rounds():
