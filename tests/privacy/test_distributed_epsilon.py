@@ -72,20 +72,20 @@ def expected_epsilon(mechanism, *, clip, scale, var, dim, beta, q, survivors):
     return max(0.0, best)
 
 
-def run(mechanism: str, dropout: float, rounds: int = 3):
+def federation(num_clients: int, num_examples: int, **client: int):
+    """A synthetic 3-class federation of ``num_clients`` and a one-step MLP client."""
     data = FederatedDataModule(
         "synthetic",
-        num_clients=20,
-        dataset_options={"num_examples": 400, "num_features": 8, "num_classes": 3},
+        num_clients=num_clients,
+        dataset_options={"num_examples": num_examples, "num_features": 8, "num_classes": 3},
     )
     data.setup("fit")
-    client = ClientModule(
-        MLP(input_dim=8, hidden=(8,), num_classes=3),
-        num_classes=3,
-        lr=0.1,
-        local_steps=1,
-        batch_size=8,
-    )
+    net = MLP(input_dim=8, hidden=(8,), num_classes=3)
+    return data, ClientModule(net, num_classes=3, lr=0.1, local_steps=1, **client)
+
+
+def run(mechanism: str, dropout: float, rounds: int = 3):
+    data, client = federation(20, 400, batch_size=8)
     strategy = DDPFedAvg(
         mechanism=mechanism, bits=14, clip_norm=0.5, noise_multiplier=1.0, dropout_rate=dropout
     )
@@ -135,15 +135,7 @@ def test_epsilon_rises_with_dropouts_as_the_survivors_noise_says():
 def test_an_unset_sigma_is_calibrated_to_the_target_over_the_planned_rounds():
     """σ = None: the smallest σ (to 0.01) whose planned rounds (every client every round here,
     so planned = spent) spend the target; a σ 0.01 smaller would exceed it."""
-    data = FederatedDataModule(
-        "synthetic",
-        num_clients=8,
-        dataset_options={"num_examples": 160, "num_features": 8, "num_classes": 3},
-    )
-    data.setup("fit")
-    client = ClientModule(
-        MLP(input_dim=8, hidden=(8,), num_classes=3), num_classes=3, lr=0.1, local_steps=1
-    )
+    data, client = federation(8, 160)
     strategy = DDPFedAvg(mechanism="skellam", bits=16, noise_multiplier=None)
     results = simulate(
         strategy, data, 3, client=client, clients_per_round=8,
