@@ -63,3 +63,35 @@ def run_missing(
         with store.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"{arm} ε={eps:g} seed={seed}: {describe(row)}", flush=True)
+
+
+def grid_main(
+    description: str,
+    arms: Iterable[str],
+    run_one: Callable[[str, float, int], dict],
+    describe: Callable[[dict], str],
+    tables: Iterable[Callable[[list[dict]], str]],
+    *,
+    epsilons: list[float],
+) -> int:
+    """The grid scripts' command line: ``--store`` (required), ``--seeds``, ``--epsilons``,
+    ``--arms``; ``--report`` prints ``tables`` of the store (a blank line between), otherwise
+    the missing points run, ε by ε, seed by seed, arm by arm."""
+    import argparse
+
+    arms = list(arms)
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--store", required=True, help="JSON-lines file the runs are appended to")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--epsilons", type=float, nargs="+", default=epsilons)
+    p.add_argument("--arms", nargs="+", default=arms, choices=arms)
+    p.add_argument("--report", action="store_true", help="print the tables of the store")
+    args = p.parse_args()
+    store = Path(args.store)
+    if args.report:
+        rows = read_rows(store)
+        print("\n\n".join(table(rows) for table in tables))
+        return 0
+    points = [(a, e, s) for e in args.epsilons for s in args.seeds for a in args.arms]
+    run_missing(store, points, run_one, describe)
+    return 0

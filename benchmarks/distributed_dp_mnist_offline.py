@@ -28,7 +28,6 @@ script can be stopped and resumed; ``--report`` prints the Markdown tables of th
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import statistics
@@ -40,7 +39,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _grid_store import fit, read_rows, run_missing  # noqa: E402
+from _grid_store import fit, grid_main  # noqa: E402
 
 CONFIG = "configs/experiment/distributed_dp/mnist_offline.yaml"
 CENTRAL = [
@@ -169,23 +168,10 @@ def describe(row: dict) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--store", required=True, help="JSON-lines file the runs are appended to")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--epsilons", type=float, nargs="+", default=[8.0, 2.0])
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    p.add_argument("--report", action="store_true", help="print the tables of the store")
-    args = p.parse_args()
-    store = Path(args.store)
-    if args.report:
-        rows = read_rows(store)
-        print(report(rows))
-        print()
-        print(report_paired(rows))
-        return 0
-    points = [(a, e, s) for e in args.epsilons for s in args.seeds for a in args.arms]
-    run_missing(store, points, run_one, describe)
-    return 0
+    return grid_main(
+        __doc__.split("\n")[0], ARMS, run_one, describe, (report, report_paired),
+        epsilons=[8.0, 2.0],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -24,14 +24,13 @@ script can be stopped and resumed; ``--report`` prints the Markdown table of wha
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _grid_store import fit, read_rows, run_missing  # noqa: E402
+from _grid_store import fit, grid_main  # noqa: E402
 
 CONFIG = "configs/experiment/dp_ftrl/mnist_offline.yaml"
 ARMS = {
@@ -129,27 +128,15 @@ def report_paired(rows: list[dict], reference: str = "bsr") -> str:
     return "\n".join(lines)
 
 
+def describe(row: dict) -> str:
+    return f"acc {row['accuracy']:.4f}, ε {row['epsilon']:.3g}, {row['seconds']:.0f} s"
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--store", required=True, help="JSON-lines file the runs are appended to")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--epsilons", type=float, nargs="+", default=[2.0, 8.0])
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    p.add_argument("--report", action="store_true", help="print the table of the store")
-    args = p.parse_args()
-    store = Path(args.store)
-    if args.report:
-        rows = read_rows(store)
-        print(report(rows))
-        print()
-        print(report_paired(rows))
-        return 0
-    points = [(a, e, s) for s in args.seeds for e in args.epsilons for a in args.arms]
-    run_missing(
-        store, points, run_one,
-        lambda r: f"acc {r['accuracy']:.4f}, ε {r['epsilon']:.3g}, {r['seconds']:.0f} s",
+    return grid_main(
+        __doc__.split("\n")[0], ARMS, run_one, describe, (report, report_paired),
+        epsilons=[2.0, 8.0],
     )  # fmt: skip
-    return 0
 
 
 if __name__ == "__main__":
