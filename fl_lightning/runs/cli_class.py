@@ -174,7 +174,9 @@ def build_cli_class():  # noqa: ANN201
             ckpt_path = self.config[subcommand].get("ckpt_path")
             requeued = None
             if subcommand == "fit":  # a requeued SLURM job: Lightning restores hpc_ckpt_<n>
-                requeued = ckpt_path = requeue_checkpoint(self.trainer, ckpt_path) or ckpt_path
+                # (found by _check_outputs, which runs first)
+                requeued = getattr(self.trainer, IN_PLACE, None)
+                ckpt_path = requeued or ckpt_path
             if not ckpt_path:
                 return
             if ckpt_path == "last":  # the newest last.ckpt under the root, not Lightning's
