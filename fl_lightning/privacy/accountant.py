@@ -285,7 +285,9 @@ class PrivacyAccountant(Callback):
             eps_client = out["privacy/epsilon_client"] = self._client_level_epsilon()
         if self.distributed:
             eps_client = out["privacy/epsilon_client"] = self._distributed_epsilon()
-            out["privacy/secagg_survivors_min"] = float(min(e.survivors for e in self.distributed))
+            released = [e.survivors for e in self.distributed if e.survivors > 0]
+            out["privacy/secagg_survivors_min"] = float(min(released, default=0))
+            out["privacy/secagg_aborted_rounds"] = float(len(self.distributed) - len(released))
         if self.record_level:
             eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon()
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
@@ -483,7 +485,11 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
     from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 
     last = events[-1]
-    fewest = min(e.survivors for e in events)
+    released = [e.survivors for e in events if e.survivors > 0]
+    fewest = f"{min(released, default=0)}"
+    aborted = len(events) - len(released)
+    if aborted:  # too few survivors, or a split masking graph: nothing released, nothing spent
+        fewest += f"; {aborted} of {len(events)} rounds aborted, nothing released in them"
     rdp = "RDP (integer orders)"
     if last.replace_one:
         how = (
