@@ -486,10 +486,10 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
 
     last = events[-1]
     released = [e.survivors for e in events if e.survivors > 0]
-    fewest = f"{min(released, default=0)}"
+    fewest = f"n ≥ {min(released, default=0)} surviving clients a round"
     aborted = len(events) - len(released)
     if aborted:  # too few survivors, or a split masking graph: nothing released, nothing spent
-        fewest += f"; {aborted} of {len(events)} rounds aborted, nothing released in them"
+        fewest += f" released, {aborted} of {len(events)} rounds aborted (nothing released)"
     rdp = "RDP (integer orders)"
     if last.replace_one:
         how = (
@@ -503,7 +503,7 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
         how = "add/remove one client, every client in every round"
     return (
         f"distributed DP: the server sees only the sum (SecAgg, honest-but-curious server, "
-        f"n ≥ {fewest} surviving clients a round), {distributed_noise(last.mechanism).words} "
+        f"{fewest}), {distributed_noise(last.mechanism).words} "
         f"noise shares, {last.bits}-bit modular field, {how}, {rdp}"
     )
 

@@ -37,6 +37,7 @@ and ``strategy/secagg_survivors`` 0.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -51,6 +52,7 @@ from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy
 from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
 from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
+from fl_lightning.privacy.secagg.connectivity import fewest_neighbours, split_probability
 from fl_lightning.privacy.secagg.encoding import (
     center,
     conditional_round,
@@ -72,6 +74,11 @@ from fl_lightning.privacy.secagg.protocol import (
 from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.utils.rng import generator_for
+
+log = logging.getLogger(__name__)
+
+SPLIT_WARNING = 0.01
+"""A configuration whose rounds abort for a split survivors' graph more often says so."""
 
 DEFAULT_BETA = math.exp(-0.5)
 """β of conditional rounding in the reference implementation (``compression_utils.py``)."""
@@ -147,6 +154,8 @@ class SecAggDistributedDP(CentralPrivacy):
         self.dim = 0
         self.padded = 0
         self.expected_clients = 0.0
+        self.split_probability = 0.0
+        """P(a round of the expected cohort aborts for a split survivors' graph)."""
         self.scale = 0.0
         self._round_cache: dict[str, Any] = {}
 
@@ -165,9 +174,26 @@ class SecAggDistributedDP(CentralPrivacy):
         self.dim = dim
         self.padded = padded_dimension(dim)
         self.expected_clients = sampling.rate * sampling.population
+        self.split_probability = self._warn_split()
         if self.noise_multiplier is None:
             self.noise_multiplier = self._calibrate(spec)
         self.scale = self._scale_for(self.noise_multiplier)
+
+    def _warn_split(self) -> float:
+        """The probability that a round of the expected cohort aborts for a split survivors'
+        graph (``secagg/connectivity.py``), said before any work when it is not small."""
+        m = max(round(self.expected_clients), 1)
+        p = split_probability(m, self.neighbours, self.dropout_rate)
+        if p >= SPLIT_WARNING:
+            k = fewest_neighbours(m, self.dropout_rate, at_most=SPLIT_WARNING)
+            log.warning(
+                "strategy.neighbours: %s at strategy.dropout_rate %g splits the survivors' "
+                "masking graph in %.3g %% of rounds of %d clients; those rounds abort (nothing "
+                "released, nothing spent: each part could be unmasked on its own, Bell et al. "
+                "2020); %d neighbours keep it under %g %%",
+                self.neighbours, self.dropout_rate, 100 * p, m, k, 100 * SPLIT_WARNING,
+            )  # fmt: skip
+        return p
 
     def _scale_for(self, sigma: float) -> float:
         """s of the Eq. 61 heuristic for σ on the expected cohort."""
