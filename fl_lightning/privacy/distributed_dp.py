@@ -273,6 +273,8 @@ class SecAggDistributedDP(CentralPrivacy):
                 >= self.dropout_rate
             )
             arrived = [c for c, s in zip(roster, stays.tolist(), strict=True) if s]
+        if self.neighbours is None:  # pairwise masks with everyone: one component
+            return arrived, int(bool(arrived))
         keys = RoundKeys(int(ctx.seed), int(ctx.round_idx))
         parts = survivor_components(masking_graph(roster, self.neighbours, keys=keys), arrived)
         return arrived, len(parts)

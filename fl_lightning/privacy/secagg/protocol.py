@@ -166,7 +166,8 @@ class SecAggClient:
         reveals would unmask each part on its own."""
         alive = {int(s) for s in survivors}
         u = self.client_id
-        parts = survivor_components(self.graph, alive)
+        star = alive - {u} <= self.neighbours  # every survivor its neighbour: one component
+        parts = [frozenset(alive)] if star else survivor_components(self.graph, alive)
         if len(parts) > 1:
             raise ValueError(
                 f"secagg: client {u} does not reveal: the survivors' masking graph has "
