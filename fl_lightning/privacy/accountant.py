@@ -486,10 +486,14 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
 
     last = events[-1]
     released = [e.survivors for e in events if e.survivors > 0]
-    fewest = f"n ≥ {min(released, default=0)} surviving clients a round"
-    aborted = len(events) - len(released)
-    if aborted:  # too few survivors, or a split masking graph: nothing released, nothing spent
-        fewest += f" released, {aborted} of {len(events)} rounds aborted (nothing released)"
+    aborted = len(events) - len(released)  # too few survivors, or a split masking graph
+    if not released:
+        fewest = f"all {aborted} rounds aborted, nothing released"
+    elif aborted:
+        fewest = (f"n ≥ {min(released)} surviving clients in each round released, {aborted} "
+                  f"of {len(events)} rounds aborted (nothing released)")  # fmt: skip
+    else:
+        fewest = f"n ≥ {min(released)} surviving clients a round"
     rdp = "RDP (integer orders)"
     if last.replace_one:
         how = (
