@@ -11,6 +11,9 @@ everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
   overrides of the clients' local loop (schedules, FedProx's μ, a decayed σ, ...).
 * ``configure_client``: one client's plan (start weights, optimizer state, gradient hook).
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
+* ``deliver``: what of the processed upload crosses to the server (under SecAgg the masked
+  vector of a survivor only); ``server_view`` declares what the server side receives
+  (``privacy/server_view.py``), and a contract test checks every round against it.
 * ``aggregate``: server-side combination into the global delta (central noise included).
 * ``round_privacy``: what the round spent, for the accountant.
 * ``after_round``: bookkeeping once the global model moved.
