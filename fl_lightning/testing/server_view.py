@@ -41,10 +41,12 @@ NORM_SLACK = 1e-5
 
 @dataclass
 class ServerSide:
-    """One round at the client/server boundary: its context, each dispatched client's delta as
-    trained (client side) and every upload as it reached the server side (copies)."""
+    """One round at the client/server boundary: its context, the strategy's declared view as
+    the round started (an adaptive clip moves between rounds), each dispatched client's delta
+    as trained (client side) and every upload as it reached the server side (copies)."""
 
     ctx: RoundContext
+    view: ServerView
     trained: dict[int, torch.Tensor] = field(default_factory=dict)
     arrived: list[ClientUpdate] = field(default_factory=list)
 
@@ -69,7 +71,7 @@ def recorded_server_side() -> Iterator[list[ServerSide]]:
     def recording(
         strategy: Any, trained: Iterable[ClientUpdate], ctx: RoundContext, hooks: Any = None
     ) -> Iterator[ClientUpdate]:
-        side = ServerSide(ctx)
+        side = ServerSide(ctx, strategy.server_view)
         rounds.append(side)
 
         def tap() -> Iterator[ClientUpdate]:
@@ -112,11 +114,11 @@ def _secure_sum_problems(view: ServerView, side: ServerSide, survivors: set[int]
 
 
 def server_view_problems(strategy: Any, rounds: list[ServerSide]) -> list[str]:
-    """What reached the server side beyond ``strategy.server_view`` (module docstring); empty
-    when the recording keeps to it."""
-    view: ServerView = strategy.server_view
+    """What reached the server side beyond the view ``strategy`` declared in each round
+    (module docstring); empty when the recording keeps to it."""
     out = []
     for side in rounds:
+        view = side.view
         r, dispatched = side.ctx.round_idx, {int(c) for c in side.ctx.cohort}
         out += [f"round {r}: an upload of client {u.client_id}, not dispatched"
                 for u in side.arrived if int(u.client_id) not in dispatched]  # fmt: skip

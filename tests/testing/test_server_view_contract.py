@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.adaptive_clipping import AdaptiveClipping
 from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.ddp_fedavg import DDPFedAvg
@@ -27,19 +28,24 @@ from fl_lightning.testing.server_view import (
 )
 from tests.testing.cases import case, case_names, client, simulation
 
-# SecAgg with clients that drop (every client of the six in each round): pairwise masking with
-# everyone, and SecAgg+ with two neighbours, whose split survivors' graphs abort rounds.
-SECAGG = {
+# Beside the registry's defaults, every client of the six in each round: SecAgg with clients
+# that drop (pairwise masking with everyone, and SecAgg+ with two neighbours, whose split
+# survivors' graphs abort rounds), and a clip that moves every round (Andrew et al. 2021).
+EXTRA = {
     "DDPFedAvg+dropout": lambda: DDPFedAvg(dropout_rate=0.3, min_survivors=1),
     "DDPFedAvg+SecAgg+": lambda: DDPFedAvg(dropout_rate=0.3, neighbours=2, min_survivors=1),
+    "FedAvg+AdaptiveClipping": lambda: FedAvg(
+        weighting="uniform",
+        central_dp=AdaptiveClipping(clip_norm=0.05, noise_multiplier=1.0, count_noise_std=1.0),
+    ),
 }
 
 
 def recorded(name: str, data, rounds: int = 2) -> tuple[Strategy, list[ServerSide], list]:
-    if name in SECAGG:
+    if name in EXTRA:
         logging.disable(logging.WARNING)
         try:
-            sim = Simulation(SECAGG[name](), data, client=client(False), rounds=rounds,
+            sim = Simulation(EXTRA[name](), data, client=client(False), rounds=rounds,
                              privacy=PrivacyAccountant("rdp", 1e-5), seed=3)  # fmt: skip
         finally:
             logging.disable(logging.NOTSET)
@@ -50,7 +56,7 @@ def recorded(name: str, data, rounds: int = 2) -> tuple[Strategy, list[ServerSid
     return sim.strategy, sides, results
 
 
-@pytest.mark.parametrize("name", [*case_names(), *SECAGG])
+@pytest.mark.parametrize("name", [*case_names(), *EXTRA])
 def test_the_server_side_receives_only_the_declared_view(name, data):
     strategy, sides, results = recorded(name, data)
     assert sides and all(side.trained for side in sides)  # the boundary was crossed
