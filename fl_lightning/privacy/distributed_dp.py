@@ -321,8 +321,9 @@ class SecAggDistributedDP(CentralPrivacy):
 
     def deliver(self, update: ClientUpdate, ctx: RoundContext) -> ClientUpdate | None:
         """What reaches the server: the masked vector of a survivor, with no loss (NaN),
-        example count (0), metric or extra of the client; nothing of a client that dropped or
-        of an aborted round (None)."""
+        example count (0), metric or extra of the client (its DP-SGD steps, if any, stay for
+        the record-level accountant); nothing of a client that dropped or of an aborted round
+        (None)."""
         if int(update.client_id) not in set(self._round(ctx)["survivors"]):
             return None
         return ClientUpdate(

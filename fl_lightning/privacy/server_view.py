@@ -18,7 +18,9 @@ The kinds of upload, from the most the server learns to the least:
 * ``secure sums``: masked uploads and the survivors' unmasking reveals only, from which the
   server learns the modular sum of the survivors' noised, encoded updates (SecAgg, Bonawitz et
   al. 2017; Bell et al. 2020) and nothing per client: no loss, example count or metric of a
-  client, and nothing of a client that dropped.
+  client, and nothing of a client that dropped. One exception is kept for the accountant:
+  a survivor's upload still carries the DP-SGD steps it ran (``ClientUpdate.dp_steps``, for
+  record-level ε), whose sample rate is batch size / n_i.
 """
 
 from __future__ import annotations
