@@ -14,35 +14,17 @@ they are joined iff g < h, and no edge of the graph crosses a run of h or more d
 clients. So the survivors' graph is connected iff at most one of the s cyclic gaps between
 consecutive survivors is h or more (one such gap leaves a path; two cut the ring in two).
 
-Counting: a string of survivors with a marked survivor is a start position (n) and the
-composition (g_1, …, g_s) of the n − s dropped clients into the gaps that follow, so a gap
-pattern is met by (n/s)·#compositions strings. Compositions of m into s parts, each < h, are
-A(s, m) = Σ_j (−1)^j C(s, j) C(m − jh + s − 1, s − 1) (inclusion–exclusion), and those of at
-most M into s parts are B(s, M) = Σ_j (−1)^j C(s, j) C(M − jh + s, s). With exactly one gap of
-h or more (s choices of which, its size g ≥ h, the others < h): s·B(s − 1, m − h).
-
-    P(split) = Σ_{s=2}^{n} p^s r^(n−s) [C(n, s) − (n/s)(A(s, n−s) + s·B(s−1, n−s−h))]
-
-(exact integers, then one float per s).
+Computing it: cut the ring at the first survivor, at position i (the i clients before it
+dropped, probability r^i·p), and walk the n − 1 − i clients after it, keeping the run of
+dropped clients since the last survivor (capped at h), the long gaps closed so far (0, 1, 2 or
+more) and whether a second survivor came. The ring closes with the last run and the first i
+dropped clients as one gap, long iff run + i ≥ h. One walk gives every i (the states after
+L steps serve i = n − 1 − L), so the probability costs O(n·h).
 """
 
 from __future__ import annotations
 
-from math import comb
-
-
-def _below(s: int, m: int, h: int) -> int:
-    """A(s, m): compositions of m into s parts, each < h."""
-    if m < 0:
-        return 0
-    return sum((-1) ** j * comb(s, j) * comb(m - j * h + s - 1, s - 1) for j in range(m // h + 1))
-
-
-def _below_up_to(s: int, top: int, h: int) -> int:
-    """B(s, top): compositions of at most ``top`` into s parts, each < h."""
-    if top < 0:
-        return 0
-    return sum((-1) ** j * comb(s, j) * comb(top - j * h + s, s) for j in range(top // h + 1))
+import numpy as np
 
 
 def split_probability(clients: int, neighbours: int | None, dropout_rate: float) -> float:
@@ -53,13 +35,29 @@ def split_probability(clients: int, neighbours: int | None, dropout_rate: float)
     if neighbours is None or neighbours >= n - 1 or r <= 0.0 or n < 2:
         return 0.0
     h, p = -(-int(neighbours) // 2), 1.0 - r
+    # state[run, long, more]: run of dropped clients since the last survivor (capped at h),
+    # long gaps closed (capped at 2), whether a survivor came after the first
+    state = np.zeros((h + 1, 3, 2))
+    state[0, 0, 0] = 1.0
+    after = [state]
+    for _ in range(n - 1):
+        dropped = np.zeros_like(state)
+        dropped[1:] = state[:-1]
+        dropped[h] += state[h]
+        survived = np.zeros_like(state)
+        closed = state.sum(axis=2)  # a survivor: the run closes a gap, a second survivor came
+        survived[0, :, 1] = closed[:h].sum(axis=0)
+        survived[0, 1:, 1] += closed[h, :2]
+        survived[0, 2, 1] += closed[h, 2]
+        state = r * dropped + p * survived
+        after.append(state)
+    runs = np.arange(h + 1)[:, None]
     total = 0.0
-    for s in range(2, n + 1):
-        m = n - s
-        connected = n * (_below(s, m, h) + s * _below_up_to(s - 1, m - h, h))
-        split = comb(n, s) - connected // s
-        if split:
-            total += split * p**s * r**m
+    for i in range(n):  # the first survivor at position i
+        last = after[n - 1 - i][:, :, 1]  # a second survivor came
+        closing = (runs + i >= h).astype(float)  # the gap across the cut is long
+        long_total = np.arange(3)[None, :] + closing
+        total += r**i * p * float(last[long_total >= 2].sum())
     return min(max(total, 0.0), 1.0)
 
 
