@@ -285,7 +285,9 @@ class PrivacyAccountant(Callback):
             eps_client = out["privacy/epsilon_client"] = self._client_level_epsilon()
         if self.distributed:
             eps_client = out["privacy/epsilon_client"] = self._distributed_epsilon()
-            out["privacy/secagg_survivors_min"] = float(min(e.survivors for e in self.distributed))
+            released = [e.survivors for e in self.distributed if e.survivors > 0]
+            out["privacy/secagg_survivors_min"] = float(min(released, default=0))
+            out["privacy/secagg_aborted_rounds"] = float(len(self.distributed) - len(released))
         if self.record_level:
             eps_record = out["privacy/epsilon_record"] = self._record_level_epsilon()
         eps, guarantee = self._headline(lambda: local, eps_client, eps_record)
@@ -483,7 +485,15 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
     from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 
     last = events[-1]
-    fewest = min(e.survivors for e in events)
+    released = [e.survivors for e in events if e.survivors > 0]
+    aborted = len(events) - len(released)  # too few survivors, or a split masking graph
+    if not released:
+        fewest = f"all {aborted} rounds aborted, nothing released"
+    elif aborted:
+        fewest = (f"n ≥ {min(released)} surviving clients in each round released, {aborted} "
+                  f"of {len(events)} rounds aborted (nothing released)")  # fmt: skip
+    else:
+        fewest = f"n ≥ {min(released)} surviving clients a round"
     rdp = "RDP (integer orders)"
     if last.replace_one:
         how = (
@@ -497,7 +507,7 @@ def distributed_words(events: list[DistributedNoiseEvent]) -> str:
         how = "add/remove one client, every client in every round"
     return (
         f"distributed DP: the server sees only the sum (SecAgg, honest-but-curious server, "
-        f"n ≥ {fewest} surviving clients a round), {distributed_noise(last.mechanism).words} "
+        f"{fewest}), {distributed_noise(last.mechanism).words} "
         f"noise shares, {last.bits}-bit modular field, {how}, {rdp}"
     )
 

@@ -9,8 +9,10 @@ a :class:`SecAggDistributedDP` as its ``central_dp``:
   C, encode it (``secagg/encoding.py``: rotate with the round's shared signs, scale by s,
   conditional randomized rounding with β), add its noise share (``mechanisms/ddg.py`` or
   ``mechanisms/skellam.py``, variance (σCs)²/m for m = the expected cohort size), and mask it
-  (``secagg/protocol.py``: pairwise and self masks mod 2^b). The upload carries only the masked
-  vector (its ``delta`` is replaced; nothing about the update is kept in its metrics);
+  (``secagg/protocol.py``: pairwise and self masks mod 2^b). What reaches the server
+  (``deliver``) is the masked vector only: the client's loss, example count and metrics stay
+  on the client (an exact sum of losses would be a release the ε does not price, so none is
+  logged), and a client that dropped delivers nothing;
 * **on the server** (``partial``): the masked uploads of the clients that did not drop are
   received by a :class:`~fl_lightning.privacy.secagg.protocol.SecAggServer`, which keeps only
   their modular sum (under DDP each process's partial sum is one all-reduce: integer-valued
@@ -25,11 +27,17 @@ a :class:`SecAggDistributedDP` as its ``central_dp``:
 Dropouts are simulated: each dispatched client drops after masking with probability
 ``dropout_rate``, drawn from a generator keyed ``(seed, round, "secagg_dropout")``, so the
 price is known before anyone trains and is the same on every process. Fewer survivors than
-``min_survivors`` abort the round (nothing released, nothing spent).
+``min_survivors`` abort the round (nothing released, nothing spent), and so does a survivors'
+masking graph split into several connected components under SecAgg+ (``neighbours``): the
+reveals would let the server unmask each component's sum on its own, an isolated survivor's
+update with only its own noise share (``secagg/protocol.py``; Bell et al. 2020). An aborted
+round logs ``strategy/secagg_aborted`` 1 (``strategy/secagg_split`` 1 when the graph split it)
+and ``strategy/secagg_survivors`` 0.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -44,6 +52,7 @@ from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy
 from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
 from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
+from fl_lightning.privacy.secagg.connectivity import fewest_neighbours, split_probability
 from fl_lightning.privacy.secagg.encoding import (
     center,
     conditional_round,
@@ -60,9 +69,16 @@ from fl_lightning.privacy.secagg.protocol import (
     SecAggClient,
     SecAggServer,
     masking_graph,
+    survivor_components,
 )
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.utils.rng import generator_for
+
+log = logging.getLogger(__name__)
+
+SPLIT_WARNING = 0.01
+"""A configuration whose rounds abort for a split survivors' graph more often says so."""
 
 DEFAULT_BETA = math.exp(-0.5)
 """β of conditional rounding in the reference implementation (``compression_utils.py``)."""
@@ -91,7 +107,8 @@ class SecAggDistributedDP(CentralPrivacy):
         dropout_rate: the probability that a dispatched client drops after masking (simulated).
         neighbours: SecAgg+ (Bell et al. 2020): each client masks with k neighbours of a
             random Harary graph; None: with every other client (Bonawitz et al. 2017).
-        min_survivors: fewer survivors abort the round (SecAgg's threshold t).
+        min_survivors: fewer survivors abort the round (SecAgg's threshold t); so does a
+            survivors' masking graph in several components (module docstring).
     """
 
     def __init__(
@@ -137,6 +154,8 @@ class SecAggDistributedDP(CentralPrivacy):
         self.dim = 0
         self.padded = 0
         self.expected_clients = 0.0
+        self.split_probability = 0.0
+        """P(a round of the expected cohort aborts for a split survivors' graph)."""
         self.scale = 0.0
         self._round_cache: dict[str, Any] = {}
 
@@ -155,9 +174,26 @@ class SecAggDistributedDP(CentralPrivacy):
         self.dim = dim
         self.padded = padded_dimension(dim)
         self.expected_clients = sampling.rate * sampling.population
+        self.split_probability = self._warn_split()
         if self.noise_multiplier is None:
             self.noise_multiplier = self._calibrate(spec)
         self.scale = self._scale_for(self.noise_multiplier)
+
+    def _warn_split(self) -> float:
+        """The probability that a round of the expected cohort aborts for a split survivors'
+        graph (``secagg/connectivity.py``), said before any work when it is not small."""
+        m = max(round(self.expected_clients), 1)
+        p = split_probability(m, self.neighbours, self.dropout_rate)
+        if p >= SPLIT_WARNING:
+            k = fewest_neighbours(m, self.dropout_rate, at_most=SPLIT_WARNING)
+            log.warning(
+                "strategy.neighbours: %s at strategy.dropout_rate %g splits the survivors' "
+                "masking graph in %.3g %% of rounds of %d clients; those rounds abort (nothing "
+                "released, nothing spent: each part could be unmasked on its own, Bell et al. "
+                "2020); %d neighbours keep it under %g %%",
+                self.neighbours, self.dropout_rate, 100 * p, m, k, 100 * SPLIT_WARNING,
+            )  # fmt: skip
+        return p
 
     def _scale_for(self, sigma: float) -> float:
         """s of the Eq. 61 heuristic for σ on the expected cohort."""
@@ -225,18 +261,32 @@ class SecAggDistributedDP(CentralPrivacy):
             }
         return self._round_cache
 
-    def survivors(self, ctx: RoundContext) -> list[int]:
-        """The dispatched clients whose masked upload arrives (none when fewer than
-        ``min_survivors`` would: SecAgg aborts)."""
+    def arrivals(self, ctx: RoundContext) -> tuple[list[int], int]:
+        """The dispatched clients that do not drop (the simulated dropouts, module docstring)
+        and the number of connected components of the masking graph among them."""
         roster = sorted(int(c) for c in ctx.cohort)
+        arrived = roster
         if self.dropout_rate > 0 and roster:
             g = generator_for(ctx.seed, ctx.round_idx, "secagg_dropout")
             stays = (
                 torch.rand(len(roster), generator=g, dtype=torch.float64, device=g.device)
                 >= self.dropout_rate
             )
-            roster = [c for c, s in zip(roster, stays.tolist(), strict=True) if s]
-        return roster if len(roster) >= self.min_survivors else []
+            arrived = [c for c, s in zip(roster, stays.tolist(), strict=True) if s]
+        if self.neighbours is None:  # pairwise masks with everyone: one component
+            return arrived, int(bool(arrived))
+        keys = RoundKeys(int(ctx.seed), int(ctx.round_idx))
+        parts = survivor_components(masking_graph(roster, self.neighbours, keys=keys), arrived)
+        return arrived, len(parts)
+
+    def survivors(self, ctx: RoundContext) -> list[int]:
+        """The dispatched clients whose masked upload arrives and is unmasked: none (SecAgg
+        aborts) when fewer than ``min_survivors`` arrive or when their masking graph is split
+        into several components (each would be unmasked on its own)."""
+        arrived, components = self.arrivals(ctx)
+        if len(arrived) < self.min_survivors or components > 1:
+            return []
+        return arrived
 
     # -- on the client -----------------------------------------------------------------------
     def clip(self, update: ClientUpdate) -> ClientUpdate:
@@ -269,6 +319,27 @@ class SecAggDistributedDP(CentralPrivacy):
         update.delta = client.mask(encoded).vector
         return update
 
+    def deliver(self, update: ClientUpdate, ctx: RoundContext) -> ClientUpdate | None:
+        """What reaches the server: the masked vector of a survivor, with no loss (NaN),
+        example count (0), metric or extra of the client (its DP-SGD steps, if any, stay for
+        the record-level accountant); nothing of a client that dropped or of an aborted round
+        (None)."""
+        if int(update.client_id) not in set(self._round(ctx)["survivors"]):
+            return None
+        return ClientUpdate(
+            client_id=update.client_id,
+            delta=update.delta,
+            num_examples=0,
+            loss=math.nan,
+            dp_steps=list(update.dp_steps),
+            base_round=update.base_round,
+        )
+
+    @property
+    def server_view(self) -> ServerView:
+        """Secure sums: masked uploads and reveals only (``privacy/server_view.py``)."""
+        return ServerView("secure sums", per_client_values=False, bits=self.bits)
+
     # -- on the server -----------------------------------------------------------------------
     def partial(self, updates: Any, ctx: RoundContext) -> torch.Tensor:
         """This process's modular sum of the surviving uploads (float64, integer-valued)."""
@@ -285,9 +356,12 @@ class SecAggDistributedDP(CentralPrivacy):
         """Unmask the all-process sum with the survivors' reveals, decode, divide by m."""
         r = self._round(ctx)
         survivors = r["survivors"]
+        arrived, components = self.arrivals(ctx)
         observed = {
             "secagg_survivors": float(len(survivors)),
-            "secagg_dropped": float(len(ctx.cohort) - len(survivors)),
+            "secagg_dropped": float(len(ctx.cohort) - len(arrived)),
+            "secagg_aborted": float(not survivors),
+            "secagg_split": float(components > 1 and len(arrived) >= self.min_survivors),
         }
         device = ctx.global_params.device
         if not survivors:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 
 
@@ -78,6 +79,18 @@ class CentralPrivacy(abc.ABC):
         client's keyed generator): :meth:`clip` here; a mechanism whose clients add noise or
         encode their upload (``privacy/distributed_dp.py``) overrides it."""
         return self.clip(update)
+
+    def deliver(self, update: ClientUpdate, ctx: RoundContext) -> ClientUpdate | None:
+        """What of the client's processed upload reaches the server (``server/round.py:
+        processed``): all of it here; a mechanism whose uploads travel inside a secure sum
+        (``privacy/distributed_dp.py``) keeps per-client values on the client and delivers
+        nothing of a client that dropped (None)."""
+        return update
+
+    @property
+    def server_view(self) -> ServerView:
+        """What the server receives (``privacy/server_view.py``): each update clipped to C."""
+        return ServerView("clipped updates", clip_norm=float(self.clip_norm))
 
     def partial(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:
         """This process's buffer, summed over processes by one all-reduce: Σ Δ_k of the

@@ -272,7 +272,7 @@ def _distributed_lines(rows: list[list[Any]]) -> list[str]:
     mech, clip, scale, var, _, dim, beta, bits, *_ = rows[0]
     survivors = [int(r[4]) for r in rows]
     cohorts = [int(r[10]) for r in rows]
-    fewest = min(survivors)
+    fewest = min((n for n in survivors if n > 0), default=0)  # 0 survivors: an aborted round
     lines = [
         "Client level, distributed DP behind secure aggregation (one event per round):",
         "",

@@ -390,9 +390,14 @@ def processed(
     ctx: RoundContext,
     hooks: ClientHooks | None = None,
 ) -> Iterator[ClientUpdate]:
-    """The executor's trained updates, each processed (:func:`process_update`) as it arrives."""
+    """The executor's trained updates, each processed (:func:`process_update`) as it arrives
+    and delivered to the server as the strategy delivers it (``Strategy.deliver``: under SecAgg
+    the masked vector only, nothing of a client that dropped): the one boundary between the
+    clients and the server-side objects (``privacy/server_view.py``)."""
     for update in trained:
-        yield process_update(strategy, update, ctx, hooks)
+        delivered = strategy.deliver(process_update(strategy, update, ctx, hooks), ctx)
+        if delivered is not None:
+            yield delivered
 
 
 def train_cohort(

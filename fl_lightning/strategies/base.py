@@ -11,6 +11,9 @@ everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
   overrides of the clients' local loop (schedules, FedProx's μ, a decayed σ, ...).
 * ``configure_client``: one client's plan (start weights, optimizer state, gradient hook).
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
+* ``deliver``: what of the processed upload crosses to the server (under SecAgg the masked
+  vector of a survivor only); ``server_view`` declares what the server side receives
+  (``privacy/server_view.py``), and a contract test checks every round against it.
 * ``aggregate``: server-side combination into the global delta (central noise included).
 * ``round_privacy``: what the round spent, for the accountant.
 * ``after_round``: bookkeeping once the global model moved.
@@ -74,6 +77,7 @@ from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.placement import CentralPrivacy
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext, RoundPlan
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
@@ -209,6 +213,20 @@ class Strategy(Callback):
             horizon_bound=next((str(b) for b in bounds if b), None),
         )
 
+    @property
+    def server_view(self) -> ServerView:
+        """What the server-side objects receive from the clients (``privacy/server_view.py``),
+        declared in this one place: the statement names it as the server's view and the
+        contract test (``fl_lightning/testing/server_view.py``) checks every round against it.
+        ``central_dp``'s view (clipped updates; secure sums under SecAgg), else noised uploads
+        when ``local_dp`` privatises them, else the updates as trained. A strategy that
+        privatises uploads in its own ``process_update`` overrides it."""
+        if self.central_dp is not None:
+            return self.central_dp.server_view
+        if self.local_dp is not None and self.local_dp.private:
+            return ServerView("noised uploads")
+        return ServerView("updates")
+
     # -- client side -------------------------------------------------------------------------
     def select_clients(self, ctx: RoundContext) -> list[int]:
         """The clients dispatched this round, given the sampled ``ctx.cohort``. Default: all.
@@ -253,6 +271,15 @@ class Strategy(Callback):
         if self.central_dp is None:
             return update
         return self.central_dp.on_client(update, ctx, generator=generator)
+
+    def deliver(self, update: ClientUpdate, ctx: RoundContext) -> ClientUpdate | None:
+        """What of the processed upload crosses to the server (``server/round.py: processed``,
+        after the client's ``process_update`` and ``on_client_end``): the whole upload, or
+        ``central_dp``'s delivery (under SecAgg: the masked vector only, and nothing of a
+        client that dropped, None). Everything the server side receives passes here."""
+        if self.central_dp is None:
+            return update
+        return self.central_dp.deliver(update, ctx)
 
     # -- server side -------------------------------------------------------------------------
     def aggregate(

@@ -33,6 +33,7 @@ from fl_lightning.privacy.mechanisms.binomial import (
     unrotate,
 )
 from fl_lightning.privacy.params import check_clip_norm
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
@@ -193,6 +194,12 @@ class CPSGD(Strategy):
     # -- privacy -----------------------------------------------------------------------------
     def round_epsilon(self, cohort_size: int) -> float:
         return self.mechanism(cohort_size).epsilon()
+
+    @property
+    def server_view(self) -> ServerView:
+        """What the server receives: each client's quantised update with its Binomial noise
+        (every upload: no secure aggregation is simulated, whatever ``trust`` says)."""
+        return ServerView("noised uploads")
 
     @property
     def traits(self) -> StrategyTraits:

@@ -42,6 +42,7 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
     threshold_quantile,
 )
 from fl_lightning.privacy.params import check_clip_norm
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force
@@ -243,6 +244,11 @@ class DPFedASGP(Strategy):
             clip_norm=self.clip_norm,
             dimension=max(self.num_parameters, 1),
         )
+
+    @property
+    def server_view(self) -> ServerView:
+        """What the server receives: each client's clipped, noised gradient."""
+        return ServerView("noised uploads")
 
     @property
     def traits(self) -> StrategyTraits:

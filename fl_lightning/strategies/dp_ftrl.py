@@ -49,6 +49,7 @@ from fl_lightning.privacy.matrix_mechanism import (
     whole_run_event,
 )
 from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_sensitivity
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
@@ -148,6 +149,11 @@ class DPFTRL(Strategy):
         self.expected_cohort = 1.0
         self.noise: StreamingNoise | None = None
         self._pending_noise: dict[str, Any] | None = None
+
+    @property
+    def server_view(self) -> ServerView:
+        """What the server receives: each client's clipped delta (the server adds the noise)."""
+        return ServerView("clipped updates", clip_norm=float(self.clip_norm))
 
     @property
     def traits(self) -> StrategyTraits:

@@ -25,6 +25,7 @@ from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
@@ -84,6 +85,11 @@ class FedSMP(Strategy):
             raise ValueError(f"strategy.epsilon: must be > 0, got {epsilon}")
         self.noise_multiplier = noise_multiplier
         self.epsilon = epsilon
+
+    @property
+    def server_view(self) -> ServerView:
+        """What the server receives: each client's sparsified update with its Gaussian noise."""
+        return ServerView("noised uploads")
 
     @property
     def traits(self) -> StrategyTraits:

@@ -39,6 +39,7 @@ from fl_lightning.privacy.analysis import calibrate_repeated_gaussian, epsilon
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.params import check_clip_norm
+from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec
@@ -218,6 +219,11 @@ class NbAFL(Strategy):
         return GaussianMechanism.with_std(
             self.sigma_u, sensitivity=2.0 * self.clip_norm, clip_norm=self.clip_norm
         )
+
+    @property
+    def server_view(self) -> ServerView:
+        """What the server receives: each client's clipped weights with the uplink noise."""
+        return ServerView("noised uploads")
 
     @property
     def traits(self) -> StrategyTraits:

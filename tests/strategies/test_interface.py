@@ -27,6 +27,7 @@ HOOKS = {
     "configure_round",
     "configure_client",
     "process_update",
+    "deliver",
     "aggregate",
     "partial_aggregate",
     "finalize",
@@ -34,7 +35,7 @@ HOOKS = {
     "after_round",
     "evaluation_models",
 }
-DECLARATIONS = {"reduction", "traits"}
+DECLARATIONS = {"reduction", "traits", "server_view"}
 # Python's and Lightning's: the constructor, the reduction check at class definition, and the
 # Callback's checkpoint pair.
 PLUMBING = {"__init__", "__init_subclass__", "state_dict", "load_state_dict"}

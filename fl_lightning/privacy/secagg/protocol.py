@@ -17,6 +17,16 @@ Shamir shares; never both b_u and s_{u,·} of one client). The server subtracts 
     Σ_{u ∈ S} y_u − Σ_{u ∈ S} PRG(b_u) − Σ_{u ∈ S, v ∈ N(u) ∖ S} ±PRG(s_{u,v}) = Σ_{u ∈ S} x_u
     (mod 2^b), exactly: pairs of survivors cancel, every other term was removed.
 
+**A split survivors' graph unmasks a part.** Under SecAgg+ the survivors' pair masks cancel
+only along edges of the masking graph restricted to the survivors S. When that graph falls
+into several connected components, the uploads of one component A, minus A's self masks and
+A's pair masks with dropped neighbours (all revealed), are Σ_{u ∈ A} x_u: the server reads
+each component's sum on its own, and a survivor whose neighbours all dropped (a component of
+one) hands it its encoded update plus only its own noise share. The guarantee prices the sum
+over all of S, so a survivor reveals nothing unless S is one component
+(:func:`survivor_components`; Bell et al. 2020 choose k so that this holds with high
+probability for a bounded dropout rate); ``privacy/distributed_dp.py`` aborts such a round.
+
 **What is simulated.** Key agreement (Diffie–Hellman) is replaced by seeds derived from the
 run's keyed generators, ``derive_seed(seed, round, u, v, "secagg_pair")``: in
 ``privacy.secure_mode`` the first key is the run's secret, otherwise the public seed (research
@@ -88,6 +98,27 @@ def masking_graph(
     return {u: frozenset(vs) for u, vs in graph.items()}
 
 
+def survivor_components(
+    graph: dict[int, frozenset[int]], survivors: Iterable[int]
+) -> list[frozenset[int]]:
+    """The connected components of the masking graph restricted to ``survivors`` (largest
+    first, then by smallest id): the partial sums the survivors' reveals would let the server
+    unmask, one per component (module docstring)."""
+    alive = {int(s) for s in survivors}
+    left, parts = set(alive), []
+    while left:
+        start = min(left)
+        seen, stack = {start}, [start]
+        while stack:
+            for v in graph.get(stack.pop(), frozenset()):
+                if v in alive and v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        left -= seen
+        parts.append(frozenset(seen))
+    return sorted(parts, key=lambda p: (-len(p), min(p)))
+
+
 @dataclass(frozen=True)
 class MaskedUpload:
     """What one client sends the server: y_u, integers in [0, 2^b)."""
@@ -116,6 +147,7 @@ class SecAggClient:
     ) -> None:
         self.client_id = int(client_id)
         self.keys = keys
+        self.graph = graph
         self.neighbours = graph[self.client_id]
         self.bits = bits
 
@@ -129,9 +161,19 @@ class SecAggClient:
         return MaskedUpload(u, torch.remainder(y, 1 << b))
 
     def reveal(self, survivors: Iterable[int]) -> Reveal:
-        """Its self seed and the pair seeds with its dropped neighbours."""
+        """Its self seed and the pair seeds with its dropped neighbours; refused (``ValueError``)
+        when the survivors' masking graph is split (:func:`survivor_components`), for the
+        reveals would unmask each part on its own."""
         alive = {int(s) for s in survivors}
         u = self.client_id
+        star = alive - {u} <= self.neighbours  # every survivor its neighbour: one component
+        parts = [frozenset(alive)] if star else survivor_components(self.graph, alive)
+        if len(parts) > 1:
+            raise ValueError(
+                f"secagg: client {u} does not reveal: the survivors' masking graph has "
+                f"{len(parts)} components (sizes {[len(p) for p in parts]}), each of whose sums "
+                "the server could unmask on its own"
+            )
         pairs = tuple(
             (u, v, self.keys.pair_seed(u, v)) for v in sorted(self.neighbours) if v not in alive
         )
@@ -180,4 +222,5 @@ __all__ = [
     "SecAggServer",
     "mask_vector",
     "masking_graph",
+    "survivor_components",
 ]
