@@ -67,7 +67,7 @@ ROWS = (
     Row("local_gaussian", "local DP: Gaussian on every upload (DPFedAvgLocal)",
         "configs/experiment/quickstart.yaml", "server", 500,
         ("--strategy=fl_lightning.strategies.dp_fedavg_local.DPFedAvgLocal",
-         "--strategy.noise=gaussian", "--strategy.epsilon=2.0")),
+         "--strategy.noise=gaussian", "--strategy.epsilon=0.5")),
     Row("fedavg", "FedAvg, not private, every client every round",
         "configs/experiment/audit/full_participation.yaml", "all_models", 2000, (FEDAVG,)),
 )  # fmt: skip
