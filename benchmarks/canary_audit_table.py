@@ -104,7 +104,7 @@ def render(store: dict) -> str:
     """The markdown table of the stored rows, in ``ROWS`` order."""
     lines = [
         "| run | observer | accountant ε for that observer | estimate [95 % interval] "
-        "| lower bound, 95 % (Gaussian curve) | canaries (guesses right) | seconds |",
+        "| lower bound, 95 % (Gaussian curve) | canaries: guesses right, ceiling | seconds |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in ROWS:
@@ -115,8 +115,9 @@ def render(store: dict) -> str:
             f"| {r['label']} | {r['observer']} | {_eps(r['compared_epsilon'])} | "
             f"{r['epsilon_estimate']:.3g} [{r['epsilon_estimate_low']:.3g}, "
             f"{r['epsilon_estimate_high']:.3g}] | {r['epsilon_lower_bound']:.3g} "
-            f"({r['epsilon_lower_bound_gdp']:.3g}) | {r['num_canaries']} "
-            f"({r['correct_guesses']} of {r['guesses']}) | {r['seconds']:.0f} |"
+            f"({r['epsilon_lower_bound_gdp']:.3g}) | {r['num_canaries']}: "
+            f"{r['correct_guesses']} of {r['guesses']}, ≤ {r['lower_bound_ceiling']:.3g} | "
+            f"{r['seconds']:.0f} |"
         )
     return "\n".join(lines)
 
