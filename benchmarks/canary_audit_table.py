@@ -122,7 +122,7 @@ def render(store: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", action="store_true", help="run the audits (else: render the store)")
     p.add_argument("--only", action="append", choices=[r.name for r in ROWS])

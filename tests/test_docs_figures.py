@@ -956,6 +956,11 @@ AUDIT_MD = [
         canary_table,
         "stored: benchmarks/results/dp_ftrl_audit/*.audit.json (dp_ftrl_audit_table.py)",
     ),
+    Printed(
+        "docs/audit.md",
+        lambda: printed_by("canary_audit_table"),
+        "stored: benchmarks/results/canary_audit.json (benchmarks/canary_audit_table.py)",
+    ),
     Figure(
         "docs/audit.md",
         "then the default: ε {} for the same noise.)",
