@@ -56,6 +56,7 @@ from fl_lightning.privacy.events import (
     RoundPrivacy,
     SampledGaussian,
 )
+from fl_lightning.privacy.one_run import planned_guess_fraction
 from tests.test_docs_epsilon import QUOTES, client_level, dp_fedavg, federation
 from tests.test_docs_epsilon import dp_ftrl as dp_ftrl_report
 
@@ -439,11 +440,11 @@ TUTORIALS = [
     ),
     Figure(
         "docs/tutorials/auditing.md",
-        "200 canary clients ({} inserted by fair coins, {} participations each on average): "
-        "one-run estimate ε ≈ {} (95% bootstrap interval {}–{}; Andrew et al. 2024), lower "
-        "bound ε ≥ {} at 95% confidence ({} of {} guesses right",
+        "observer all_models: 500 canary clients ({} inserted by fair coins, {} participations "
+        "each on average): one-run estimate ε ≈ {} (95% bootstrap interval {}–{}; Andrew et al. "
+        "2024), lower bound ε ≥ {} at 95% confidence ({} of {} guesses right",
         lambda: " ".join(
-            format(canary(k), ".3g")
+            format(table_row("quickstart")[k], ".3g")
             for k in (
                 "inserted",
                 "mean_participations",
@@ -455,18 +456,25 @@ TUTORIALS = [
                 "guesses",
             )
         ),
-        f"stored: {CANARIES} (the same canaries: the estimate does not depend on the accountant)",
+        "stored: benchmarks/results/canary_audit.json (the table's quickstart row: the same run)",
+    ),
+    Figure(
+        "docs/tutorials/auditing.md",
+        "trade-off curve: μ ≥ {}, ε ≥ {}), δ = 1e-05; compared with ε = {}:",
+        lambda: " ".join(
+            format(table_row("quickstart")[k], ".3g")
+            for k in ("gdp_mu_lower_bound", "epsilon_lower_bound_gdp", "compared_epsilon")
+        ),
+        "stored: benchmarks/results/canary_audit.json",
     ),
     Figure(
         "docs/tutorials/auditing.md",
         "Here the estimate is {} (interval {}–{})",
-        f(
-            ".3g",
-            lambda: canary("epsilon_estimate"),
-            lambda: canary("epsilon_estimate_low"),
-            lambda: canary("epsilon_estimate_high"),
+        lambda: " ".join(
+            format(table_row("quickstart")[k], ".3g")
+            for k in ("epsilon_estimate", "epsilon_estimate_low", "epsilon_estimate_high")
         ),
-        f"stored: {CANARIES}",
+        "stored: benchmarks/results/canary_audit.json",
     ),
     # the custom-strategy tutorial: DPFedAvg σ = 1 on 8 clients, cohorts of 4 (Poisson q = 0.5),
     # the default PLD accountant, after each of its 5 rounds
@@ -831,6 +839,16 @@ def sigma_for(target: float, accountant: str, mode: str) -> float:
     )
 
 
+def table_row(name: str) -> dict[str, Any]:
+    """Row ``name`` of docs/audit.md's stored canary table."""
+    return dict(stored("benchmarks/results/canary_audit.json")[name])
+
+
+def canary_row(name: str) -> float:
+    """The accountant ε the stored canary table's row ``name`` compares with."""
+    return float(table_row(name)["compared_epsilon"])
+
+
 def canary_table() -> list[str]:
     """``benchmarks/dp_ftrl_audit_table.py`` on the stored runs, the guarantee without the
     simulation clause (docs/audit.md says the runs are simulations once)."""
@@ -955,6 +973,20 @@ AUDIT_MD = [
         "docs/audit.md",
         canary_table,
         "stored: benchmarks/results/dp_ftrl_audit/*.audit.json (dp_ftrl_audit_table.py)",
+    ),
+    Printed(
+        "docs/audit.md",
+        lambda: printed_by("canary_audit_table"),
+        "stored: benchmarks/results/canary_audit.json (benchmarks/canary_audit_table.py)",
+    ),
+    Figure(
+        "docs/audit.md",
+        "{} at 1,000 canaries, {} at 2,000, {} at 4,000 and {} at 8,000 (`planned_guess_fraction`)",
+        lambda: " ".join(
+            f"{planned_guess_fraction(m, canary_row('full_participation'), 1e-5)[1]:.3g}"
+            for m in (1000, 2000, 4000, 8000)
+        ),
+        "accountant: one_run.planned_guess_fraction at the stored full-participation ε",
     ),
     Figure(
         "docs/audit.md",

@@ -77,8 +77,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--guess-fraction",
         type=float,
-        default=0.2,
-        help="canaries: share of canaries the lower bound's auditor guesses on",
+        default=None,
+        help="canaries: share of canaries the lower bound's auditor guesses on (default: "
+        "planned from the claimed ε before the scores are read)",
+    )
+    p.add_argument(
+        "--observer",
+        default="all_models",
+        choices=["final", "all_models", "server"],
+        help="canaries: who the audit attacks: a third party with the final model, one with "
+        "every released model (default), or the server (docs/audit.md)",
     )
     p.add_argument("--out", help="output directory (default: the run's log directory)")
     p.add_argument("--seed", type=int, default=0)
@@ -132,6 +140,7 @@ def audit(argv: list[str]) -> dict:
 
         canaries = CanaryAudit(
             args.num_canaries,
+            observer=args.observer,
             confidence=args.confidence,
             guess_fraction=args.guess_fraction,
             seed=args.seed,

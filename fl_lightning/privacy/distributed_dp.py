@@ -296,14 +296,23 @@ class SecAggDistributedDP(CentralPrivacy):
         return update
 
     def encode(
-        self, delta: torch.Tensor, ctx: RoundContext, *, generator: torch.Generator
+        self,
+        delta: torch.Tensor,
+        ctx: RoundContext,
+        *,
+        generator: torch.Generator,
+        noise: bool = True,
     ) -> torch.Tensor:
         """The clipped delta on the integer grid with the client's noise share, not wrapped:
-        rotate, scale, round (β), add noise (module docstring)."""
+        rotate, scale, round (β), add noise (module docstring). ``noise=False``: without the
+        share (a crafted client's upload, ``attacks/canaries.py``: the round is priced with
+        the real survivors' noise only)."""
         r = self._round(ctx)
         scaled = rotate(delta.detach().cpu(), r["signs"]) * self.scale
         bound = rounded_l2_bound(self.clip_norm * self.scale, self.beta, self.padded)
         rounded = conditional_round(scaled, bound, generator=generator)
+        if not noise:
+            return rounded
         return rounded + self.noise.sample(self.padded, self.local_variance, generator=generator)
 
     def on_client(

@@ -166,11 +166,9 @@ def steinke_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> flo
         raise ValueError(f"steinke_p_value: need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
     q = 1.0 / (1.0 + math.exp(-epsilon))  # accuracy of ε-DP randomised response
     beta = float(stats.binom.sf(v - 1, r, q))  # P[Binomial(r, q) >= v]
-    alpha = 0.0
-    running = 0.0  # P[v > Binomial(r, q) >= v - i]
-    for i in range(1, v + 1):
-        running += float(stats.binom.pmf(v - i, r, q))
-        alpha = max(alpha, running / i)
+    # α = max_{i ≥ 1} P[v > Binomial(r, q) ≥ v − i] / i, every i at once
+    pmf = stats.binom.pmf(np.arange(v - 1, -1, -1), r, q)  # P[Bin = v − i], i = 1 … v
+    alpha = float(np.max(np.cumsum(pmf) / np.arange(1, v + 1))) if v > 0 else 0.0
     return min(1.0, beta + alpha * delta * 2 * m)
 
 
@@ -224,12 +222,145 @@ def steinke_lower_bound(
     return OneRunBound(eps, confidence, m, 2 * k, correct)
 
 
+# -- the auditor's plan: how many guesses, fixed before the scores are seen -----------------
+def gdp_mu(epsilon: float, delta: float) -> float:
+    """μ of the μ-GDP mechanism (Dong, Roth, Su 2022, Cor. 2.13) whose ε at ``delta`` is
+    ``epsilon`` (bisection; ∞ for ε = ∞): the separation, in noise standard deviations, of
+    the inserted and the left-out canaries' scores that a tight audit of a Gaussian mechanism
+    with that guarantee would see."""
+    if math.isinf(epsilon):
+        return math.inf
+    if epsilon <= 0:
+        return 0.0
+
+    def eps_of(mu: float) -> float:
+        return gaussian_pair_epsilon((mu, 1.0), (0.0, 1.0), delta, max_epsilon=500.0)
+
+    lo, hi = 0.0, 1.0
+    while eps_of(hi) < epsilon:
+        lo, hi = hi, hi * 2
+        if hi > 1e4:
+            return math.inf
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if eps_of(mid) < epsilon else (lo, mid)
+    return hi
+
+
+def expected_correct(m: int, k: int, mu: float) -> float:
+    """E[correct guesses] when the auditor guesses "in" for the k highest and "out" for the k
+    lowest of m scores, each N(μ, 1) for an inserted canary and N(0, 1) for a left-out one
+    (fair coins), at the threshold where k scores are expected above it (symmetric below)."""
+    if math.isinf(mu):
+        return 2.0 * k
+    target = k / m
+
+    def above(t: float) -> float:
+        return 0.5 * (_phi(mu - t) + _phi(-t))
+
+    lo, hi = -50.0, 50.0 + mu
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if above(mid) > target else (lo, mid)
+    t = (lo + hi) / 2
+    true_in, false_in = 0.5 * _phi(mu - t), 0.5 * _phi(-t)
+    precision = true_in / (true_in + false_in) if true_in + false_in > 0 else 0.5
+    return 2.0 * k * precision
+
+
+GUESS_FRACTIONS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0)
+"""The guess fractions :func:`planned_guess_fraction` chooses among."""
+
+
+def planned_guess_fraction(
+    m: int, epsilon: float, delta: float, *, confidence: float = 0.95
+) -> tuple[float, float]:
+    """(guess fraction, the lower bound it is expected to give) maximising Steinke et al.'s
+    bound for m canaries when the scores are those of a tight audit of a Gaussian mechanism
+    with the claimed ``epsilon`` (:func:`gdp_mu`, :func:`expected_correct`). It reads only the
+    claim, never the scores, so the one test of :func:`steinke_lower_bound` stays one test
+    (Steinke et al. choose k₊, k₋ the same way, before the run)."""
+    mu = gdp_mu(epsilon, delta)
+    best = (GUESS_FRACTIONS[0], -1.0)
+    for fraction in GUESS_FRACTIONS:
+        k = max(1, int(round(fraction * m / 2)))
+        if 2 * k > m:
+            continue
+        v = int(math.floor(expected_correct(m, k, mu)))
+        bound = steinke_epsilon(m, 2 * k, v, delta, beta=1 - confidence)
+        if bound > best[1]:
+            best = (fraction, bound)
+    return best
+
+
+def lower_bound_ceiling(m: int, guesses: int, delta: float, *, confidence: float = 0.95) -> float:
+    """Steinke et al.'s bound when every one of ``guesses`` guesses among m canaries is right:
+    the most this audit can show, whatever the run (where the bound saturates)."""
+    return steinke_epsilon(m, guesses, guesses, delta, beta=1 - confidence)
+
+
+# -- the same guesses, read through the Gaussian trade-off curve --------------------------
+def gdp_p_value(m: int, r: int, v: int, mu: float, *, grid: int = 121) -> float:
+    """A p-value of v correct guesses of r (m canaries) under the null hypothesis that the run
+    is μ-GDP (Dong, Roth & Su 2022): such a run is (ε, δ_μ(ε))-DP for every ε at once, so
+    Steinke et al.'s Thm. 3.1 bounds P[W ≥ v] at every point of the curve and the smallest of
+    those bounds (over an ε grid up to the curve's ε at δ = 1e-12) is a valid p-value."""
+    top = gaussian_pair_epsilon((mu, 1.0), (0.0, 1.0), 1e-12, max_epsilon=500.0)
+    best = 1.0
+    for eps in np.linspace(0.0, max(top, 1e-6), grid):
+        point = min(1.0, gaussian_pair_delta(float(eps), (mu, 1.0), (0.0, 1.0)))
+        best = min(best, steinke_p_value(m, r, v, float(eps), point))
+    return best
+
+
+@dataclass(frozen=True)
+class GaussianCurveBound:
+    """The largest μ rejected at the confidence and the ε that μ-GDP has at δ."""
+
+    mu: float
+    epsilon: float
+    confidence: float
+
+
+def gdp_lower_bound(
+    m: int, r: int, v: int, delta: float, *, confidence: float = 0.95
+) -> GaussianCurveBound:
+    """The f-DP reading of Steinke et al.'s guesses, for the Gaussian trade-off family
+    (Mahloujifar, Melis & Chaudhuri, ICML 2025, audit f-DP in one run; this uses Steinke et
+    al.'s (ε, δ) bound at every point of the curve, not their tighter recursion): with
+    confidence ``confidence`` the run is not μ-GDP for any μ below ``mu`` (bisection of
+    :func:`gdp_p_value`), and ``epsilon`` is μ-GDP's ε at ``delta``. The ε is a lower bound
+    for a run whose privacy curve is Gaussian (the full-participation Gaussian mechanism);
+    for another curve, the statement is about μ only."""
+    beta = 1 - confidence
+    if gdp_p_value(m, r, v, 1e-6) >= beta:
+        return GaussianCurveBound(0.0, 0.0, confidence)
+    lo, hi = 0.0, 1.0
+    while gdp_p_value(m, r, v, hi) < beta:
+        lo, hi = hi, hi * 2
+        if hi > 64:
+            break
+    for _ in range(25):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gdp_p_value(m, r, v, mid) < beta else (lo, mid)
+    eps = gaussian_pair_epsilon((lo, 1.0), (0.0, 1.0), delta, max_epsilon=500.0)
+    return GaussianCurveBound(lo, eps, confidence)
+
+
 __all__ = [
+    "GUESS_FRACTIONS",
+    "GaussianCurveBound",
     "GaussianFitEstimate",
     "OneRunBound",
     "gaussian_fit_epsilon",
     "gaussian_pair_delta",
     "gaussian_pair_epsilon",
+    "gdp_lower_bound",
+    "gdp_mu",
+    "gdp_p_value",
+    "expected_correct",
+    "lower_bound_ceiling",
+    "planned_guess_fraction",
     "steinke_epsilon",
     "steinke_lower_bound",
     "steinke_p_value",

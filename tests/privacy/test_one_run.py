@@ -93,3 +93,35 @@ def test_steinke_p_value_is_the_binomial_tail_without_delta_and_monotone():
     eps = steinke_epsilon(m, r, v, 1e-5, beta=0.05)
     assert steinke_p_value(m, r, v, eps, 1e-5) < 0.05 <= steinke_p_value(m, r, v, eps + 1e-3, 1e-5)
     assert steinke_epsilon(m, r, r // 2, 1e-5) == 0.0  # chance accuracy proves nothing
+
+
+def test_gdp_mu_inverts_the_gaussian_curve_and_infinity_stays_infinite():
+    from fl_lightning.privacy.one_run import gdp_mu
+
+    for sigma in (0.7, 2.0):
+        assert gdp_mu(analytic_epsilon(sigma), DELTA) == pytest.approx(1 / sigma, rel=1e-3)
+    assert gdp_mu(math.inf, DELTA) == math.inf and gdp_mu(0.0, DELTA) == 0.0
+
+
+def test_planned_guesses_read_the_claim_and_are_all_of_them_without_privacy():
+    from fl_lightning.privacy.one_run import expected_correct, planned_guess_fraction
+
+    assert planned_guess_fraction(1000, math.inf, DELTA)[0] == 1.0
+    fraction, expected = planned_guess_fraction(1000, 4.0, DELTA)
+    assert fraction < 0.5 and 0 < expected < 4.0
+    # the expected precision at the top of N(μ, 1) vs N(0, 1) grows as the guesses shrink
+    assert expected_correct(1000, 10, 1.0) / 20 > expected_correct(1000, 200, 1.0) / 400 > 0.5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_gaussian_curve_bound_is_valid_and_not_below_the_dp_bound(seed):
+    """On the Gaussian mechanism (whose curve is μ-GDP, μ = 1/σ), the Gaussian-curve reading of
+    the guesses never rejects the true μ, and it is at least Steinke et al.'s (ε, δ) bound."""
+    from fl_lightning.privacy.one_run import gdp_lower_bound
+
+    sigma = 1.0
+    scores, inserted = gaussian_mechanism_scores(sigma, m=400, d=4000, seed=seed)
+    dp = steinke_lower_bound(scores, inserted, DELTA, guess_fraction=0.2)
+    curve = gdp_lower_bound(400, dp.guesses, dp.correct, DELTA)
+    assert curve.mu <= 1 / sigma and curve.epsilon <= analytic_epsilon(sigma)
+    assert curve.epsilon >= dp.epsilon - 1e-6

@@ -31,4 +31,4 @@ PY
 
 echo "## 3. One-run empirical ε from canary clients"
 fl-lightning audit --config configs/experiment/quickstart.yaml --attack canaries \
-    "${quiet[@]}" --trainer.default_root_dir "$out/canaries"
+    --observer all_models --num-canaries 500 "${quiet[@]}" --trainer.default_root_dir "$out/canaries"
