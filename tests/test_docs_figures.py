@@ -265,7 +265,7 @@ QS_EPS3G = f(".3g", lambda: eps(quickstart()))
 README = [
     Figure(
         "README.md",
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP",
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD, configs/experiment/quickstart.yaml",
     ),
@@ -283,7 +283,7 @@ README = [
     ),
     Figure(
         "docs/index.md",
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP",
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD, configs/experiment/quickstart.yaml",
     ),
@@ -303,8 +303,8 @@ FIXED = (
 TUTORIALS = [
     Figure(
         FIRST,
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP, add/remove one "
-        "client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, connect-the-dots); "
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP, "
+        "add/remove one client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, connect-the-dots); "
         "simulation: noise and cohorts reproducible from the seed; details: "
         "runs/tutorials/first_private_run/pld/",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
@@ -324,14 +324,14 @@ TUTORIALS = [
     ),
     Figure(
         FIRST,
-        "ε = {} (δ = 1e-05); guarantee: " + FIXED,
+        "ε = {} (δ = 1e-05) against a third party; guarantee: " + FIXED,
         lambda: f"{eps(quickstart(mode='fixed')):.3f} {eps(quickstart(mode='fixed')):.3g}",
         "accountant: PLD, the quickstart with --model.sampling fixed",
     ),
     Figure(
         FIRST,
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP, add/remove one "
-        "client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, connect-the-dots); "
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP, "
+        "add/remove one client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, connect-the-dots); "
         "simulation: noise and cohorts reproducible from the seed; details: "
         "runs/tutorials/first_private_run/sigma_0.75/",
         lambda: f"{eps(quickstart(sigma=0.75)):.3f} {eps(quickstart(sigma=0.75)):.3g}",
@@ -360,7 +360,7 @@ TUTORIALS = [
     # `fl-lightning audit` run of docs/audit.md (same config, seed and attacks)
     Figure(
         "docs/tutorials/auditing.md",
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, "
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, "
         "1e-05)-DP, add/remove one client, Poisson cohorts (q = 0.5), PLD accountant",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD",
@@ -598,8 +598,8 @@ SWEEPS = [
 ]
 
 DDG_LINE = (
-    "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP, distributed DP: the server sees "
-    "only the sum (SecAgg, honest-but-curious server, n ≥ {} surviving clients a round)"
+    "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP, "
+    "distributed DP: the server sees only the sum (SecAgg, honest-but-curious server, n ≥ {} surviving clients a round)"
 )
 DISTRIBUTED = [
     Figure(

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.observers import ServerView
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 
 
@@ -60,6 +61,9 @@ class CentralPrivacy(abc.ABC):
 
     noise_multiplier: float | None
     clip_norm: float
+    server_view: ServerView = ServerView.CLEAR
+    """What the server-side code receives (``privacy/observers.py``): the clipped updates,
+    before the noise it adds, unless the mechanism says otherwise."""
 
     @abc.abstractmethod
     def setup(self, spec: CohortSpec) -> None:

@@ -201,6 +201,7 @@ def declare_private_run(
         return
     accountant.private_run = uses_dp_sgd or strategy.traits.private
     accountant.adaptive_noise = strategy.traits.adaptive_noise
+    accountant.server_view = strategy.traits.server_view
     accountant.not_private_reason = (
         f"{type(strategy).__name__} uploads and aggregates updates without noise"
     )

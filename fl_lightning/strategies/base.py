@@ -73,6 +73,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.observers import ServerView
 from fl_lightning.privacy.placement import CentralPrivacy
 from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext, RoundPlan
 from fl_lightning.strategies.spec import FederationSpec
@@ -106,6 +107,11 @@ class StrategyTraits:
             (``privacy/horizon.py``: DP-FTRL's whole-run event, a budget scheduled over E
             rounds, σ fixed from T); None when every round is priced on its own, so the run may
             be resumed with a larger ``trainer.max_steps``.
+        server_view: what the server-side code of its client-level mechanism receives
+            (``privacy/observers.py``): the clipped updates before the noise (``CLEAR``, the
+            default: the server adds the noise), each client's own noised upload
+            (``NOISED_UPLOADS``) or only the secure sum (``SECURE_SUM``); the guarantee prices
+            the server's ε from it.
     """
 
     private: bool = False
@@ -113,6 +119,7 @@ class StrategyTraits:
     distributed_problem: str | None = None
     adaptive_noise: str | None = None
     horizon_bound: str | None = None
+    server_view: ServerView = ServerView.CLEAR
 
 
 def client_weight(update: ClientUpdate, weighting: Weighting) -> float:
@@ -207,6 +214,7 @@ class Strategy(Callback):
             private=local or central,
             amplified_by_sampling=central,
             horizon_bound=next((str(b) for b in bounds if b), None),
+            server_view=self.central_dp.server_view if central else ServerView.CLEAR,
         )
 
     # -- client side -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import torch
 from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon
 from fl_lightning.privacy.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+from fl_lightning.privacy.observers import ServerView
 from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
@@ -88,8 +89,11 @@ class FedSMP(Strategy):
     @property
     def traits(self) -> StrategyTraits:
         """Private, and its one client-level Gaussian on the aggregate is amplified by cohort
-        sampling (Poisson cohorts under ``model.sampling: auto``)."""
-        return StrategyTraits(private=True, amplified_by_sampling=True)
+        sampling (Poisson cohorts under ``model.sampling: auto``); the noise is each client's own,
+        so the server receives noised uploads."""
+        return StrategyTraits(
+            private=True, amplified_by_sampling=True, server_view=ServerView.NOISED_UPLOADS
+        )
 
     def setup_federation(self, spec: FederationSpec) -> None:
         """Fixes an unset σ from ``epsilon`` (or the run's target): one subsampled Gaussian a

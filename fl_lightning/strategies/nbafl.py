@@ -38,6 +38,7 @@ import torch
 from fl_lightning.privacy.analysis import calibrate_repeated_gaussian, epsilon
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
+from fl_lightning.privacy.observers import ServerView
 from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
@@ -224,7 +225,12 @@ class NbAFL(Strategy):
         bound = None  # once set up, σ_U and σ_D are fixed from T (Theorems 1-2), ε split over L
         if self.L is not None:
             bound = f"NbAFL fixes σ_U and σ_D for L = {self.L} exposures over the planned rounds"
-        return dataclasses.replace(super().traits, private=True, horizon_bound=bound)
+        return dataclasses.replace(
+            super().traits,
+            private=True,
+            horizon_bound=bound,
+            server_view=ServerView.NOISED_UPLOADS,  # the uplink noise is each client's own
+        )
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         assert self.sigma_u is not None
