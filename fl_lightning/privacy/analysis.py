@@ -291,11 +291,9 @@ def epsilon(events: Sequence[SampledGaussian] | History, delta: float, accountan
     return _BACKENDS[accountant](history, float(delta))
 
 
-EXACT_GAUSSIAN = (
-    "exact Gaussian (q = 1: the composition is one Gaussian, Dong, Roth & Su 2019, Cor. 3.3; "
-    "its ε by Balle & Wang 2018, Thm. 8)"
-)
-"""What computes the ε of an unsampled history on ``pld`` and ``prv`` (:func:`epsilon`)."""
+EXACT_GAUSSIAN = "exact Gaussian (no sampling; Balle & Wang 2018, Thm. 8)"
+"""What computes the ε of an unsampled history on ``pld`` and ``prv`` (:func:`epsilon`): the
+composition is one Gaussian (Dong, Roth & Su 2019, Cor. 3.3), whose ε is exact in closed form."""
 
 
 def computed_by(events: Sequence[SampledGaussian] | History, accountant: str, name: str) -> str:

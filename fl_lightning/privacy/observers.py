@@ -144,6 +144,11 @@ class PerClient:
         return float(np.mean(list(self.sums.values()))) if self.sums else 0.0
 
 
+ANY_CLIENT = -1
+"""The client of :func:`secure_sum_epsilons` for a ledger that recorded no survivor sets (one
+written before they were): a client in every sum."""
+
+
 def unamplified(event: DistributedNoiseEvent) -> DistributedNoiseEvent:
     """The round as an observer who knows the cohort sees it: no sampling (q = 1)."""
     return replace(event, sample_rate=1.0)
@@ -154,10 +159,13 @@ def secure_sum_epsilons(events: Sequence[DistributedNoiseEvent], delta: float) -
     was in (``events[t].members``), each without amplification (q = 1, the round's survivors'
     noise), added order by order (Mironov 2017, Prop. 1) and converted as the run's
     distributed accountant does (``distributed_accounting.rdp_to_epsilon``). A round of a
-    ledger that recorded no members counts for every client seen (the worst case)."""
+    ledger that recorded no members counts for every client seen (the worst case); a ledger
+    with none at all is priced for :data:`ANY_CLIENT`, in every sum."""
     from fl_lightning.privacy.distributed_accounting import rdp_to_epsilon
 
     clients = sorted({c for e in events for c in e.members})
+    if not clients:  # a ledger without survivor sets: one client in every sum, the worst case
+        clients = [ANY_CLIENT] if any(e.survivors for e in events) else []
     if not clients:
         return PerClient({}, {})
     index = {c: i for i, c in enumerate(clients)}

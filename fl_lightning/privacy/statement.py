@@ -469,8 +469,10 @@ def _observer_lines(ledger: dict[str, Any]) -> list[str]:
         lines += [
             "",
             "Each client's ε against the server composes, without amplification, the rounds "
-            "whose sum it was in (`members` of each `distributed` row of privacy_ledger.json): "
-            "recompute it with `fl_lightning.privacy.observers.secure_sum_epsilons`.",
+            "whose sum it was in (`members`, the last field of each `distributed` row of "
+            "privacy_ledger.json): `fl_lightning.privacy.observers.secure_sum_epsilons`, or "
+            "independently `fl_lightning.privacy.recompute.distributed_rows_rdp` of those rows "
+            "with q = 1 (tests/privacy/test_observers.py).",
         ]
     return [*lines, ""]
 

@@ -11,8 +11,10 @@ import inspect
 
 import pytest
 
+from fl_lightning.privacy.observers import ServerView
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.cpsgd import CPSGD
+from fl_lightning.strategies.ddp_fedavg import DDPFedAvg
 from fl_lightning.strategies.dp_fedasgp import DPFedASGP
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
@@ -56,9 +58,16 @@ def test_every_hook_is_documented():
     [
         (FedAvg(), StrategyTraits()),
         (DPFedAvg(noise_multiplier=1.0), StrategyTraits(True, True)),
-        (FedSMP(noise_multiplier=1.0), StrategyTraits(True, True)),
+        (
+            FedSMP(noise_multiplier=1.0),
+            StrategyTraits(True, True, server_view=ServerView.NOISED_UPLOADS),
+        ),
+        (DDPFedAvg(), StrategyTraits(True, True, server_view=ServerView.SECURE_SUM)),
         (DPFedASGP(), StrategyTraits(private=True)),
-        (NbAFL(clip_norm=1.0), StrategyTraits(private=True)),
+        (
+            NbAFL(clip_norm=1.0),
+            StrategyTraits(private=True, server_view=ServerView.NOISED_UPLOADS),
+        ),
         (CPSGD(), StrategyTraits(private=True)),
         (
             DPFLAGN(adam_state="persist"),
