@@ -335,10 +335,10 @@ class PrivacyAccountant(Callback):
     def _amplified(self, level: str) -> str | None:
         """The sampling the third party's ε is amplified by, in words (None: none)."""
         if level == "distributed":
-            last = self.distributed[-1]
-            if last.replace_one or last.sample_rate >= 1.0:
+            final = self.distributed[-1]
+            if final.replace_one or final.sample_rate >= 1.0:
                 return None
-            return f"Poisson cohorts (q = {last.sample_rate:.3g})"
+            return f"Poisson cohorts (q = {final.sample_rate:.3g})"
         if level == "client":
             last = self.client_level[-1]
             if last.sample_rate >= 1.0:

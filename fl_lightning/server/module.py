@@ -389,14 +389,14 @@ class FederatedModule(pl.LightningModule):
             files.add("client_times.csv")
         acc = self.accountant
         fewest = getattr(self.strategy.central_dp, "min_survivors", None)
-        worst = acc.one_more_round(fewest) if acc is not None and fewest else None
+        worst = acc.one_more_round(int(fewest)) if acc is not None and fewest else None
         return RunFacts(
             num_clients=int(self.data.num_clients),
             num_records=int(self.data.client_sizes().sum()),
             secure_mode=self.secure_mode,
             accountant_name=acc.accountant_words() if acc else "",
             loss_tail=summary.get("privacy/loss_tail"),
-            one_more_round=None if worst is None else (int(fewest), worst),
+            one_more_round=None if worst is None or fewest is None else (int(fewest), worst),
             epsilon=float(summary.get("privacy/epsilon", float("inf"))),
             guarantee=str(summary.get("privacy/guarantee", "none: no accountant")),
             strategy=type(self.strategy).__name__,

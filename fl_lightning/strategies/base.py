@@ -214,7 +214,9 @@ class Strategy(Callback):
             private=local or central,
             amplified_by_sampling=central,
             horizon_bound=next((str(b) for b in bounds if b), None),
-            server_view=self.central_dp.server_view if central else ServerView.CLEAR,
+            server_view=(
+                ServerView.CLEAR if self.central_dp is None else self.central_dp.server_view
+            ),
         )
 
     # -- client side -------------------------------------------------------------------------
