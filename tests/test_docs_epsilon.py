@@ -151,7 +151,7 @@ QUOTES = [
         "privacy.md",
         "client-level (5.68, 1e-05)-DP, add/remove one client, 20 participations "
         "≥ 2 rounds apart (cyclic cohorts of 20), matrix mechanism (BSR, p = 2; Δ = 5), no "
-        "amplification, PLD accountant (dp-accounting, connect-the-dots)",
+        "amplification, exact Gaussian (no sampling; Balle & Wang 2018, Thm. 8)",
         sentence(lambda: dp_ftrl(FTRL, "pld")),
     ),  # fmt: skip
     # docs/audit.md, the canary runs of 2026-11-27: measured with the RDP accountant (named)

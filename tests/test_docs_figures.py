@@ -79,6 +79,11 @@ def eps(report: dict) -> float:
     return float(report["privacy/epsilon"])
 
 
+def tail() -> float:
+    """P[privacy loss > ε] of the quickstart on PLD (``privacy/loss_tail``)."""
+    return float(quickstart()["privacy/loss_tail"])
+
+
 def dp_ftrl(rounds: int, accountant: str = "pld") -> float:
     """ε of the DP-FTRL quickstart (its whole-run event) planned for ``rounds`` rounds."""
     return eps(dp_ftrl_report(FTRL, accountant, rounds))
@@ -266,7 +271,7 @@ QS_EPS3G = f(".3g", lambda: eps(quickstart()))
 README = [
     Figure(
         "README.md",
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP",
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD, configs/experiment/quickstart.yaml",
     ),
@@ -284,7 +289,7 @@ README = [
     ),
     Figure(
         "docs/index.md",
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP",
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD, configs/experiment/quickstart.yaml",
     ),
@@ -297,6 +302,10 @@ README = [
 ]
 
 FIRST = "docs/tutorials/first_private_run.md"
+CENTRAL = (
+    "; against the server: ε = ∞ (central DP: it receives the clipped updates and adds the "
+    "noise itself)"
+)
 FIXED = (
     "client-level ({}, 1e-05)-DP, replace-one client, fixed-size cohorts (20 of 40 without "
     "replacement) by their dominating pair (Zhu, Dong & Wang 2022), PLD accountant"
@@ -304,9 +313,11 @@ FIXED = (
 TUTORIALS = [
     Figure(
         FIRST,
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP, add/remove one "
-        "client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, connect-the-dots); "
-        "simulation: noise and cohorts reproducible from the seed; details: "
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP, "
+        "add/remove one client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, "
+        "connect-the-dots); simulation: noise and cohorts reproducible from the seed"
+        + CENTRAL
+        + "; details: "
         "runs/tutorials/first_private_run/pld/",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD",
@@ -325,20 +336,34 @@ TUTORIALS = [
     ),
     Figure(
         FIRST,
-        "ε = {} (δ = 1e-05); guarantee: " + FIXED,
+        "ε = {} (δ = 1e-05) against a third party; guarantee: " + FIXED,
         lambda: f"{eps(quickstart(mode='fixed')):.3f} {eps(quickstart(mode='fixed')):.3g}",
         "accountant: PLD, the quickstart with --model.sampling fixed",
     ),
     Figure(
         FIRST,
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP, add/remove one "
-        "client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, connect-the-dots); "
-        "simulation: noise and cohorts reproducible from the seed; details: "
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP, "
+        "add/remove one client, Poisson cohorts (q = 0.5), PLD accountant (dp-accounting, "
+        "connect-the-dots); simulation: noise and cohorts reproducible from the seed"
+        + CENTRAL
+        + "; details: "
         "runs/tutorials/first_private_run/sigma_0.75/",
         lambda: f"{eps(quickstart(sigma=0.75)):.3f} {eps(quickstart(sigma=0.75)):.3g}",
         "accountant: PLD, the quickstart at σ = 0.75",
     ),
     Figure(FIRST, "gives the printed ε = {} to the last digit", QS_EPS, "accountant: PLD"),
+    Figure(
+        FIRST,
+        "the privacy loss exceeds ε with probability {} ({}·δ), computed from the accountant's PLD",
+        lambda: f"{tail():.2g} {tail() / DELTA:.2g}",
+        "accountant: PLD, the quickstart's composed PLD (privacy/loss_tail)",
+    ),
+    Figure(
+        FIRST,
+        "the privacy loss itself exceeds ε with probability {} here",
+        lambda: f"{tail():.2g}",
+        "accountant: PLD, the quickstart's composed PLD (privacy/loss_tail)",
+    ),
     Figure(
         FIRST,
         "a looser bound for the same noise, gives {}.",
@@ -361,7 +386,7 @@ TUTORIALS = [
     # `fl-lightning audit` run of docs/audit.md (same config, seed and attacks)
     Figure(
         "docs/tutorials/auditing.md",
-        "ε = {} (δ = 1e-05); guarantee: client-level ({}, "
+        "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, "
         "1e-05)-DP, add/remove one client, Poisson cohorts (q = 0.5), PLD accountant",
         lambda: f"{eps(quickstart()):.3f} {eps(quickstart()):.3g}",
         "accountant: PLD",
@@ -606,9 +631,45 @@ SWEEPS = [
 ]
 
 DDG_LINE = (
-    "ε = {} (δ = 1e-05); guarantee: client-level ({}, 1e-05)-DP, distributed DP: the server sees "
-    "only the sum (SecAgg, honest-but-curious server, n ≥ {} surviving clients a round)"
+    "ε = {} (δ = 1e-05) against a third party; guarantee: client-level ({}, 1e-05)-DP, "
+    "distributed DP: the server sees only the sum (SecAgg, honest-but-curious server, n ≥ {} "
+    "surviving clients a round)"
 )
+
+
+def server_view(mechanism: str = "ddg") -> Any:
+    """Each client's ε against the server of a stored distributed run, recomputed from its
+    ledger's survivor sets (``observers.secure_sum_epsilons``)."""
+    from fl_lightning.privacy.observers import secure_sum_epsilons
+
+    rows = stored(f"{DDP}/{mechanism}.privacy_ledger.json")["distributed"]
+    return secure_sum_epsilons([DistributedNoiseEvent.from_state(r) for r in rows], DELTA)
+
+
+def in_sums(k: int) -> list[float]:
+    """The ε against the server of the stored DDG run's clients that were in ``k`` sums."""
+    view = server_view()
+    return sorted(e for c, e in view.epsilon.items() if view.sums[c] == k)
+
+
+def ddg_events(rounds: int, **change: Any) -> list[DistributedNoiseEvent]:
+    """The stored DDG run's first ``rounds`` rounds, the last with ``change`` applied."""
+    rows = stored(f"{DDP}/ddg.privacy_ledger.json")["distributed"][:rounds]
+    events = [DistributedNoiseEvent.from_state(r) for r in rows]
+    return [*events[:-1], dataclasses.replace(events[-1], **change)]
+
+
+def all_sums() -> float:
+    """ε against the server of a client of the stored DDG run had it been in all 40 sums."""
+    return distributed_of([dataclasses.replace(e, sample_rate=1.0) for e in ddg_events(40)])
+
+
+def distributed_of(events: list[DistributedNoiseEvent]) -> float:
+    from fl_lightning.privacy.distributed_accounting import distributed_epsilon
+
+    return distributed_epsilon(events, DELTA)
+
+
 DISTRIBUTED = [
     Figure(
         "docs/distributed_dp.md",
@@ -642,6 +703,51 @@ DISTRIBUTED = [
             f"{stored(f'{DDP}/ddg.summary.json')['privacy/secagg_survivors_min']:.0f}"
         ),
         f"stored: {DDP}/ddg.privacy_ledger.json",
+    ),
+    Figure(
+        "docs/distributed_dp.md",
+        "against the server: ε = {} for the mean client ({} sums), {} for the worst ({} sums)",
+        lambda: (
+            f"{server_view().mean_epsilon:.3g} {server_view().mean_sums:.3g} "
+            f"{server_view().epsilon[server_view().worst]:.3g} "
+            f"{server_view().sums[server_view().worst]}"
+        ),
+        f"stored: {DDP}/ddg.privacy_ledger.json (survivor sets); accountant: RDP, q = 1",
+    ),
+    Figure(
+        "docs/distributed_dp.md",
+        "i.e. ε = {} on average over the clients (a client was in {} sums on average) and {} for "
+        "the worst client ({} sums), against the third party's {}:",
+        lambda: (
+            f"{server_view().mean_epsilon:.4g} {server_view().mean_sums:.4g} "
+            f"{server_view().epsilon[server_view().worst]:.4g} "
+            f"{server_view().sums[server_view().worst]} {distributed('ddg'):.3f}"
+        ),
+        f"stored: {DDP}/ddg.privacy_ledger.json (survivor sets); accountant: RDP, q = 1",
+    ),
+    Figure(
+        "docs/distributed_dp.md",
+        "the six clients in 18 sums have ε = {} to {}, and a client in all 40 sums would have had "
+        "ε = {}.",
+        lambda: f"{in_sums(18)[0]:.2f} {in_sums(18)[-1]:.2f} {all_sums():.2f}",
+        f"stored: {DDP}/ddg.privacy_ledger.json (survivor sets); accountant: RDP, q = 1",
+    ),
+    Figure(
+        "docs/distributed_dp.md",
+        "The headline ε ({} above)",
+        lambda: f"{distributed('ddg'):.3f}",
+        f"stored: {DDP}/ddg.privacy_ledger.json",
+    ),
+    Figure(
+        "docs/distributed_dp.md",
+        "after 10 rounds ε = {}; an 11th round with 2 survivors would take it to {} (its actual "
+        "11th round, with {} survivors: {}).",
+        lambda: (
+            f"{distributed_of(ddg_events(10)):.3f} "
+            f"{distributed_of([*ddg_events(10), ddg_events(10, survivors=2)[-1]]):.2f} "
+            f"{ddg_events(11)[-1].survivors} {distributed_of(ddg_events(11)):.2f}"
+        ),
+        f"stored: {DDP}/ddg.privacy_ledger.json; accountant: distributed RDP",
     ),
     Figure(
         "docs/distributed_dp.md",
@@ -859,6 +965,12 @@ def canary_table() -> list[str]:
 
 
 PRIVACY = [
+    Figure(
+        "docs/privacy.md",
+        "the quickstart's ({}, 1e-5)-DP has it at {}, {}·δ",
+        lambda: f"{eps(quickstart()):.2f} {tail():.2g} {tail() / DELTA:.2g}",
+        "accountant: PLD, the quickstart's composed PLD (privacy/loss_tail)",
+    ),
     Figure(
         "docs/privacy.md",
         'the offline ADP-FL config printed "ε = {} (δ = 1e-05); guarantee: local ({}, 3e-05)-DP"',

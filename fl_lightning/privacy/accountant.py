@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 from lightning.pytorch.callbacks import Callback
@@ -39,16 +40,25 @@ from lightning.pytorch.callbacks import Callback
 from fl_lightning.privacy.analysis import (
     ACCOUNTANTS,
     DEFAULT_ACCOUNTANT,
+    EXACT_GAUSSIAN,
     History,
     as_history,
+    computed_by,
     epsilon,
     extend_history,
     local_epsilon,
+    loss_tail,
     rdp_screen_epsilon,
 )
 from fl_lightning.privacy.distributed_accounting import rdp_to_epsilon, total_rdp
 from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy, SampledGaussian
 from fl_lightning.privacy.horizon import PlannedHorizon, horizon_problem
+from fl_lightning.privacy.observers import (
+    ObserverEpsilon,
+    ServerSees,
+    observer_table,
+    secure_sum_epsilons,
+)
 from fl_lightning.privacy.statement import with_seed_clause
 
 ACCOUNTANT_NAMES = {
@@ -135,6 +145,10 @@ class PrivacyAccountant(Callback):
         """Set by the server when the strategy chooses its noise from released outputs
         (``StrategyTraits.adaptive_noise``): the sentence then names the theorem that covers
         it."""
+        self.server_view = ServerSees.CLEAR
+        """What the server-side code of the strategy's client-level mechanism receives (set
+        by the server from ``Strategy.server_view`` through ``ServerSees.of``;
+        ``privacy/observers.py``)."""
         self.horizon: PlannedHorizon | None = None
         """The rounds this run's accounting was priced for and why it depends on them (set by
         the run's set-up, ``server/federation.py``; saved in the checkpoint, so that a resume
@@ -295,7 +309,119 @@ class PrivacyAccountant(Callback):
         if self.large_delta_note and not guarantee.startswith("none"):
             guarantee = f"{guarantee}; {self.large_delta_note}"
         out["privacy/epsilon"], out["privacy/guarantee"] = eps, guarantee
+        rows = self.observers(eps)
+        if rows:
+            out["privacy/observer"] = rows[0].observer.words
+            out["privacy/epsilon_server"] = rows[1].epsilon
+            if rows[1].epsilon_mean is not None:
+                out["privacy/epsilon_server_mean"] = rows[1].epsilon_mean
+            out["privacy/observers"] = [r.to_state() for r in rows]
+        tail = self.loss_tail(eps)
+        if tail is not None:
+            out["privacy/loss_tail"] = tail
         return out
+
+    def _level(self) -> str | None:
+        """The level of the headline (None: nothing released, no claim either way)."""
+        if self.no_guarantee:
+            return "none"
+        for level, ledger in (
+            ("distributed", self.distributed),
+            ("client", self.client_level),
+            ("record", self.record_level),
+            ("local", self.local),
+        ):
+            if ledger:
+                return level
+        return None if self.private_run or self.rounds == 0 else "none"
+
+    def _amplified(self, level: str) -> str | None:
+        """The sampling the third party's ε is amplified by, in words (None: none)."""
+        if level == "distributed":
+            final = self.distributed[-1]
+            if final.replace_one or final.sample_rate >= 1.0:
+                return None
+            return f"Poisson cohorts (q = {final.sample_rate:.3g})"
+        if level == "client":
+            last = self.client_level[-1]
+            if last.sample_rate >= 1.0:
+                return None
+            if last.population:
+                m = round(last.sample_rate * last.population)
+                return f"fixed-size cohorts ({m} of {last.population})"
+            if last.scheme:
+                return f"its sampling (q = {last.sample_rate:.3g}; {last.scheme})"
+            return f"Poisson cohorts (q = {last.sample_rate:.3g})"
+        if level == "record":
+            return "each client's Poisson batches"
+        return None
+
+    def observers(self, headline: float | None = None) -> list[ObserverEpsilon]:
+        """The per-observer table of the guarantee (``privacy/observers.py``): the third party
+        (the headline), the server and, under SecAgg, another client; empty when nothing was
+        released by a private run."""
+        level = self._level()
+        if level is None:
+            return []
+        eps = self.epsilon if headline is None else headline
+        server_eps = None
+        if level == "client" and self.server_view == ServerSees.NOISED_UPLOADS:
+            own = [
+                SampledGaussian(e.noise_multiplier / (2.0 if e.population else 1.0), 1.0, e.steps)
+                for e in self.client_level
+            ]
+            server_eps = self._history_epsilon(as_history(own))
+        return observer_table(
+            level=level,
+            headline=eps,
+            amplified=self._amplified(level),
+            server_view=self.server_view,
+            server_epsilon=server_eps,
+            secure_sum=(
+                secure_sum_epsilons(self.distributed, self.delta)
+                if level == "distributed"
+                else None
+            ),
+        )
+
+    def accountant_words(self) -> str:
+        """What computed the headline ε, in words (``analysis.computed_by``: a history without
+        sampling is the exact Gaussian on ``pld`` and ``prv``, not the backend's own figure)."""
+        name = ACCOUNTANT_NAMES[self._backend]
+        if self.client_level:
+            return computed_by(self._client_history, self._backend, name)
+        histories = self._record_histories.values()
+        if histories and all(
+            computed_by(h, self._backend, name) == EXACT_GAUSSIAN for h in histories
+        ):
+            return EXACT_GAUSSIAN
+        return name
+
+    def one_more_round(self, survivors: int) -> float | None:
+        """The distributed ε after one more round like the last with ``survivors`` survivors
+        (the budget stop's worst case in a deployment, ``privacy/statement.py``); None without
+        distributed rounds."""
+        if not self.distributed:
+            return None
+        extra = replace(self.distributed[-1], survivors=int(survivors), members=())
+        return rdp_to_epsilon(self._distributed_rdp + total_rdp([extra]), self.delta)
+
+    def loss_tail(self, eps: float) -> float | None:
+        """P[privacy loss > ε] of the headline, where the accountant can compute it: the PLD
+        accountant's composed PLD of the client-level history, or of the worst client's
+        record-level history (``analysis.loss_tail``); None on RDP and PRV, for distributed
+        and local ledgers and for no guarantee."""
+        if self.accountant != "pld" or self.no_guarantee or math.isinf(eps):
+            return None
+        if self.distributed:
+            return None
+        if self.client_level:
+            return loss_tail(self._client_history, eps)
+        if self.record_level:
+            self._refresh_record_level()
+            worst = max(self._record_eps, key=lambda c: self._record_eps[c])
+            return loss_tail(self._record_histories[worst], eps)
+        return None
 
     def _client_level_epsilon(self) -> float:
         return self._history_epsilon(self._client_history)
@@ -322,12 +448,14 @@ class PrivacyAccountant(Callback):
         if self.client_level:
             client = self._client_level_epsilon() if eps_client is None else eps_client
             how = describe_sampling(self.client_level, "client")
+            name = self.accountant_words()
             return client, (
                 f"client-level ({client:.3g}, {self.delta:g})-DP, {how}, {name}"
                 f"{self._adaptive_words()}"
             )
         if self.record_level:
             record = self._record_level_epsilon() if eps_record is None else eps_record
+            name = self.accountant_words()
             return record, (
                 f"record-level ({record:.3g}, {self.delta:g})-DP, add/remove one record, "
                 f"Poisson batches, {name}, max over clients, no amplification by client "
@@ -428,6 +556,7 @@ class PrivacyAccountant(Callback):
             "rounds": self.rounds,
             "private_run": self.private_run,
             "horizon": None if self.horizon is None else self.horizon.state(),
+            "server_view": self.server_view.value,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -469,6 +598,7 @@ class PrivacyAccountant(Callback):
         ]
         self.no_guarantee = state_dict["no_guarantee"]
         self.private_run = bool(state_dict.get("private_run", True))
+        self.server_view = ServerSees(state_dict.get("server_view", self.server_view.value))
         self.rounds = int(state_dict["rounds"])
         saved = PlannedHorizon.from_state(state_dict.get("horizon"))
         if self.horizon is not None:  # the resumed run's plan, set up before the load

@@ -291,6 +291,42 @@ def epsilon(events: Sequence[SampledGaussian] | History, delta: float, accountan
     return _BACKENDS[accountant](history, float(delta))
 
 
+EXACT_GAUSSIAN = "exact Gaussian (no sampling; Balle & Wang 2018, Thm. 8)"
+"""What computes the ε of an unsampled history on ``pld`` and ``prv`` (:func:`epsilon`): the
+composition is one Gaussian (Dong, Roth & Su 2019, Cor. 3.3), whose ε is exact in closed form."""
+
+
+def computed_by(events: Sequence[SampledGaussian] | History, accountant: str, name: str) -> str:
+    """What computed the ε :func:`epsilon` returns for ``events`` on ``accountant``, in words:
+    the closed-form exact Gaussian when no row is sampled and the accountant is not ``rdp``
+    (:func:`epsilon` takes that path, whatever the backend's own figure would be), else
+    ``name``, the accountant's own (e.g. "PRV accountant (Opacus)")."""
+    history = events if isinstance(events, tuple) else as_history(events)
+    if accountant != "rdp" and history and all(q >= 1.0 for _, q, _, _ in history):
+        return EXACT_GAUSSIAN
+    return name
+
+
+def loss_tail(events: Sequence[SampledGaussian] | History, eps: float) -> float:
+    """P[privacy loss > ``eps``] of the history's composed PLD (:func:`_history_pld`, the
+    dominating pair of its rows), the larger over the two directions of adjacency, the mass at
+    +∞ included: what (ε, δ)-DP does *not* bound by δ (δ bounds E[(1 − e^(ε−L))₊], which is at
+    most this probability; Balle et al. 2020, Thm. 5). A connect-the-dots PLD is pessimistic,
+    so this is an upper estimate on the discretisation's grid. 0 for an empty history."""
+    history = events if isinstance(events, tuple) else as_history(events)
+    if not history:
+        return 0.0
+    if any(sigma == 0 for sigma, _, _, _ in history):
+        return 1.0
+    pld = _history_pld(dominating_history(history))
+    tails = []
+    for pmf in (pld._pmf_remove, pld._pmf_add):
+        dense = pmf.to_dense_pmf()
+        losses = (dense._lower_loss + np.arange(dense._probs.size)) * dense._discretization
+        tails.append(float(np.sum(dense._probs[losses > eps])) + float(dense._infinity_mass))
+    return max(tails)
+
+
 def scaled(history: Sequence[SampledGaussian], sigma: float) -> list[SampledGaussian]:
     """``history`` (given at noise multiplier 1) with every multiplier multiplied by σ."""
     return [replace(e, noise_multiplier=sigma * e.noise_multiplier) for e in history]

@@ -228,13 +228,21 @@ class SecAggDistributedDP(CentralPrivacy):
                 sampling.without_replacement, round(self.expected_clients),
             )  # fmt: skip
 
-        return calibrate_distributed_sigma(
+        target = None if privacy is None else privacy.epsilon
+        sigma = calibrate_distributed_sigma(
             event_at,
             rounds=rounds,
-            target_epsilon=None if privacy is None else privacy.epsilon,
+            target_epsilon=target,
             delta=1e-5 if privacy is None else privacy.delta,
             survivors=survivors,
         )
+        calibrated = getattr(spec, "calibrated", None)
+        if calibrated is not None:  # the σ is bound to the planned horizon (privacy/horizon.py)
+            calibrated.append(
+                f"distributed σ calibrated so that {rounds} rounds spend ε = {target} with the "
+                "planned survivors"
+            )
+        return sigma
 
     @property
     def local_variance(self) -> float:
@@ -388,18 +396,20 @@ class SecAggDistributedDP(CentralPrivacy):
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
         """One distributed-DP round priced with the survivors' noise."""
         sampling = ctx.cohort_sampling()
+        members = tuple(self.survivors(ctx))
         event = DistributedNoiseEvent(
             mechanism=self.mechanism,
             clip_norm=self.clip_norm,
             scale=self.scale,
             local_variance=self.local_variance,
-            survivors=len(self.survivors(ctx)),
+            survivors=len(members),
             dim=self.padded,
             beta=self.beta,
             bits=self.bits,
             sample_rate=sampling.rate if sampling.mode == "poisson" else 1.0,
             replace_one=sampling.without_replacement,
             cohort=len(ctx.cohort),
+            members=members,
         )
         return RoundPrivacy(distributed=[event])
 

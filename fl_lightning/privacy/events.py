@@ -215,6 +215,11 @@ class DistributedNoiseEvent:
         replace_one: fixed-size cohorts: replace-one adjacency (sensitivity doubled), no
             amplification claimed.
         cohort: the clients dispatched this round (the survivors' share of it is reported).
+        members: the survivors' client ids (the server learns them at unmasking): the sums a
+            client was in, over which the server's view is priced without amplification
+            (``privacy/observers.py``). Not part of the round's price (excluded from equality
+            and hashing, so rounds of equal parameters share one cached RDP); ``()`` in ledgers
+            written before it was recorded.
     """
 
     mechanism: str
@@ -228,17 +233,19 @@ class DistributedNoiseEvent:
     sample_rate: float
     replace_one: bool = False
     cohort: int = 0
+    members: tuple[int, ...] = field(default=(), compare=False)
 
     def to_state(self) -> list:
         return [
             self.mechanism, self.clip_norm, self.scale, self.local_variance, self.survivors,
             self.dim, self.beta, self.bits, self.sample_rate, self.replace_one, self.cohort,
+            list(self.members),
         ]  # fmt: skip
 
     @classmethod
     def from_state(cls, row: list) -> DistributedNoiseEvent:
-        m, c, s, v, n, d, b, bits, q, r, k = row
+        m, c, s, v, n, d, b, bits, q, r, k, *members = row
         return cls(
             str(m), float(c), float(s), float(v), int(n), int(d), float(b), int(bits),
-            float(q), bool(r), int(k),
+            float(q), bool(r), int(k), tuple(int(i) for i in (members[0] if members else ())),
         )  # fmt: skip

@@ -116,15 +116,24 @@ def local_rows_epsilon(rows: list, delta: float, accountant: str = "pld") -> flo
 
 def distributed_rows_epsilon(rows: list, delta: float) -> float:
     """ε at ``delta`` of distributed-DP rounds (``DistributedNoiseEvent.to_state()`` rows),
-    recomputed here from the papers' formulas with numpy, vectorised over orders (the run's
-    code, ``privacy/distributed_accounting.py``, loops per order): Kairouz, Liu & Steinke 2021
-    Prop. 22 (rounding), Thm. 1 (τ) and Prop. 14 (DDG); Agarwal, Kairouz & Liu 2021 (Skellam);
-    Zhu & Wang 2019's general Poisson-subsampling bound; RDP → (ε, δ) by Balle et al. 2020."""
+    recomputed here from the papers' formulas with numpy (:func:`distributed_rows_rdp`);
+    RDP → (ε, δ) by Balle et al. 2020."""
+    orders, total = distributed_rows_rdp(rows)
+    eps = total + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
+    return float(max(0.0, np.nanmin(eps)))
+
+
+def distributed_rows_rdp(rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """(orders, RDP) of distributed-DP rounds (``DistributedNoiseEvent.to_state()`` rows)
+    composed, recomputed here from the papers' formulas with numpy, vectorised over orders (the
+    run's code, ``privacy/distributed_accounting.py``, loops per order): Kairouz, Liu & Steinke
+    2021 Prop. 22 (rounding), Thm. 1 (τ) and Prop. 14 (DDG); Agarwal, Kairouz & Liu 2021
+    (Skellam); Zhu & Wang 2019's general Poisson-subsampling bound for rows with q < 1."""
     from scipy.special import gammaln, logsumexp
 
     orders = np.array([*range(2, 129), 256], dtype=float)
     total = np.zeros_like(orders)
-    for mech, clip, scale, var, n, d, beta, _bits, q, replace_one, _k in rows:
+    for mech, clip, scale, var, n, d, beta, _bits, q, replace_one, _k, *_members in rows:
         if int(n) == 0:
             continue
         x = float(clip) * float(scale)
@@ -166,8 +175,7 @@ def distributed_rows_epsilon(rows: list, delta: float) -> float:
                 sub = logsumexp(np.append(terms, 0.0), b=np.append(weights, first)) / (a - 1)
                 rdp[i] = min(rdp[i], sub)
         total += rdp
-    eps = total + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
-    return float(max(0.0, np.nanmin(eps)))
+    return orders, total
 
 
 def headline_epsilon(state: dict[str, Any], *, delta: float, accountant: str) -> float:

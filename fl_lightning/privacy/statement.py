@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
+from fl_lightning.privacy.observers import from_state
+
 SIMULATION_CLAUSE = "simulation: noise and cohorts reproducible from the seed"
 """Appended to the guarantee of a run not in ``privacy.secure_mode``."""
 
@@ -94,6 +96,12 @@ class RunFacts:
         strategy: the strategy's class name.
         files: the names of the files the run writes into its directory (None: unknown,
             every :data:`NOT_COVERED` entry is listed).
+        loss_tail: P[privacy loss > ε] of the headline where the accountant computes it
+            (``PrivacyAccountant.loss_tail``: PLD); None where it does not.
+        one_more_round: under distributed DP, the ε after one more round like the last with
+            the fewest survivors SecAgg accepts (``min_survivors``, ``survivors`` of them): the
+            worst case of the budget stop in a deployment, which learns the survivors only at
+            unmasking; None otherwise.
     """
 
     num_clients: int
@@ -104,6 +112,8 @@ class RunFacts:
     guarantee: str
     strategy: str
     files: tuple[str, ...] | None = None
+    loss_tail: float | None = None
+    one_more_round: tuple[int, float] | None = None
 
 
 def _unit(ledger: dict[str, Any]) -> str:
@@ -154,7 +164,10 @@ def _sampling(unit: str, ledger: dict[str, Any]) -> tuple[str, str]:
         if q < 1.0:
             return (
                 f"Poisson cohorts, each client with probability q = {q:.6g}",
-                "yes (Zhu & Wang 2019's bound on RDP): it holds only while the cohorts stay secret",
+                "against a third party only (Zhu & Wang 2019's bound on RDP), from whom the "
+                "cohorts are secret; not against the server, which draws them and learns the "
+                "survivors: its ε is priced with q = 1 over the sums each client was in (Who "
+                "observes what)",
             )
         return "every client in every round", "no (q = 1)"
     if unit == "client":
@@ -164,14 +177,14 @@ def _sampling(unit: str, ledger: dict[str, Any]) -> tuple[str, str]:
             m = round(q * population)
             return (
                 f"fixed-size cohorts, {m} of {population} clients without replacement",
-                "yes: the ε uses amplification by sampling, which holds only while the cohorts "
-                "stay secret",
+                "against a third party (the headline ε), from whom the cohorts are secret; "
+                "not against the server, which draws them (Who observes what)",
             )
         if q < 1.0:
             return (
                 f"Poisson cohorts, each client with probability q = {q:.6g}",
-                "yes: the ε uses amplification by sampling, which holds only while the cohorts "
-                "stay secret",
+                "against a third party (the headline ε), from whom the cohorts are secret; "
+                "not against the server, which draws them (Who observes what)",
             )
         return "every client in every round", "no (q = 1)"
     if unit == "record":
@@ -290,8 +303,11 @@ def _distributed_lines(rows: list[list[Any]]) -> list[str]:
         "**Trust model.** The server is honest but curious and sees only the modular sum of the "
         f"surviving clients' masked uploads (SecAgg, Bonawitz et al. 2017), at least {fewest} "
         "a round; every round is priced with the noise of the clients that survived, not the "
-        "noise planned. Key agreement and Shamir sharing are simulated: the pairwise mask seeds "
-        "are derived from the run's seed (its secret in secure mode).",
+        "noise planned. It also draws the cohorts and learns who survived, so nothing is "
+        "amplified by sampling against it: each client's ε against it composes the sums that "
+        "client was in, with q = 1 (Who observes what). Key agreement and Shamir sharing are "
+        "simulated: the pairwise mask seeds are derived from the run's seed (its secret in "
+        "secure mode).",
         "",
         f"**If SecAgg is broken** (the server learns the masks, or colludes with all but one "
         "client of a round), it sees each client's encoded update with that client's own noise "
@@ -311,10 +327,18 @@ def _delta_line(delta: float, unit: str, facts: RunFacts) -> str:
     what = "records" if unit == "record" else "clients"
     if n <= 0:
         return f"δ = {delta:g}"
+    tail = (
+        f"; here the privacy loss exceeds ε with probability {facts.loss_tail:.2g} "
+        f"({facts.loss_tail / delta:.2g}·δ), computed from the accountant's PLD"
+        if facts.loss_tail is not None
+        else "; P[privacy loss > ε] is not computed by this accountant (the PLD accountant "
+        "gives it)"
+    )
     verdict = (
-        "δ < 1/N, as it must be: δ is the probability that the e^ε bound may fail for a "
-        "given unit (not a share of units exposed, so δ·N counts nothing), and publishing "
-        "one unit chosen at random in the clear is already (0, 1/N)-DP"
+        "δ < 1/N, as it must be: δ is additive, the probability of any outcome changes by at "
+        "most a factor e^ε, plus at most δ. It is not the probability that the e^ε bound "
+        f"fails{tail}. δ is not a share of units exposed either (δ·N counts nothing), and "
+        "publishing one unit chosen at random in the clear is already (0, 1/N)-DP"
         if delta < 1.0 / n
         else "δ ≥ 1/N: the guarantee permits publishing one unit chosen at random in the "
         "clear; lower δ"
@@ -385,11 +409,72 @@ def plain_reading(unit: str, ledger: dict[str, Any], facts: RunFacts, delta: flo
     )
     return (
         f"{who}, and knows everything else, can grow their odds that {_observer(unit, ledger)} "
-        f"by at most a factor e^ε = {factor} (ε = {eps:.3g}), except with probability at "
-        f"most δ = {delta:g}. On the scale of {SCALE_SOURCE} (ε ≤ 1 strong, ε ≤ 10 reasonable, "
+        f"by at most a factor e^ε = {factor} (ε = {eps:.3g}), plus at most δ = {delta:g}: the "
+        f"probability of any outcome changes by at most a factor e^ε, plus at most δ"
+        f"{_tail_words(facts)}.{_others(ledger)} On the scale of {SCALE_SOURCE} "
+        f"(ε ≤ 1 strong, ε ≤ 10 reasonable, "
         f"ε > 10 weak), this ε is {scale_tier(eps)}. The run does not protect what it logs "
         f"without noise (listed below){seed}."
     )
+
+
+def _tail_words(facts: RunFacts) -> str:
+    if facts.loss_tail is None:
+        return ""
+    return (
+        f" (δ is not the probability that the bound fails: the privacy loss exceeds ε with "
+        f"probability {facts.loss_tail:.2g})"
+    )
+
+
+def _others(ledger: dict[str, Any]) -> str:
+    """A pointer to the observers who receive more than the released models."""
+    rows = from_state(ledger.get("observers", []))
+    if len(rows) < 2 or rows[1].epsilon == rows[0].epsilon:
+        return ""
+    server = rows[1]
+    eps = "∞" if math.isinf(server.epsilon) else f"up to {server.epsilon:.3g}"
+    return (
+        f" That is the view of {rows[0].observer.words}; against {server.observer.words}, "
+        f"which receives {server.receives}, ε is {eps} (Who observes what)."
+    )
+
+
+def _observer_lines(ledger: dict[str, Any]) -> list[str]:
+    """The per-observer table (``privacy/observers.py``)."""
+    rows = from_state(ledger.get("observers", []))
+    if not rows:
+        return []
+    lines = [
+        "## Who observes what",
+        "",
+        "Each observer of the trust model, what it receives, and its ε at the run's δ "
+        "(docs/privacy.md, Observers). The headline ε is the first row's.",
+        "",
+        "| observer | receives | ε | how it is priced |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        if math.isinf(r.epsilon):
+            eps = "∞"
+        elif r.epsilon_mean is not None:
+            eps = (
+                f"{r.epsilon_mean:.4g} for the mean client ({r.sums_mean:.3g} sums), "
+                f"{r.epsilon:.4g} for the worst ({r.sums_worst} sums)"
+            )
+        else:
+            eps = f"{r.epsilon:.4g}"
+        lines.append(f"| {r.observer.words} | {r.receives} | {eps} | {r.priced} |")
+    if any(r.epsilon_mean is not None for r in rows):
+        lines += [
+            "",
+            "Each client's ε against the server composes, without amplification, the rounds "
+            "whose sum it was in (`members`, the last field of each `distributed` row of "
+            "privacy_ledger.json): `fl_lightning.privacy.observers.secure_sum_epsilons`, or "
+            "independently `fl_lightning.privacy.recompute.distributed_rows_rdp` of those rows "
+            "with q = 1 (tests/privacy/test_observers.py).",
+        ]
+    return [*lines, ""]
 
 
 def _not_covered(facts: RunFacts) -> list[tuple[str, str]]:
@@ -433,10 +518,20 @@ def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
         f"- Accountant: {accountant}",
         f"- {_delta_line(delta, unit, facts)}",
     ]
+    if facts.one_more_round is not None:
+        n, worst = facts.one_more_round
+        lines.append(
+            "- Budget stop (with `privacy.target_epsilon`): exact here only because the "
+            "simulation knows each round's survivors before the round (its dropouts are drawn "
+            "from the seed). A deployment learns them at unmasking, after the clients trained: "
+            f"its worst case is one more round with {n} survivors (the fewest SecAgg accepts), "
+            f"which would take ε from {facts.epsilon:.4g} to {worst:.4g}"
+        )
     if ledger.get("no_guarantee"):
         lines.append(f"- No guarantee: {ledger['no_guarantee']}")
     lines += [
         "",
+        *_observer_lines(ledger),
         "## What is released, and what the guarantee does not cover",
         "",
         "Covered: nothing (no guarantee)."

@@ -22,7 +22,7 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.accountant import ACCOUNTANT_NAMES, PrivacyAccountant
+from fl_lightning.privacy.accountant import PrivacyAccountant
 from fl_lightning.privacy.statement import RunFacts
 from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
@@ -388,11 +388,15 @@ class FederatedModule(pl.LightningModule):
         if any(isinstance(cb, ClientTimer) and cb.write_csv for cb in callbacks):
             files.add("client_times.csv")
         acc = self.accountant
+        fewest = getattr(self.strategy.central_dp, "min_survivors", None)
+        worst = acc.one_more_round(int(fewest)) if acc is not None and fewest else None
         return RunFacts(
             num_clients=int(self.data.num_clients),
             num_records=int(self.data.client_sizes().sum()),
             secure_mode=self.secure_mode,
-            accountant_name=ACCOUNTANT_NAMES.get(acc.accountant, acc.accountant) if acc else "",
+            accountant_name=acc.accountant_words() if acc else "",
+            loss_tail=summary.get("privacy/loss_tail"),
+            one_more_round=None if worst is None or fewest is None else (int(fewest), worst),
             epsilon=float(summary.get("privacy/epsilon", float("inf"))),
             guarantee=str(summary.get("privacy/guarantee", "none: no accountant")),
             strategy=type(self.strategy).__name__,

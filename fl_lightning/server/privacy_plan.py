@@ -43,6 +43,7 @@ from fl_lightning.privacy.budget import (
     refuse_unaffordable_round,
 )
 from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.observers import ServerSees
 from fl_lightning.privacy.params import GaussianParams
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.spec import PrivacyTarget
@@ -201,6 +202,7 @@ def declare_private_run(
         return
     accountant.private_run = uses_dp_sgd or strategy.traits.private
     accountant.adaptive_noise = strategy.traits.adaptive_noise
+    accountant.server_view = ServerSees.of(strategy.server_view)
     accountant.not_private_reason = (
         f"{type(strategy).__name__} uploads and aggregates updates without noise"
     )

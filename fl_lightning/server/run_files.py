@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.observers import from_state as observer_rows
 from fl_lightning.privacy.statement import RunFacts, privacy_statement
 from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.redact import redact
@@ -115,12 +116,18 @@ def write_run_files(
     path = Path(log_dir) / "summary.json"
     atomic_write(path, json.dumps(redact(summary), indent=2, default=str) + "\n")
     if accountant is not None:
-        ledger = {
-            "accountant": accountant.accountant,
-            "delta": accountant.delta,
-            **accountant.state_dict(),
-        }
-        atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
+        atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger_of(accountant)) + "\n")
+
+
+def ledger_of(accountant: PrivacyAccountant) -> dict[str, Any]:
+    """``privacy_ledger.json``: the accountant's events and state, with the per-observer table
+    they give (``privacy/observers.py``; recomputable from the events)."""
+    return {
+        "accountant": accountant.accountant,
+        "delta": accountant.delta,
+        **accountant.state_dict(),
+        "observers": [row.to_state() for row in accountant.observers()],
+    }
 
 
 def write_privacy_statement(
@@ -130,21 +137,26 @@ def write_privacy_statement(
     the same ledger; returns its path (None without an accountant or a run directory)."""
     if accountant is None or not log_dir:
         return None
-    ledger = {"accountant": accountant.accountant, "delta": accountant.delta}
     path = Path(log_dir) / "privacy_statement.md"
-    atomic_write(path, privacy_statement({**ledger, **accountant.state_dict()}, facts))
+    atomic_write(path, privacy_statement(ledger_of(accountant), facts))
     return path
 
 
 def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
-    """The line a finished run prints: rounds, accuracy, ε with δ and the guarantee sentence."""
+    """The line a finished run prints: rounds, accuracy, the headline ε with δ and the
+    observer it holds against, the guarantee sentence, and the server's ε (its row of the
+    per-observer table, ``privacy/observers.py``)."""
     eps = summary.get("privacy/epsilon", math.inf)
+    rows = observer_rows(summary.get("privacy/observers", []))
+    against = f" against {rows[0].observer.words}" if rows and not math.isinf(eps) else ""
     line = (
         f"Finished {summary['rounds']} rounds: test accuracy "
         f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
-        f"(δ = {summary.get('privacy/delta', 0):g}); "
+        f"(δ = {summary.get('privacy/delta', 0):g}){against}; "
         f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
     )
+    if against and len(rows) > 1:
+        line += f"; {rows[1].clause()}"
     if "privacy/epsilon_sound" in summary:
         line += f"; sound ε of the same noise = {summary['privacy/epsilon_sound']:.3f}"
     return line
@@ -152,6 +164,7 @@ def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
 
 __all__ = [
     "NOT_WRITTEN",
+    "ledger_of",
     "run_files_dir",
     "run_summary",
     "summary_line",

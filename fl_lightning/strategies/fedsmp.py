@@ -94,7 +94,8 @@ class FedSMP(Strategy):
     @property
     def traits(self) -> StrategyTraits:
         """Private, and its one client-level Gaussian on the aggregate is amplified by cohort
-        sampling (Poisson cohorts under ``model.sampling: auto``)."""
+        sampling (Poisson cohorts under ``model.sampling: auto``); the noise is each client's own,
+        so the server receives noised uploads (:attr:`server_view`)."""
         return StrategyTraits(private=True, amplified_by_sampling=True)
 
     def setup_federation(self, spec: FederationSpec) -> None:

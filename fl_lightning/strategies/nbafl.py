@@ -230,7 +230,11 @@ class NbAFL(Strategy):
         bound = None  # once set up, σ_U and σ_D are fixed from T (Theorems 1-2), ε split over L
         if self.L is not None:
             bound = f"NbAFL fixes σ_U and σ_D for L = {self.L} exposures over the planned rounds"
-        return dataclasses.replace(super().traits, private=True, horizon_bound=bound)
+        return dataclasses.replace(
+            super().traits,
+            private=True,
+            horizon_bound=bound,
+        )
 
     def after_round(self, ctx: RoundContext, aggregate: torch.Tensor) -> Metrics:
         assert self.sigma_u is not None

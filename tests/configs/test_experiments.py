@@ -40,7 +40,9 @@ def test_there_are_experiment_configs():
     }  # fmt: skip
 
 
-FINISHED = re.compile(r"^Finished .*, ε = (\S+) \(δ = (\S+)\); guarantee: (.*)$", re.M)
+FINISHED = re.compile(
+    r"^Finished .*, ε = (\S+) \(δ = (\S+)\)(?: against [^;]+)?; guarantee: (.*)$", re.M
+)
 PAIR = re.compile(r"\(([^,()]+), ([^()]+)\)-DP")
 
 

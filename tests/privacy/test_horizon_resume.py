@@ -98,3 +98,26 @@ def test_ckpt_path_last_refusals_write_nothing(tmp_path, capsys):
     assert err.startswith("error: trainer.max_steps: "), err
     assert "planned and accounted for 2 rounds" in err
     assert _files(root) == before
+
+
+def test_distributed_sigma_calibrated_to_a_target_refuses_a_resume_past_its_rounds(
+    tmp_path, capsys
+):
+    """Distributed DP with σ calibrated so that the planned rounds spend the target (issue 55,
+    item 4): bound to its horizon as DP-FedAvg's calibrated σ is; a 2 → 4 resume is refused
+    (the ledger's horizon names the reason) before anything is written."""
+    from fl_lightning.cli import main
+
+    ddg = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
+    calibrated = ("--strategy.noise_multiplier", "null", "--privacy.target_epsilon", "10")
+    assert main(_args(ddg, tmp_path / "first", 2, *calibrated)) == 0
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    rc = main(_args(ddg, tmp_path / "longer", 4, *calibrated, "--ckpt_path", str(ckpt)))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.startswith(
+        f"error: trainer.max_steps: {ckpt} was planned and accounted for 2 rounds (distributed σ "
+        "calibrated so that 2 rounds spend ε = 10"
+    ), err
+    assert not (tmp_path / "longer").exists() or not any((tmp_path / "longer").rglob("*"))

@@ -41,7 +41,7 @@ def test_client_level_statement_names_everything_and_every_event():
     assert "- Unit: client" in text
     assert "add/remove one client" in text
     assert "Poisson cohorts, each client with probability q = 0.5" in text
-    assert "Amplification by sampling: yes" in text
+    assert "Amplification by sampling: against a third party (the headline ε)" in text
     assert "RDP accountant (Opacus)" in text
     assert "1/N = 1/40 clients = 0.025: δ < 1/N" in text
     assert "| 1–3 | Gaussian, noise multiplier σ = 1.5 | Poisson, q = 0.5 |" in text
@@ -89,7 +89,10 @@ def test_the_statement_opens_with_the_plain_reading_and_the_scale():
     eps = acc.report()["privacy/epsilon"]
     assert opening.startswith("Someone who sees everything this run released")
     assert "odds that a given client took part in training by at most a factor e^ε" in opening
-    assert f"except with probability at most δ = 1e-05. On the scale of {SCALE_SOURCE}" in opening
+    assert (
+        "plus at most δ = 1e-05: the probability of any outcome changes by at most a factor e^ε, "
+        f"plus at most δ. On the scale of {SCALE_SOURCE}" in opening
+    )
     assert f"this ε is {scale_tier(eps)}" in opening and "nor against anyone holding" in opening
     assert opening.count("\n") == 0 and opening.endswith("who can regenerate its noise.")
     assert scale_tier(1.0).startswith("strong") and scale_tier(1.01).startswith("reasonable")
@@ -106,7 +109,8 @@ def test_delta_is_not_read_as_an_expected_count():
     acc.record(RoundPrivacy(client_level=[SampledGaussian(1.5, 0.5, 1, 0)]))
     text = privacy_statement(_ledger(acc), _facts(acc))
     assert "expected number" not in text and "δ·N counts nothing" in text
-    assert "the probability that the e^ε bound may fail for a given unit" in text
+    assert "It is not the probability that the e^ε bound fails" in text
+    assert "P[privacy loss > ε] is not computed by this accountant" in text  # RDP
 
 
 def test_only_files_the_run_writes_are_listed():

@@ -11,8 +11,10 @@ import inspect
 
 import pytest
 
+from fl_lightning.privacy.observers import ServerSees
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.cpsgd import CPSGD
+from fl_lightning.strategies.ddp_fedavg import DDPFedAvg
 from fl_lightning.strategies.dp_fedasgp import DPFedASGP
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.strategies.dpfl_agn import DPFLAGN
@@ -58,6 +60,7 @@ def test_every_hook_is_documented():
         (FedAvg(), StrategyTraits()),
         (DPFedAvg(noise_multiplier=1.0), StrategyTraits(True, True)),
         (FedSMP(noise_multiplier=1.0), StrategyTraits(True, True)),
+        (DDPFedAvg(), StrategyTraits(True, True)),
         (DPFedASGP(), StrategyTraits(private=True)),
         (NbAFL(clip_norm=1.0), StrategyTraits(private=True)),
         (CPSGD(), StrategyTraits(private=True)),
@@ -75,3 +78,21 @@ def test_traits_say_what_the_server_reads(strategy, expected):
 def test_unsynced_client_state_is_a_distributed_problem():
     problem = UnsyncedAdam().traits.distributed_problem
     assert problem is not None and "UnsyncedAdam keeps per-client optimizer state" in problem
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (FedAvg(), ServerSees.CLEAR),
+        (DPFedAvg(noise_multiplier=1.0), ServerSees.CLEAR),
+        (FedSMP(noise_multiplier=1.0), ServerSees.NOISED_UPLOADS),
+        (NbAFL(clip_norm=1.0), ServerSees.NOISED_UPLOADS),
+        (DDPFedAvg(), ServerSees.SECURE_SUM),
+    ],
+)
+def test_the_server_is_priced_from_the_declared_view(
+    strategy: Strategy, expected: ServerSees
+) -> None:
+    """The guarantee's pricing of the server (``ServerSees``) is read from the view the
+    contract test checks (``Strategy.server_view``), not declared a second time."""
+    assert ServerSees.of(strategy.server_view) == expected
