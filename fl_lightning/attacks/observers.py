@@ -122,28 +122,28 @@ def comparison_epsilon(obs: Observer, report: dict[str, Any], strategy: Any) -> 
 
     The run's accountant prices what a third party receives: every released model (the final
     one is post-processing of them), with amplification by sampling where the cohort is secret
-    from it. The server differs: under central DP it receives each clipped upload (no finite ε
-    against it); under SecAgg it draws the cohort, so the run's amplified ε does not hold
-    against it (issue 55 prices it without amplification; until then the row says so); under
-    local DP the run's ε is the one for each upload the server receives."""
+    from it. The server's row is the guarantee's own ε against the server
+    (``privacy/epsilon_server``, ``privacy/observers.py``): ∞ under central DP (it receives
+    each clipped upload), under SecAgg the worst client's ε without amplification (it draws
+    the cohort and learns the survivors), under local DP the ε of each upload it receives."""
     run_eps = float(report.get("privacy/epsilon", math.inf))
     if math.isinf(run_eps):
         return math.inf, "none: the run claims no finite ε"
     if obs.name != "server":
         return run_eps, "the run's ε (its accountant: every released model, a third party)"
-    central = getattr(strategy, "central_dp", None)
+    server_eps = float(report.get("privacy/epsilon_server", run_eps))
     if secure_sum(strategy) is not None:
-        return run_eps, (
-            "the run's ε, amplified by sampling, which the server (it draws the cohort) does "
-            "not get: its own ε, without amplification, is larger (issue 55)"
+        return server_eps, (
+            "the run's ε against the server (no amplification: it draws the cohort; the worst "
+            "client's, over the secure sums it was in)"
         )
-    if central is not None:
+    if getattr(strategy, "central_dp", None) is not None:
         return (
             math.inf,
             "∞: the server receives each clipped upload (central DP hides the "
             "released model, not the upload)",
         )
-    return run_eps, "the run's ε (local DP: its accountant prices each upload the server receives)"
+    return server_eps, "the run's ε against the server (each upload it receives)"
 
 
 __all__ = [
