@@ -23,8 +23,8 @@ from fl_lightning.runs.distributed import (
 from fl_lightning.runs.phase import RunPhase, phase_callback
 from fl_lightning.runs.preflight import (
     checkpoint_problem,
-    not_a_directory,
     is_alias,
+    not_a_directory,
     output_problem,
     resolve_alias,
     resolve_last,

@@ -34,8 +34,7 @@ def one_line(err: BaseException) -> str:
                            flags=re.IGNORECASE | re.MULTILINE)  # fmt: skip
     if not_finite and keys and "Expected a <class 'float'>" in text:
         return (
-            f"{'.'.join(keys)}: {not_finite.group(1)} is not a finite number; give a finite "
-            "value"
+            f"{'.'.join(keys)}: {not_finite.group(1)} is not a finite number; give a finite value"
         )
     unknown_class = _unknown_class(text, ".".join(keys))
     if unknown_class:
