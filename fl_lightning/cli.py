@@ -84,6 +84,7 @@ def run_lightning(args: list[str] | None = None) -> int:
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     from fl_lightning.privacy.budget import BudgetError
+    from fl_lightning.server.run_files import NothingReleased
     from fl_lightning.utils.atomic import OutputWriteError
 
     argv = list(sys.argv[1:] if args is None else args)
@@ -119,6 +120,10 @@ def run_lightning(args: list[str] | None = None) -> int:
         phase = RunPhase.value
         if isinstance(err, OutputWriteError):  # disk full, read-only folder: one line, exit 1
             print(f"error: {one_line(err)}", file=sys.stderr)
+            return 1
+        if isinstance(err, NothingReleased):  # every round aborted: one line, exit 1
+            if rank0:
+                print(f"error: {err}", file=sys.stderr)
             return 1
         if isinstance(err, SlurmRequeued):  # saved at a round boundary, requeued: one line
             if rank0:

@@ -136,11 +136,41 @@ def write_privacy_statement(
     return path
 
 
+class NothingReleased(RuntimeError):
+    """A run none of whose rounds aggregated: it ends with one line and exit 1 (cli.py)."""
+
+
+def aggregation_counts(completed: int, aborted: int, *, planned: int) -> dict[str, int]:
+    """``rounds_aggregated`` / ``rounds_planned`` for the summary of a run in which rounds
+    aborted (SecAgg below ``strategy.min_survivors``: nothing released, nothing spent); empty
+    when every round aggregated."""
+    if not aborted:
+        return {}
+    return {"rounds_aggregated": completed - aborted, "rounds_aborted": aborted,
+            "rounds_planned": planned}  # fmt: skip
+
+
+def nothing_released(summary: dict[str, Any], out: str | None) -> str | None:
+    """The one line of a run none of whose rounds aggregated, or None."""
+    if summary.get("rounds_aggregated", 1) > 0 or not summary.get("rounds"):
+        return None
+    where = f"; its files: {out}" if out else ""
+    return (
+        f"strategy: none of the {summary['rounds']} rounds aggregated (each had fewer "
+        f"survivors than strategy.min_survivors): the run released nothing{where}"
+    )
+
+
 def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
     """The line a finished run prints: rounds, accuracy, ε with δ and the guarantee sentence."""
     eps = summary.get("privacy/epsilon", math.inf)
+    aborted = summary.get("rounds_aborted")
+    rounds = f"{summary['rounds']} rounds"
+    if aborted:
+        done = summary["rounds_aggregated"]
+        rounds += f" ({done} aggregated, {aborted} aborted: too few survivors)"
     line = (
-        f"Finished {summary['rounds']} rounds: test accuracy "
+        f"Finished {rounds}: test accuracy "
         f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
         f"(δ = {summary.get('privacy/delta', 0):g}); "
         f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
@@ -152,6 +182,9 @@ def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
 
 __all__ = [
     "NOT_WRITTEN",
+    "NothingReleased",
+    "aggregation_counts",
+    "nothing_released",
     "run_files_dir",
     "run_summary",
     "summary_line",
