@@ -25,6 +25,7 @@ from fl_lightning.runs.distributed import (
     stop_launched_ranks,
 )
 from fl_lightning.runs.error_lines import located, one_line
+from fl_lightning.runs.interrupt import exit_code
 from fl_lightning.runs.phase import RunPhase
 from fl_lightning.runs.slurm import SlurmRequeued
 
@@ -115,7 +116,7 @@ def run_lightning(args: list[str] | None = None) -> int:
     RunPhase.value = "config"
     peers_alive = True
     try:
-        make(args)
+        cli = make(args)
     except Exception as err:
         phase = RunPhase.value
         if isinstance(err, OutputWriteError):  # disk full, read-only folder: one line, exit 1
@@ -155,7 +156,9 @@ def run_lightning(args: list[str] | None = None) -> int:
             _close_process_group()
         RunPhase.value = "config"
         CURRENT_TRAINER.clear()
-    return 0
+    # stopped by SIGINT/SIGTERM at a round boundary, its files written: the signal's exit code
+    interrupted = getattr(getattr(cli, "model", None), "interrupted", None)
+    return exit_code(interrupted) if interrupted else 0
 
 
 def _close_process_group() -> None:

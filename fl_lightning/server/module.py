@@ -35,6 +35,7 @@ from fl_lightning.server.run_files import (
     NOT_WRITTEN,
     NothingReleased,
     aggregation_counts,
+    interrupted_status,
     log_upload_guarantee,
     nothing_released,
     run_files_dir,
@@ -138,6 +139,10 @@ class FederatedModule(pl.LightningModule):
         # Rounds that released nothing (SecAgg below its threshold: strategy/round_aborted).
         self.rounds_aborted = 0
         self.stopped_by_budget = False
+        # SIGINT/SIGTERM's name when the run stopped on it at a round boundary, and the
+        # checkpoint saved there (runs/interrupt.py)
+        self.interrupted: str | None = None
+        self.resume_from: str | None = None
         self._secret_seed: int | None = None  # privacy.secure_mode: only in the checkpoint
         self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
 
@@ -375,12 +380,18 @@ class FederatedModule(pl.LightningModule):
         )
         summary.update(aggregation_counts(self.rounds_completed, self.rounds_aborted,
                                           planned=int(self.trainer.max_steps)))  # fmt: skip
+        if self.interrupted:
+            summary.update(interrupted_status(self.interrupted, self.rounds_completed,
+                                              planned=int(self.trainer.max_steps),
+                                              resume_from=self.resume_from))  # fmt: skip
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero:
             out = run_files_dir(log_dir)  # never the working directory Lightning fell back to
             write_run_files(summary, self.accountant, out, self.loggers)
             facts = self._run_facts(summary, out)
-            statement = write_privacy_statement(self.accountant, facts, out)
+            statement = write_privacy_statement(
+                self.accountant, facts, out, status=summary.get("status")
+            )
             line = summary_line(summary, final)
             if log_dir and out is None:
                 line = f"{line}; {NOT_WRITTEN}"

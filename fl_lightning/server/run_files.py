@@ -119,12 +119,17 @@ def write_run_files(
             "accountant": accountant.accountant,
             "delta": accountant.delta,
             **accountant.state_dict(),
+            **({"status": summary["status"]} if "status" in summary else {}),
         }
         atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
 
 
 def write_privacy_statement(
-    accountant: PrivacyAccountant | None, facts: RunFacts, log_dir: str | None
+    accountant: PrivacyAccountant | None,
+    facts: RunFacts,
+    log_dir: str | None,
+    *,
+    status: str | None = None,
 ) -> Path | None:
     """``privacy_statement.md`` beside ``privacy_ledger.json`` (``privacy/statement.py``), from
     the same ledger; returns its path (None without an accountant or a run directory)."""
@@ -132,7 +137,10 @@ def write_privacy_statement(
         return None
     ledger = {"accountant": accountant.accountant, "delta": accountant.delta}
     path = Path(log_dir) / "privacy_statement.md"
-    atomic_write(path, privacy_statement({**ledger, **accountant.state_dict()}, facts))
+    text = privacy_statement({**ledger, **accountant.state_dict()}, facts)
+    if status:  # an interrupted run: the statement covers the rounds it released
+        text = f"**Status: {status}.** The guarantee below covers the rounds released.\n\n{text}"
+    atomic_write(path, text)
     return path
 
 
@@ -150,6 +158,20 @@ def aggregation_counts(completed: int, aborted: int, *, planned: int) -> dict[st
             "rounds_planned": planned}  # fmt: skip
 
 
+def interrupted_status(
+    signal_name: str, completed: int, *, planned: int, resume_from: str | None
+) -> dict[str, Any]:
+    """The summary's ``status`` (and ``resume_from``) of a run stopped by ``signal_name`` at a
+    round boundary (``runs/interrupt.py``): what it holds covers the ``completed`` rounds."""
+    out: dict[str, Any] = {
+        "status": f"interrupted after {completed} rounds ({signal_name})",
+        "rounds_planned": planned,
+    }
+    if resume_from:
+        out["resume_from"] = resume_from
+    return out
+
+
 def nothing_released(summary: dict[str, Any], out: str | None) -> str | None:
     """The one line of a run none of whose rounds aggregated, or None."""
     if summary.get("rounds_aggregated", 1) > 0 or not summary.get("rounds"):
@@ -165,24 +187,31 @@ def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
     """The line a finished run prints: rounds, accuracy, ε with δ and the guarantee sentence."""
     eps = summary.get("privacy/epsilon", math.inf)
     aborted = summary.get("rounds_aborted")
+    interrupted = str(summary.get("status", "")).startswith("interrupted")
     rounds = f"{summary['rounds']} rounds"
+    if interrupted:  # stopped by SIGINT/SIGTERM at a round boundary (runs/interrupt.py)
+        rounds = f"after {summary['rounds']} of {summary['rounds_planned']} rounds"
     if aborted:
         done = summary["rounds_aggregated"]
         rounds += f" ({done} aggregated, {aborted} aborted: too few survivors)"
+    verb = "Interrupted" if interrupted else "Finished"
     line = (
-        f"Finished {rounds}: test accuracy "
+        f"{verb} {rounds}: test accuracy "
         f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
         f"(δ = {summary.get('privacy/delta', 0):g}); "
         f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
     )
     if "privacy/epsilon_sound" in summary:
         line += f"; sound ε of the same noise = {summary['privacy/epsilon_sound']:.3f}"
+    if summary.get("resume_from"):
+        line += f"; resume: --ckpt_path {summary['resume_from']}"
     return line
 
 
 __all__ = [
     "NOT_WRITTEN",
     "NothingReleased",
+    "interrupted_status",
     "aggregation_counts",
     "nothing_released",
     "run_files_dir",
