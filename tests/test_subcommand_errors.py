@@ -43,3 +43,23 @@ def test_argument_errors_are_one_line(capsys, tmp_path, monkeypatch, argv, line)
 
 def test_unknown_argparse_messages_pass_through():
     assert argparse_line("something new", "fl-lightning x") == "something new"
+
+
+def test_repro_dry_run_lists_the_points_without_the_data(capsys, monkeypatch):
+    """The reproducing tutorial's next step, ``repro 002 --dry-run``, on a clone without
+    shared/data: the points are listed (the stored ones are finished), with one note saying
+    what running them would need; without --dry-run the same command is refused in one line."""
+    from fl_lightning.cli import main
+    from fl_lightning.reports.repro import cli as repro_cli
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(repro_cli, "find_shared_data", lambda: None)
+    assert main(["repro", "002", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("note: shared/data (the MNIST test set) is not beside this checkout")
+    assert "points," in out
+    assert main(["repro", "002"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --data-root: shared/data (the MNIST test set) not found beside this "
+                   "checkout; set FL_SHARED_DATA or pass --data-root DIR"]  # fmt: skip

@@ -210,10 +210,16 @@ def main(argv: list[str] | None = None) -> int:
             root = None  # `--set data.dataset=...` replaces the MNIST files: nothing to find
         if root == "shared":
             found = find_shared_data()
-            if found is None and not (args.report_only or args.migrate_store):
+            if found is None and not (args.report_only or args.migrate_store or args.dry_run):
                 raise ReproError(
                     "--data-root: shared/data (the MNIST test set) not found beside this "
                     "checkout; set FL_SHARED_DATA or pass --data-root DIR"
+                )
+            if found is None and args.dry_run:  # listing the points needs no data
+                print(
+                    "note: shared/data (the MNIST test set) is not beside this checkout; the "
+                    "points below list without it, running them needs it (FL_SHARED_DATA or "
+                    "--data-root DIR)"
                 )
             root = str(found) if found else None
     except (ReproError, KeyError) as err:
