@@ -72,15 +72,6 @@ def test_the_site_fetches_nothing(site: Path) -> None:
         assert "fonts.googleapis" not in html and "fonts.gstatic" not in html, page
 
 
-def test_the_search_index_is_bundled_for_the_site_opened_as_files(site: Path) -> None:
-    """Material's offline plugin: the search index ships as a script the page loads (a page
-    opened from disk cannot fetch search_index.json), and it holds the pages' text."""
-    bundled = site / "search" / "search_index.js"
-    assert bundled.is_file(), sorted(p.name for p in (site / "search").iterdir())
-    assert "first_private_run" in bundled.read_text() and "headline_epsilon" in bundled.read_text()
-    assert "search/search_index.js" in (site / "index.html").read_text()
-
-
 def _browser() -> str | None:
     named = os.environ.get("FL_BROWSER")
     if named:
@@ -144,26 +135,49 @@ def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path)
     assert not reasons, f"{page} looks blank: {reasons}"
 
 
-def test_search_works_on_the_site_opened_as_files(site: Path, tmp_path) -> None:
-    """The landing page opened from disk with ``?q=clip`` (Material opens its search with the
+def test_search_works_on_the_site_served_as_the_readme_says(site: Path, tmp_path) -> None:
+    """The built site served by ``python -m http.server --directory site`` (README's one
+    command), the landing page opened with ``?q=clip`` (Material opens its search with the
     query): the results list holds pages, and the screenshot of it is not blank."""
+    import socket
+    import time
+    import urllib.request
+
     browser = _browser()
     if browser is None:
         if os.environ.get("FL_REQUIRE_BROWSER") == "1":
             pytest.fail("FL_REQUIRE_BROWSER=1 but no Chromium is installed (.ci/run installs it)")
         pytest.skip("no headless browser (chromium): `apt-get install chromium` or FL_BROWSER")
-    url = (site / "index.html").as_uri() + "?q=clip"
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-             "--allow-file-access-from-files", "--virtual-time-budget=15000"]  # fmt: skip
-    dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    results = re.findall(r'class="md-search-result__item"', dom.stdout)
-    assert results, "the search found nothing on the site opened as files"
-    shot = tmp_path / "search.png"
-    res = subprocess.run([*flags, "--window-size=1280,900", f"--screenshot={shot}", url],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--directory", str(site), "--bind", "127.0.0.1",
+         str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/index.html?q=clip"
+        for _ in range(100):  # the server is up when it answers
+            try:
+                urllib.request.urlopen(url, timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
+                 "--virtual-time-budget=15000"]  # fmt: skip
+        dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        results = re.findall(r'class="md-search-result__item"', dom.stdout)
+        assert results, "the search found nothing on the served site"
+        shot = tmp_path / "search.png"
+        res = subprocess.run([*flags, "--window-size=1280,900", f"--screenshot={shot}", url],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
     import matplotlib.image
 
     img = (matplotlib.image.imread(shot)[..., :3] * 255).round().astype(np.int16)
