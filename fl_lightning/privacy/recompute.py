@@ -48,7 +48,8 @@ def excluded_orders() -> Iterator[list[float]]:
             if "failed to converge" not in str(record.msg):
                 return True
             args = record.args if isinstance(record.args, tuple) else ()
-            found.append(float(args[3]) if len(args) > 3 else math.nan)  # (steps, q, σ, α)
+            alpha = args[3] if len(args) > 3 else None  # (steps, q, σ, α)
+            found.append(float(alpha) if isinstance(alpha, int | float) else math.nan)
             return False
 
     logger = absl_logging.get_absl_logger()
