@@ -25,6 +25,7 @@ from fl_lightning.runs.distributed import (
     stop_launched_ranks,
 )
 from fl_lightning.runs.error_lines import located, one_line
+from fl_lightning.runs.interrupt import exit_code
 from fl_lightning.runs.phase import RunPhase
 from fl_lightning.runs.slurm import SlurmRequeued
 
@@ -84,6 +85,7 @@ def run_lightning(args: list[str] | None = None) -> int:
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
     from fl_lightning.privacy.budget import BudgetError
+    from fl_lightning.server.run_files import NothingReleased
     from fl_lightning.utils.atomic import OutputWriteError
 
     argv = list(sys.argv[1:] if args is None else args)
@@ -114,11 +116,15 @@ def run_lightning(args: list[str] | None = None) -> int:
     RunPhase.value = "config"
     peers_alive = True
     try:
-        make(args)
+        cli = make(args)
     except Exception as err:
         phase = RunPhase.value
         if isinstance(err, OutputWriteError):  # disk full, read-only folder: one line, exit 1
             print(f"error: {one_line(err)}", file=sys.stderr)
+            return 1
+        if isinstance(err, NothingReleased):  # every round aborted: one line, exit 1
+            if rank0:
+                print(f"error: {err}", file=sys.stderr)
             return 1
         if isinstance(err, SlurmRequeued):  # saved at a round boundary, requeued: one line
             if rank0:
@@ -150,7 +156,9 @@ def run_lightning(args: list[str] | None = None) -> int:
             _close_process_group()
         RunPhase.value = "config"
         CURRENT_TRAINER.clear()
-    return 0
+    # stopped by SIGINT/SIGTERM at a round boundary, its files written: the signal's exit code
+    interrupted = getattr(getattr(cli, "model", None), "interrupted", None)
+    return exit_code(interrupted) if interrupted else 0
 
 
 def _close_process_group() -> None:

@@ -47,6 +47,13 @@ def _last_err(capsys) -> str:
         (["--trainer.max_steps", "0"], "trainer.max_steps: 0 rounds would train nothing"),
         (["--model.server_momentum", "1.0"], "model.server_momentum: must be in [0, 1)"),
         (["--model.server_momentum", "1.5"], "model.server_momentum: must be in [0, 1)"),
+        (["--strategy.clip_norm", "nan"], "strategy.clip_norm: nan is not a finite number"),
+        (["--strategy.noise_multiplier", "inf"],
+         "strategy.noise_multiplier: inf is not a finite number"),
+        (["--client.lr", "nan"], "client.lr: nan is not a finite number"),
+        (["--trainer.max_steps", "-3"], "trainer.max_steps: -3 is not a number of rounds"),
+        (["--trainer.max_steps", "-1"], "trainer.max_steps: -1 (no last round) on a run that "
+         "spends privacy (DPFedAvg)"),
     ],
 )
 def test_dp_and_round_settings_name_the_field(run_cli, capsys, tmp_path, override, field):
@@ -92,6 +99,17 @@ def test_malformed_yaml_names_file_and_line(run_cli, capsys, tmp_path, flag):
     line = _last_err(capsys)
     assert rc == 2
     assert line.startswith(f"error: {flag[2:]}: {bad} line 4, column "), line
+
+
+@pytest.mark.parametrize("flag", ["--config", "--client"])
+def test_yaml_whose_top_level_is_not_a_mapping_names_file(run_cli, capsys, tmp_path, flag):
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("- trainer\n- max_steps: 2\n")
+    args = ["fit", "--config", str(QUICKSTART), *TINY]
+    rc = run_cli(args + [flag, str(listed)] if flag != "--config" else ["fit", flag, str(listed)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: {flag[2:]}: {listed} holds a list at its top level"), err
 
 
 def test_download_without_internet_says_what_to_do(run_cli, capsys, tmp_path, monkeypatch):

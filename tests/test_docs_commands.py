@@ -217,6 +217,10 @@ def program_problem(cmd: DocCommand) -> str | None:
     if prog == "sbatch":  # sbatch [options] SCRIPT [arguments]: the script must be here
         script = next((a for a in args if not a.startswith("-")), None)
         return None if script and (REPO / script).is_file() else f"no batch script {script}"
+    if prog == "srun":  # srun [options] PROGRAM ...: PROGRAM on every node (a set-up check)
+        inner = [a for a in args if not a.startswith("-")]
+        known = ("bash", "python", "python3", "fl-lightning")
+        return None if inner and inner[0] in known else f"srun runs {inner[:1]}, not one of {known}"
     if prog in ("python", "python3"):
         if args[0] == "-m":
             return None if importlib.util.find_spec(args[1]) else f"no module {args[1]}"

@@ -133,3 +133,38 @@ def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path)
     assert img.shape[0] >= 800 and img.shape[1] >= 1200, img.shape
     reasons = blank_reasons(img)
     assert not reasons, f"{page} looks blank: {reasons}"
+
+
+def test_the_served_site_answers_its_search_index(site: Path) -> None:
+    """README's one command, ``python -m http.server --directory site``, serves what the search
+    of every page loads (a page opened from disk cannot fetch it): ``search/search_index.json``
+    with the pages' text."""
+    import json
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--directory", str(site), "--bind", "127.0.0.1",
+         str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/search/search_index.json"
+        for _ in range(100):  # the server is up when it answers
+            try:
+                with urllib.request.urlopen(url, timeout=2) as res:
+                    index = json.loads(res.read())
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail(f"python -m http.server did not answer {url}")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    pages = {doc["location"].split("#")[0] for doc in index["docs"]}
+    assert "tutorials/first_private_run.html" in pages
+    assert any("headline_epsilon" in doc["text"] for doc in index["docs"])

@@ -58,6 +58,7 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
             "runs.phase",
             "runs.error_lines",
             "runs.slurm",
+            "runs.interrupt",
         },
         {"runs.cli_class"},  # the LightningCLI class built from the parts
         {"runs.arguments"},  # does a command line parse (builds the class, parse only)

@@ -4,7 +4,10 @@ Each page of ``docs/tutorials/`` shows its script's output in the ```` ```text `
 ``<!-- output of docs/tutorials/scripts/NAME -->`` (written by ``scripts/tutorial_outputs.py``).
 The slow test runs each script in a fresh clone of this checkout, as the page tells a reader to
 (from the repository root, ``fl-lightning`` and ``python`` on ``PATH``), and compares what it
-printed with what the page shows, line by line, numbers included. The fast tests check that
+printed with what the page shows, line by line, numbers included, on both streams: standard
+error must be what the page's ``<!-- stderr of ... -->`` block shows, or empty where the page
+shows none (issue 58 item 4: the first tutorial's step 3 printed 320 warning lines the page did
+not show). The fast tests check that
 every tutorial has a script and an output block, and that the comparison can fail.
 """
 
@@ -17,7 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from scripts.tutorial_outputs import TUTORIALS, normalise, run_script, shown_outputs
+from scripts.tutorial_outputs import (
+    TUTORIALS,
+    normalise,
+    normalise_errors,
+    run_script,
+    shown_errors,
+    shown_outputs,
+    write_errors,
+)
 from tests.fresh_clone import fresh_clone
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +74,21 @@ def test_normalise_keeps_numbers_and_hides_temporary_folders() -> None:
     assert normalise("accuracy 0.8719\n") != normalise("accuracy 0.8718\n")
 
 
+def test_a_stderr_block_is_written_read_and_removed(tmp_path) -> None:
+    script = "docs/tutorials/scripts/x.sh"
+    page = tmp_path / "page.md"
+    page.write_text(f"# x\n\n<!-- output of {script} -->\n```text\nout\n```\n\n## Reading it\n")
+    assert shown_errors(page) == {script: ""}  # no block: the page says nothing is printed there
+    write_errors(page, script, normalise_errors("warning: a\n\n"))
+    assert shown_errors(page) == {script: "warning: a\n"}
+    assert shown_outputs(page) == {script: "out\n"}
+    write_errors(page, script, normalise_errors("warning: b\n"))
+    assert shown_errors(page) == {script: "warning: b\n"}
+    write_errors(page, script, normalise_errors("  \n"))
+    assert shown_errors(page) == {script: ""} and "stderr of" not in page.read_text()
+    assert page.read_text().endswith("```\n\n## Reading it\n")
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
     return fresh_clone(tmp_path_factory.mktemp("tutorials") / "fl-lightning")
@@ -82,6 +108,11 @@ def test_tutorial_page_shows_what_its_script_prints(clone: Path, page: Path, scr
     }
     res = run_script(script, clone, env)
     assert res.returncode == 0, f"{script} exited {res.returncode}\n{res.stderr[-3000:]}"
+    errors = normalise_errors(res.stderr)
+    assert errors == shown_errors(page)[script], (
+        f"{page.relative_to(REPO)} does not show what {script} prints on standard error "
+        f"(page: {shown_errors(page)[script][:500]!r}; printed: {errors[:1500]!r})"
+    )
     printed = normalise(res.stdout).splitlines()
     shown = shown_outputs(page)[script].splitlines()
     diff = [

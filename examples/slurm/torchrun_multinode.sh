@@ -10,6 +10,9 @@
 # (tests/cluster/test_torchrun_nodes.py): the same weights, ε and metrics as one process, nothing
 # written by node 1, and a killed node ends the other with one line and a resumable checkpoint.
 set -euo pipefail
+if [ -z "${NODE_RANK:-}" ]; then echo "error: NODE_RANK: not set; give this node's rank, 0..NNODES-1 (node 0 also runs MASTER_ADDR)" >&2; exit 2; fi
+if [ -z "${MASTER_ADDR:-}" ]; then echo "error: MASTER_ADDR: not set; give node 0's address, the same on every node" >&2; exit 2; fi
+command -v torchrun >/dev/null || { echo "error: torchrun: not found; activate the venv (it comes with torch)" >&2; exit 2; }
 NNODES=${NNODES:-2}
 NPROC=${NPROC:-4}
 ACCEL=${ACCEL:-gpu}           # cpu works too (gloo): ACCEL=cpu NPROC=1
@@ -19,8 +22,8 @@ export WANDB_MODE=${WANDB_MODE:-offline}
 
 # --max_restarts 0: a lost node ends the job (resume it from its last checkpoint, --ckpt_path).
 exec torchrun \
-  --nnodes "${NNODES}" --nproc_per_node "${NPROC}" --node_rank "${NODE_RANK:?set NODE_RANK}" \
-  --master_addr "${MASTER_ADDR:?set MASTER_ADDR}" --master_port "${MASTER_PORT:-29500}" \
+  --nnodes "${NNODES}" --nproc_per_node "${NPROC}" --node_rank "${NODE_RANK}" \
+  --master_addr "${MASTER_ADDR}" --master_port "${MASTER_PORT:-29500}" \
   --max_restarts 0 \
   -m fl_lightning.cli fit \
   --config "${CONFIG}" \

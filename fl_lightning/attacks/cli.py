@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fl_lightning.utils.argparse_lines import OneLineParser
+
 if TYPE_CHECKING:
     from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
     from fl_lightning.privacy.mechanisms.laplace import LaplaceMechanism
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fl-lightning audit", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="fl-lightning audit", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="experiment YAML")
     p.add_argument(
         "--attack",

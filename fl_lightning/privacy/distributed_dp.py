@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,12 +47,18 @@ import torch
 from fl_lightning.privacy.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.distributed_accounting import (
     calibrate_distributed_sigma,
+    distributed_epsilon,
     survivor_distribution,
 )
 from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy
 from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
 from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
 from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
+from fl_lightning.privacy.release_check import (
+    MIN_AGGREGATE_PROBABILITY,
+    bits_problem,
+    survivors_problem,
+)
 from fl_lightning.privacy.secagg.connectivity import fewest_neighbours, split_probability
 from fl_lightning.privacy.secagg.encoding import (
     center,
@@ -175,8 +182,11 @@ class SecAggDistributedDP(CentralPrivacy):
         self.padded = padded_dimension(dim)
         self.expected_clients = sampling.rate * sampling.population
         self.split_probability = self._warn_split()
-        if self.noise_multiplier is None:
+        calibrated = self.noise_multiplier is None
+        if calibrated:
             self.noise_multiplier = self._calibrate(spec)
+        # a calibrated σ meets its target at these bits (or the calibration refused it)
+        self._refuse_useless(spec, check_bits=not calibrated)
         self.scale = self._scale_for(self.noise_multiplier)
 
     def _warn_split(self) -> float:
@@ -186,6 +196,13 @@ class SecAggDistributedDP(CentralPrivacy):
         p = split_probability(m, self.neighbours, self.dropout_rate)
         if p >= SPLIT_WARNING:
             k = fewest_neighbours(m, self.dropout_rate, at_most=SPLIT_WARNING)
+            if 1.0 - p < MIN_AGGREGATE_PROBABILITY:  # the run could release (almost) nothing
+                raise ValueError(
+                    f"strategy.neighbours: {self.neighbours} at strategy.dropout_rate "
+                    f"{self.dropout_rate:g} splits the survivors' masking graph in {100 * p:.3g} % "
+                    f"of rounds of {m} clients, and a split round releases nothing (Bell et al. "
+                    f"2020); {k} neighbours keep it under {100 * SPLIT_WARNING:g} %"
+                )
             log.warning(
                 "strategy.neighbours: %s at strategy.dropout_rate %g splits the survivors' "
                 "masking graph in %.3g %% of rounds of %d clients; those rounds abort (nothing "
@@ -195,42 +212,60 @@ class SecAggDistributedDP(CentralPrivacy):
             )  # fmt: skip
         return p
 
-    def _scale_for(self, sigma: float) -> float:
-        """s of the Eq. 61 heuristic for σ on the expected cohort."""
+    def _scale_for(self, sigma: float, bits: int | None = None) -> float:
+        """s of the Eq. 61 heuristic for σ on the expected cohort (a field of ``bits``, by
+        default the configured one)."""
         return heuristic_scale(
             local_std=sigma * self.clip_norm / math.sqrt(self.expected_clients),
             clip_norm=self.clip_norm,
-            bits=self.bits,
+            bits=self.bits if bits is None else bits,
             clients=self.expected_clients,
             dim=self.padded,
             k=self.k_stddevs,
         )
 
-    def _calibrate(self, spec: CohortSpec) -> float:
-        """σ for the run's target over its planned rounds (planned survivors a round)."""
-        privacy = getattr(spec, "privacy", None)
+    def _plan(
+        self, spec: CohortSpec
+    ) -> tuple[list[tuple[int, float]], Callable[[float, int], DistributedNoiseEvent]]:
+        """A round's planned survivors (:func:`survivor_distribution`) and its event at σ in a
+        field of b bits (the expected survivors; the plan replaces them)."""
         sampling = spec.sampling
-        rounds = int(getattr(spec, "rounds", 1))
-        stays = 1.0 - self.dropout_rate
-        if sampling.mode == "poisson":  # cohort ~ Binomial(N, q), each survives w.p. 1 − r
-            trials, survive = sampling.population, sampling.rate * stays
-        else:  # a fixed cohort of m
-            trials, survive = round(self.expected_clients), stays
+        trials, survive, _ = self._survivor_binomial(spec)
         survivors = survivor_distribution(trials, survive, min_survivors=self.min_survivors)
-        expected = max(1, round(self.expected_clients * stays))  # the event's own survivors
+        expected = max(1, round(self.expected_clients * (1.0 - self.dropout_rate)))
 
-        def event_at(sigma: float) -> DistributedNoiseEvent:
-            scale = self._scale_for(sigma)
+        def event_at(sigma: float, bits: int) -> DistributedNoiseEvent:
+            scale = self._scale_for(sigma, bits)
             variance = (sigma * self.clip_norm * scale) ** 2 / self.expected_clients
             return DistributedNoiseEvent(
                 self.mechanism, self.clip_norm, scale, variance, expected, self.padded,
-                self.beta, self.bits, sampling.rate if sampling.mode == "poisson" else 1.0,
+                self.beta, bits, sampling.rate if sampling.mode == "poisson" else 1.0,
                 sampling.without_replacement, round(self.expected_clients),
             )  # fmt: skip
 
+        return survivors, event_at
+
+    def _survivor_binomial(self, spec: CohortSpec) -> tuple[int, float, str]:
+        """(trials, P(survive), the cohort in words) of a round's survivors."""
+        sampling = spec.sampling
+        stays = 1.0 - self.dropout_rate
+        if sampling.mode == "poisson":  # cohort ~ Binomial(N, q), each survives w.p. 1 − r
+            words = (
+                f"Poisson cohorts of about {self.expected_clients:g} of "
+                f"{sampling.population} clients"
+            )
+            return sampling.population, sampling.rate * stays, words
+        m = round(self.expected_clients)  # a fixed cohort of m
+        return m, stays, f"cohorts of {m} clients"
+
+    def _calibrate(self, spec: CohortSpec) -> float:
+        """σ for the run's target over its planned rounds (planned survivors a round)."""
+        privacy = getattr(spec, "privacy", None)
+        survivors, event_at = self._plan(spec)
+        rounds = int(getattr(spec, "rounds", 1))
         target = None if privacy is None else privacy.epsilon
         sigma = calibrate_distributed_sigma(
-            event_at,
+            lambda sigma: event_at(sigma, self.bits),
             rounds=rounds,
             target_epsilon=target,
             delta=1e-5 if privacy is None else privacy.delta,
@@ -243,6 +278,32 @@ class SecAggDistributedDP(CentralPrivacy):
                 "planned survivors"
             )
         return sigma
+
+    def _refuse_useless(self, spec: CohortSpec, *, check_bits: bool) -> None:
+        """``ValueError`` naming the field when the run can release nothing useful
+        (``release_check.py``): rounds that (almost) never reach ``min_survivors``, or a field
+        too narrow for the planned noise."""
+        trials, survive, words = self._survivor_binomial(spec)
+        problem = survivors_problem(
+            trials=trials, survive=survive, stays=1.0 - self.dropout_rate,
+            min_survivors=self.min_survivors, dropout_rate=self.dropout_rate, cohort=words,
+        )  # fmt: skip
+        if problem:
+            raise ValueError(problem)
+        privacy = getattr(spec, "privacy", None)
+        rounds = int(getattr(spec, "rounds", 1))
+        if privacy is None or rounds < 1 or not check_bits:
+            return
+        _, event_at = self._plan(spec)
+        sigma = self.noise_multiplier
+        assert sigma is not None
+
+        def epsilon_at(bits: int) -> float:  # rounds of the expected survivors: a comparison
+            return distributed_epsilon([event_at(sigma, bits)] * rounds, privacy.delta)
+
+        problem = bits_problem(epsilon_at, bits=self.bits, target=privacy.epsilon, rounds=rounds)
+        if problem:
+            raise ValueError(problem)
 
     @property
     def local_variance(self) -> float:
@@ -381,8 +442,8 @@ class SecAggDistributedDP(CentralPrivacy):
             "secagg_split": float(components > 1 and len(arrived) >= self.min_survivors),
         }
         device = ctx.global_params.device
-        if not survivors:
-            return torch.zeros_like(ctx.global_params), observed
+        if not survivors:  # aborted: nothing released (the run counts it, server/module.py)
+            return torch.zeros_like(ctx.global_params), {**observed, "round_aborted": 1.0}
         reveals = [
             SecAggClient(u, keys=r["keys"], graph=r["graph"], bits=self.bits).reveal(survivors)
             for u in survivors

@@ -32,6 +32,7 @@ from fl_lightning.reports.compare import compare, ranking
 from fl_lightning.reports.markdown import render
 from fl_lightning.reports.runs import load_runs
 from fl_lightning.reports.tables import load_paper
+from fl_lightning.utils.argparse_lines import OneLineParser
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -52,7 +53,7 @@ def _typed(v: str) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fl-lightning report", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="fl-lightning report", description=__doc__.split("\n")[0])
     p.add_argument(
         "source",
         help="sweep store (folder or results.jsonl), a W&B CSV export, or a folder of fit runs",

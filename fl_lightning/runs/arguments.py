@@ -12,7 +12,8 @@ from fl_lightning.runs.error_lines import located, one_line
 
 def yaml_problem(args: list[str]) -> str | None:
     """The first YAML file named on the command line that does not parse, as one line with
-    its flag, file, line and column (jsonargparse names neither file nor line)."""
+    its flag, file, line and column (jsonargparse names neither file nor line), or whose top
+    level is not a mapping (``--config`` and a group file: a list is no set of options)."""
     import yaml
 
     for i, tok in enumerate(args):
@@ -24,7 +25,7 @@ def yaml_problem(args: list[str]) -> str | None:
         if not value.endswith((".yaml", ".yml")) or not Path(value).is_file():
             continue
         try:
-            yaml.safe_load(Path(value).read_text())
+            top = yaml.safe_load(Path(value).read_text())
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -32,6 +33,12 @@ def yaml_problem(args: list[str]) -> str | None:
             context = getattr(err, "context", None)
             why = f"{problem} ({context})" if context else problem
             return f"{flag.lstrip('-')}: {value}{where}: {why}"
+        group = flag.lstrip("-")
+        if (group == "config" or "." not in group) and not isinstance(top, dict | None):
+            return (
+                f"{group}: {value} holds a {type(top).__name__} at its top level, not a mapping "
+                "of options (option: value, one a line)"
+            )
     return None
 
 

@@ -23,8 +23,10 @@ from fl_lightning.runs.distributed import (
 from fl_lightning.runs.phase import RunPhase, phase_callback
 from fl_lightning.runs.preflight import (
     checkpoint_problem,
+    is_alias,
     not_a_directory,
     output_problem,
+    resolve_alias,
     resolve_last,
 )
 from fl_lightning.runs.slurm import IN_PLACE, requeue_checkpoint, resumes_in_place
@@ -147,6 +149,12 @@ def build_cli_class():  # noqa: ANN201
                     f"trainer.default_root_dir: {blocker} is a file, not a directory; "
                     "choose another output path"
                 )
+            steps = config.get("max_steps")
+            if isinstance(steps, int) and steps < -1:  # before Lightning's own message
+                raise ValueError(
+                    f"trainer.max_steps: {steps} is not a number of rounds; give the number "
+                    "of rounds (>= 1)"
+                )
             config = {**config, "logger": loggers_under(root, config.get("logger", True))}
             config["plugins"] = default_plugins(config.get("plugins"))
             extra = [*default_callbacks(config), phase_callback()]
@@ -179,8 +187,11 @@ def build_cli_class():  # noqa: ANN201
                 ckpt_path = requeued or ckpt_path
             if not ckpt_path:
                 return
-            if ckpt_path == "last":  # the newest last.ckpt under the root, not Lightning's
-                ckpt_path, problem = resolve_last(self.trainer.default_root_dir)
+            if is_alias(str(ckpt_path)):  # resolved here, before anything is written
+                if ckpt_path == "last":  # the newest last.ckpt under the root, not Lightning's
+                    ckpt_path, problem = resolve_last(self.trainer.default_root_dir)
+                else:
+                    ckpt_path, problem = resolve_alias(str(ckpt_path), self.trainer)
                 if problem:
                     raise ValueError(problem)
                 # what runs and what config.yaml records: the file, not the alias
@@ -250,6 +261,15 @@ def build_cli_class():  # noqa: ANN201
                 raise ValueError(
                     f"privacy.accountant: none, but this run privatises what it releases "
                     f"({what}); a private run must account its ε: choose rdp, prv or pld"
+                )
+            if self.trainer.max_steps == -1 and (
+                model.uses_dp_sgd or model.strategy.traits.private
+            ):
+                what = "client.dp_sgd" if model.uses_dp_sgd else type(model.strategy).__name__
+                raise ValueError(
+                    f"trainer.max_steps: -1 (no last round) on a run that spends privacy "
+                    f"({what}): its ε would grow without end; give the number of rounds "
+                    "(privacy.target_epsilon may still stop it earlier)"
                 )
             self._check_first_contact()
             data = self.datamodule

@@ -58,7 +58,8 @@ def plots_enabled() -> bool:
 def default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
     """A round progress bar and a last-checkpoint writer, unless the config turned them off,
     the end-of-fit plots (``fl_lightning.callbacks.RunPlots``) unless ``FL_LIGHTNING_PLOTS=0``,
-    and in a SLURM job step the requeue-at-a-round-boundary callback (``runs/slurm.py``)."""
+    the stop-at-a-round-boundary on SIGINT/SIGTERM (``runs/interrupt.py``) and in a SLURM job
+    step the requeue-at-a-round-boundary callback (``runs/slurm.py``)."""
     from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 
     from fl_lightning.server.progress import RoundProgressBar
@@ -77,6 +78,9 @@ def default_callbacks(trainer_config: dict[str, Any]) -> list[Any]:
 
     if plots_enabled() and not any(isinstance(c, RunPlots) for c in given):  # accuracy / ε PNGs
         callbacks.append(RunPlots())
+    from fl_lightning.runs.interrupt import round_interrupt_callback
+
+    callbacks.append(round_interrupt_callback())  # Ctrl-C / SIGTERM: stop at a round boundary
     if "SLURM_NTASKS" in os.environ:  # a SLURM job step: checkpoint and requeue on SIGUSR1
         from fl_lightning.runs.slurm import slurm_requeue_callback
 

@@ -29,6 +29,13 @@ def one_line(err: BaseException) -> str:
         cls = option.group(1).rsplit(".", 1)[-1]
         where = ".".join(keys) or "class"
         return f"{where}.init_args.{option.group(2)}: not a parameter of {cls}"
+    # jsonargparse refuses nan and ±inf for a float (``float | None`` too) without saying why
+    not_finite = re.search(r"(?:Got|Given) value: ([+-]?(?:nan|inf|infinity))\s*$", text,
+                           flags=re.IGNORECASE | re.MULTILINE)  # fmt: skip
+    if not_finite and keys and "Expected a <class 'float'>" in text:
+        return (
+            f"{'.'.join(keys)}: {not_finite.group(1)} is not a finite number; give a finite value"
+        )
     unknown_class = _unknown_class(text, ".".join(keys))
     if unknown_class:
         return unknown_class

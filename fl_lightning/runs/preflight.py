@@ -78,6 +78,41 @@ def resolve_last(root: str | Path) -> tuple[str | None, str | None]:
     return str(max(found, key=lambda p: (p.stat().st_mtime, str(p)))), None
 
 
+def resolve_alias(alias: str, trainer: Any) -> tuple[str | None, str | None]:
+    """``ckpt_path: hpc | best | registry[:...]`` as (the file it names, None), or (None, one
+    line naming the field), before anything is written: Lightning resolves these only inside
+    ``Trainer.fit``, after ``config.yaml``, ``hparams.yaml`` and a W&B run exist, so a refusal
+    there (or a horizon refusal of the file it finds) came too late.
+
+    ``hpc``: the newest ``hpc_ckpt_<n>.ckpt`` in ``trainer.default_root_dir`` (Lightning's
+    rule); ``best``: the best checkpoint of the run being started, which a new run (every
+    fl-lightning run is one) does not have; ``registry``: Lightning's model registry, which this
+    command does not reach (offline runs, no credentials)."""
+    root = Path(trainer.default_root_dir).absolute()
+    if alias == "hpc":
+        found = trainer._checkpoint_connector._hpc_resume_path
+        if found:
+            return str(found), None
+        return None, (
+            f"ckpt_path: hpc, but no hpc_ckpt_<n>.ckpt in {root} (trainer.default_root_dir); "
+            "give the checkpoint's path"
+        )
+    if alias == "best":
+        return None, (
+            "ckpt_path: best names the best checkpoint of the run being started, and a new run "
+            "has none; give the checkpoint's path, e.g. <run>/checkpoints/last.ckpt"
+        )
+    return None, (
+        f"ckpt_path: {alias} (Lightning's model registry) is not supported here; download the "
+        "checkpoint and give its path"
+    )
+
+
+def is_alias(path: str) -> bool:
+    """Whether ``ckpt_path`` is one of Lightning's names rather than a file."""
+    return path in _CKPT_ALIASES or path.startswith("registry:")
+
+
 def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str | None:
     """Why ``ckpt_path`` cannot resume this run (one line naming the field), or None: missing,
     unreadable, not a Lightning checkpoint, saved from another model, planned for fewer rounds
@@ -85,8 +120,8 @@ def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str |
     already at ``max_steps`` rounds (resuming would train nothing)."""
     import torch
 
-    if path in _CKPT_ALIASES or "://" in path:
-        return None  # Lightning resolves these itself
+    if "://" in path:
+        return None  # a remote file: Lightning's filesystem layer reads it
     if not Path(path).is_file():
         return f"ckpt_path: {path} does not exist or is not a file"
     from fl_lightning.utils.atomic import checkpoint_error

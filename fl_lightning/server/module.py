@@ -33,7 +33,11 @@ from fl_lightning.server.privacy_plan import declare_private_run
 from fl_lightning.server.round import FederatedRound
 from fl_lightning.server.run_files import (
     NOT_WRITTEN,
+    NothingReleased,
+    aggregation_counts,
+    interrupted_status,
     log_upload_guarantee,
+    nothing_released,
     run_files_dir,
     run_summary,
     summary_line,
@@ -132,7 +136,13 @@ class FederatedModule(pl.LightningModule):
         # What the strategy's hooks returned in the last round (logged as strategy/<key>).
         self.strategy_metrics: Metrics = {}
         self.rounds_completed = 0
+        # Rounds that released nothing (SecAgg below its threshold: strategy/round_aborted).
+        self.rounds_aborted = 0
         self.stopped_by_budget = False
+        # SIGINT/SIGTERM's name when the run stopped on it at a round boundary, and the
+        # checkpoint saved there (runs/interrupt.py)
+        self.interrupted: str | None = None
+        self.resume_from: str | None = None
         self._secret_seed: int | None = None  # privacy.secure_mode: only in the checkpoint
         self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
 
@@ -163,10 +173,12 @@ class FederatedModule(pl.LightningModule):
             self._secret_seed = int(self.trainer.strategy.broadcast(draw_secret_seed()))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rounds_aborted"] = self.rounds_aborted
         if self._secret_seed is not None:  # the checkpoint of a secure run is a secret
             checkpoint["secure_seed"] = self._secret_seed
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.rounds_aborted = int(checkpoint.get("rounds_aborted", 0))
         if "secure_seed" in checkpoint:
             self._secret_seed = int(checkpoint["secure_seed"])
 
@@ -307,6 +319,7 @@ class FederatedModule(pl.LightningModule):
             self.trainer.should_stop = True
             return
         self.strategy_metrics = outcome.strategy_metrics
+        self.rounds_aborted += int(bool(outcome.strategy_metrics.get("round_aborted")))
         self.rounds_completed = round_idx + 1
         metrics = outcome.metrics
         if self.settings.evaluates_after(round_idx, int(self.trainer.max_steps)):
@@ -365,16 +378,27 @@ class FederatedModule(pl.LightningModule):
             accountant=self.accountant,
             strategy_metrics=self.strategy_metrics,
         )
+        summary.update(aggregation_counts(self.rounds_completed, self.rounds_aborted,
+                                          planned=int(self.trainer.max_steps)))  # fmt: skip
+        if self.interrupted:
+            summary.update(interrupted_status(self.interrupted, self.rounds_completed,
+                                              planned=int(self.trainer.max_steps),
+                                              resume_from=self.resume_from))  # fmt: skip
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero:
             out = run_files_dir(log_dir)  # never the working directory Lightning fell back to
             write_run_files(summary, self.accountant, out, self.loggers)
             facts = self._run_facts(summary, out)
-            statement = write_privacy_statement(self.accountant, facts, out)
+            statement = write_privacy_statement(
+                self.accountant, facts, out, status=summary.get("status")
+            )
             line = summary_line(summary, final)
             if log_dir and out is None:
                 line = f"{line}; {NOT_WRITTEN}"
             line = f"{line}; details: {statement}" if statement else line
+            nothing = nothing_released(summary, out)
+            if nothing:  # one line, exit 1 (cli.py), instead of a "Finished" that hides it
+                raise NothingReleased(nothing)
             print(f"{self.console_label}{line}", flush=True)
 
     def _run_facts(self, summary: dict[str, Any], out: str | None) -> RunFacts:

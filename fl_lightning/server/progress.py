@@ -61,4 +61,9 @@ class RoundProgressBar(TQDMProgressBar):
             value = trainer.callback_metrics.get(key)
             if value is not None:
                 self._last[key] = float(value)
-        return {label: f"{self._last[k]:.4g}" for k, label in SHOWN.items() if k in self._last}
+        shown = {label: f"{self._last[k]:.4g}" for k, label in SHOWN.items() if k in self._last}
+        aborted = int(getattr(pl_module, "rounds_aborted", 0))
+        if aborted:  # rounds that released nothing (SecAgg below its threshold)
+            done = int(trainer.global_step)
+            shown["aggregated"] = f"{done - aborted}/{done}"
+        return shown

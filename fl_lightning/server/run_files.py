@@ -116,7 +116,11 @@ def write_run_files(
     path = Path(log_dir) / "summary.json"
     atomic_write(path, json.dumps(redact(summary), indent=2, default=str) + "\n")
     if accountant is not None:
-        atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger_of(accountant)) + "\n")
+        ledger = {
+            **ledger_of(accountant),
+            **({"status": summary["status"]} if "status" in summary else {}),
+        }
+        atomic_write(path.parent / "privacy_ledger.json", json.dumps(ledger) + "\n")
 
 
 def ledger_of(accountant: PrivacyAccountant) -> dict[str, Any]:
@@ -131,15 +135,62 @@ def ledger_of(accountant: PrivacyAccountant) -> dict[str, Any]:
 
 
 def write_privacy_statement(
-    accountant: PrivacyAccountant | None, facts: RunFacts, log_dir: str | None
+    accountant: PrivacyAccountant | None,
+    facts: RunFacts,
+    log_dir: str | None,
+    *,
+    status: str | None = None,
 ) -> Path | None:
     """``privacy_statement.md`` beside ``privacy_ledger.json`` (``privacy/statement.py``), from
     the same ledger; returns its path (None without an accountant or a run directory)."""
     if accountant is None or not log_dir:
         return None
     path = Path(log_dir) / "privacy_statement.md"
-    atomic_write(path, privacy_statement(ledger_of(accountant), facts))
+    text = privacy_statement(ledger_of(accountant), facts)
+    if status:  # an interrupted run: the statement covers the rounds it released
+        text = f"**Status: {status}.** The guarantee below covers the rounds released.\n\n{text}"
+    atomic_write(path, text)
     return path
+
+
+class NothingReleased(RuntimeError):
+    """A run none of whose rounds aggregated: it ends with one line and exit 1 (cli.py)."""
+
+
+def aggregation_counts(completed: int, aborted: int, *, planned: int) -> dict[str, int]:
+    """``rounds_aggregated`` / ``rounds_planned`` for the summary of a run in which rounds
+    aborted (SecAgg below ``strategy.min_survivors``: nothing released, nothing spent); empty
+    when every round aggregated."""
+    if not aborted:
+        return {}
+    return {"rounds_aggregated": completed - aborted, "rounds_aborted": aborted,
+            "rounds_planned": planned}  # fmt: skip
+
+
+def interrupted_status(
+    signal_name: str, completed: int, *, planned: int, resume_from: str | None
+) -> dict[str, Any]:
+    """The summary's ``status`` (and ``resume_from``) of a run stopped by ``signal_name`` at a
+    round boundary (``runs/interrupt.py``): what it holds covers the ``completed`` rounds."""
+    out: dict[str, Any] = {
+        "status": f"interrupted after {completed} rounds ({signal_name})",
+        "rounds_planned": planned,
+    }
+    if resume_from:
+        out["resume_from"] = resume_from
+    return out
+
+
+def nothing_released(summary: dict[str, Any], out: str | None) -> str | None:
+    """The one line of a run none of whose rounds aggregated, or None."""
+    if summary.get("rounds_aggregated", 1) > 0 or not summary.get("rounds"):
+        return None
+    where = f"; its files: {out}" if out else ""
+    return (
+        f"strategy: none of the {summary['rounds']} rounds aggregated (each had fewer "
+        f"survivors than strategy.min_survivors, or a split masking graph): the run released "
+        f"nothing{where}"
+    )
 
 
 def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
@@ -149,8 +200,17 @@ def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
     eps = summary.get("privacy/epsilon", math.inf)
     rows = observer_rows(summary.get("privacy/observers", []))
     against = f" against {rows[0].observer.words}" if rows and not math.isinf(eps) else ""
+    aborted = summary.get("rounds_aborted")
+    interrupted = str(summary.get("status", "")).startswith("interrupted")
+    rounds = f"{summary['rounds']} rounds"
+    if interrupted:  # stopped by SIGINT/SIGTERM at a round boundary (runs/interrupt.py)
+        rounds = f"after {summary['rounds']} of {summary['rounds_planned']} rounds"
+    if aborted:
+        done = summary["rounds_aggregated"]
+        rounds += f" ({done} aggregated, {aborted} aborted: nothing released)"
+    verb = "Interrupted" if interrupted else "Finished"
     line = (
-        f"Finished {summary['rounds']} rounds: test accuracy "
+        f"{verb} {rounds}: test accuracy "
         f"{final.get('accuracy', float('nan')):.4f}, ε = {eps:.3f} "
         f"(δ = {summary.get('privacy/delta', 0):g}){against}; "
         f"guarantee: {summary.get('privacy/guarantee', 'none: no accountant')}"
@@ -159,12 +219,18 @@ def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
         line += f"; {rows[1].clause()}"
     if "privacy/epsilon_sound" in summary:
         line += f"; sound ε of the same noise = {summary['privacy/epsilon_sound']:.3f}"
+    if summary.get("resume_from"):
+        line += f"; resume: --ckpt_path {summary['resume_from']}"
     return line
 
 
 __all__ = [
     "NOT_WRITTEN",
     "ledger_of",
+    "NothingReleased",
+    "interrupted_status",
+    "aggregation_counts",
+    "nothing_released",
     "run_files_dir",
     "run_summary",
     "summary_line",

@@ -46,6 +46,7 @@ from fl_lightning.sweeps.spec import (
     load_spec,
 )
 from fl_lightning.sweeps.store import ResultStore
+from fl_lightning.utils.argparse_lines import OneLineParser
 
 RUN_DIR_ENV = "FL_SWEEP_RUN_DIR"
 SUMMARY = "summary.json"
@@ -498,7 +499,7 @@ def validate_points(spec: SweepSpec, points: list[Point]) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="fl-lightning sweep",
         description="Run a W&B sweep spec (grid or random) locally, resumably.",
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shlex
 import signal
 import socket
@@ -84,6 +85,17 @@ def directives(script: Path) -> dict[str, str]:
             options[key] = value
             i += 1
     return options
+
+
+def filled_in(script: Path, folder: Path) -> Path:
+    """A copy of ``script`` in ``folder`` with its commented cluster lines (``##SBATCH
+    --partition=...``, ``--account``, ``--constraint``) switched on, as a user fills them in:
+    the emulated jobs run the example as it is used, not only as it ships."""
+    text = re.sub(r"^##SBATCH", "#SBATCH", script.read_text(), flags=re.MULTILINE)
+    copy = folder / script.name
+    copy.write_text(text)
+    copy.chmod(0o755)
+    return copy
 
 
 def sbatch(

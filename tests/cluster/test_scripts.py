@@ -115,3 +115,47 @@ def test_every_script_is_named_in_the_cluster_docs():
     for test in Path(__file__).parent.glob("test_*.py"):
         if test.name != Path(__file__).name:
             assert f"tests/cluster/{test.name}" in text, test.name
+
+
+@pytest.mark.parametrize(
+    ("script", "env", "line"),
+    [
+        ("fit.sbatch", {}, "error: SLURM_JOB_ID: not set; submit this script with sbatch"),
+        ("fit.sbatch", {"SLURM_JOB_ID": "1", "SLURM_NNODES": "1"},
+         "error: SLURM_NTASKS_PER_NODE: not set; give sbatch --ntasks-per-node"),
+        ("fit.sbatch", {"SLURM_JOB_ID": "1", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "1",
+                        "VENV": "/nonexistent/venv"},
+         "error: VENV: no /nonexistent/venv/bin/activate here"),
+        ("sweep_array.sbatch", {"VENV": "/nonexistent/venv"}, "error: VENV: no /nonexistent"),
+        ("sweep_array_wandb.sbatch", {}, "error: SWEEP_ID: not set; set SWEEP_ID=<entity>/"),
+        ("torchrun_multinode.sh", {}, "error: NODE_RANK: not set; give this node's rank"),
+        ("torchrun_multinode.sh", {"NODE_RANK": "0"}, "error: MASTER_ADDR: not set"),
+    ],
+)  # fmt: skip
+def test_a_missing_variable_is_one_line_and_exit_2(tmp_path, script, env, line):
+    """Issue 58 item 3: a cluster script missing what it needs says which variable, in one
+    line, exit 2 (bash's ``${X:?}`` exits 1; a missing ``srun`` 127), and starts nothing."""
+    from tests.cluster.emulate import clean_env
+
+    full = {**clean_env(), "PATH": os.pathsep.join([str(BIN), os.environ["PATH"]]), **env}
+    full = {k: v for k, v in full.items() if k not in ("NODE_RANK", "MASTER_ADDR", "SWEEP_ID")
+            or k in env}  # fmt: skip
+    done = subprocess.run(["bash", str(SLURM / script)], capture_output=True, text=True,
+                          env=full, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+    assert not any(tmp_path.iterdir()), "nothing may be written"
+
+
+def test_the_batch_scripts_carry_the_cluster_lines_and_the_environment_step(tmp_path):
+    """Issue 58 item 5: each sbatch example carries commented partition/account/GPU lines that
+    become directives when filled in, and the step that loads modules and the venv."""
+    from tests.cluster.emulate import filled_in
+
+    for script in (p for p in SCRIPTS if p.suffix == ".sbatch"):
+        assert "--partition" not in directives(script)  # shipped commented out
+        filled = directives(filled_in(script, tmp_path))
+        assert {"--partition", "--account", "--constraint"} <= set(filled), script.name
+        text = script.read_text()
+        assert 'module load ${MODULES}' in text and 'source "${VENV:-.venv}/bin/activate"' in text

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.emulate import SLURM, directives, free_job_id, sbatch, stop
+from tests.cluster.emulate import SLURM, directives, filled_in, free_job_id, sbatch, stop
 from tests.conftest import QUICKSTART, REPO
 from tests.reliability.runs import EVERY_ROUND, accountant_state, assert_same_result, load
 from tests.server.conftest import COMMON
@@ -93,12 +93,17 @@ def test_sbatch_directives_agree_with_the_fit_flags():
     assert argument_problem(cli) is None
 
 
+# the environment step as a user fills it in: modules to load (tests/cluster/bin/module), the venv
+JOB_ENV = {"ACCEL": "cpu", "VENV": sys.prefix, "CONFIG": str(QUICKSTART), "MODULES": "cuda/12.1"}
+
+
 def _job(tmp: Path, name: str, **kw) -> tuple:
     root = tmp / name
     root.mkdir()
-    env = {"ACCEL": "cpu", "VENV": sys.prefix, "CONFIG": str(QUICKSTART),
-           "FAKE_SRUN_PIDS": str(root / "tasks.pids")}  # fmt: skip
-    proc = sbatch(FIT, *ARGS, log=root / "job.log", overrides=OVERRIDES, env=env, cwd=root, **kw)
+    env = {**JOB_ENV, "FAKE_SRUN_PIDS": str(root / "tasks.pids")}
+    # the example with its partition/account/GPU lines filled in, as a user submits it
+    script = filled_in(FIT, root)
+    proc = sbatch(script, *ARGS, log=root / "job.log", overrides=OVERRIDES, env=env, cwd=root, **kw)
     return proc, root
 
 
@@ -141,9 +146,9 @@ def test_a_slurm_job_equals_one_process_and_a_requeued_one_the_uninterrupted_job
         assert accountant_state(saved)["rounds"] == done
         assert not (run / "summary.json").exists()  # the run is not over
         # The requeue: the same script, job id and directory.
-        requeued = sbatch(FIT, *ARGS, job_id=job, log=p_root / "job.log", overrides=OVERRIDES,
-                          env={"ACCEL": "cpu", "VENV": sys.prefix, "CONFIG": str(QUICKSTART)},
-                          cwd=p_root, restart_count=1)  # fmt: skip
+        requeued = sbatch(p_root / FIT.name, *ARGS, job_id=job, log=p_root / "job.log",
+                          overrides=OVERRIDES, env=JOB_ENV, cwd=p_root,
+                          restart_count=1)  # fmt: skip
         # The same run in this process, while the jobs run.
         monkeypatch.chdir(REPO)
         one = tmp_path / "one_process"

@@ -121,3 +121,33 @@ def test_distributed_sigma_calibrated_to_a_target_refuses_a_resume_past_its_roun
         "calibrated so that 2 rounds spend ε = 10"
     ), err
     assert not (tmp_path / "longer").exists() or not any((tmp_path / "longer").rglob("*"))
+
+
+def test_every_ckpt_path_alias_is_resolved_before_anything_is_written(tmp_path, capsys):
+    """``hpc``, ``best`` and ``registry`` (issue 55 item 5): Lightning resolved them inside
+    ``Trainer.fit``, after config.yaml, hparams.yaml and a W&B run were written. ``hpc`` finds
+    the root's newest hpc_ckpt_<n>.ckpt and meets DP-FTRL's horizon refusal in one line; the
+    others, which a new run cannot resolve, are one line each; no file is added."""
+    import shutil
+
+    from fl_lightning.cli import main
+
+    root = tmp_path / "ftrl"
+    assert main(_args(FTRL, root, 2)) == 0
+    shutil.copy(root / "checkpoints" / "last.ckpt", root / "hpc_ckpt_1.ckpt")
+    before = _files(root)
+    capsys.readouterr()
+    cases = {
+        "hpc": f"error: trainer.max_steps: {root / 'hpc_ckpt_1.ckpt'} was planned and",
+        "best": "error: ckpt_path: best names the best checkpoint of the run being started",
+        "registry": "error: ckpt_path: registry (Lightning's model registry) is not supported",
+    }
+    for alias, start in cases.items():
+        rc = main(_args(FTRL, root, 4, "--ckpt_path", alias, "--trainer.logger", "true"))
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith(start), err
+        assert _files(root) == before, alias
+    rc = main(_args(FTRL, tmp_path / "empty", 2, "--ckpt_path", "hpc"))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error: ckpt_path: hpc, but no hpc_ckpt_<n>.ckpt in"), err

@@ -61,6 +61,7 @@ from fl_lightning.reports.repro.stored import load_curves
 from fl_lightning.reports.repro.verify import load_verification, verify
 from fl_lightning.reports.tables import list_papers, load_paper
 from fl_lightning.sweeps.store import ResultStore
+from fl_lightning.utils.argparse_lines import OneLineParser, refuse_together
 
 
 def _typed(v: str) -> Any:
@@ -71,7 +72,7 @@ def _typed(v: str) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fl-lightning repro", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="fl-lightning repro", description=__doc__.split("\n")[0])
     p.add_argument("paper", help=f"paper id ({', '.join(list_papers())}) or name")
     p.add_argument("--table", action="append", default=[], help="only this table (repeatable)")
     p.add_argument("--profile", default="scaled", help="scaled (default) or paper")
@@ -156,7 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    modes = ("--register", "--verify", "--report-only", "--dry-run", "--migrate-store")
+    given = {m: getattr(args, m[2:].replace("-", "_")) not in (None, False) for m in modes}
+    refuse_together(parser, given, modes)
+    if args.verify_seed is not None and args.verify is None:
+        parser.error("argument --verify-seed: only with --verify K (the seed of its draw)")
     try:
         if args.seeds is not None and args.seeds < 1:
             raise ReproError("--seeds: must be >= 1")
@@ -203,10 +210,16 @@ def main(argv: list[str] | None = None) -> int:
             root = None  # `--set data.dataset=...` replaces the MNIST files: nothing to find
         if root == "shared":
             found = find_shared_data()
-            if found is None and not (args.report_only or args.migrate_store):
+            if found is None and not (args.report_only or args.migrate_store or args.dry_run):
                 raise ReproError(
                     "--data-root: shared/data (the MNIST test set) not found beside this "
                     "checkout; set FL_SHARED_DATA or pass --data-root DIR"
+                )
+            if found is None and args.dry_run:  # listing the points needs no data
+                print(
+                    "note: shared/data (the MNIST test set) is not beside this checkout; the "
+                    "points below list without it, running them needs it (FL_SHARED_DATA or "
+                    "--data-root DIR)"
                 )
             root = str(found) if found else None
     except (ReproError, KeyError) as err:
