@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ os.environ.setdefault("FL_LIGHTNING_PLOTS", "0")
 # Subprocesses (a CLI run, a repro point) share the 2 cores with the other test worker: one
 # intra-op thread each, as this process (below).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The federated sources' client indexes (fl_lightning/data/federated/index.py) of the files the
+# tests write go to a temporary folder, not the user's ~/.cache.
+os.environ.setdefault("FL_LIGHTNING_CACHE", tempfile.mkdtemp(prefix="fl-lightning-index-"))
 
 
 @pytest.fixture(scope="session", autouse=True)

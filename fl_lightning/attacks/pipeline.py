@@ -68,6 +68,11 @@ def audit_split(datamodule: Any, *, num_targets: int, seed: int) -> AuditSplit:
     size and the shadow pool is at least as large as each.
     """
     datamodule.setup("fit")
+    if getattr(datamodule, "clients", None) is not None:
+        raise ValueError(
+            f"data.dataset: the audit draws members from an in-memory training set; "
+            f"{datamodule.dataset_name!r} is read client by client from its files"
+        )
     train, test = datamodule.train, datamodule.test
     if test is None or len(test) < 4:
         raise ValueError(

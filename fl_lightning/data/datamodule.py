@@ -4,6 +4,12 @@ Clients hold index views (``client_indices[i]``) into one training tensor, never
 views are cut on demand from one :class:`~fl_lightning.data.partitioners.ClientIndex` (two
 arrays for the whole population, no per-client object). The
 training "dataloader" yields round tokens: the FederatedModule runs one round per step.
+
+A dataset with a ``federated`` loader (``data/federated/``: TFF HDF5, LEAF JSON, FLAIR,
+Hugging Face) is not loaded: its natural clients stay in their files behind a
+:class:`~fl_lightning.data.federated.store.ClientStore` (an index of ids and sizes), and
+``client_data(i)``, what the executors read, reads client ``i`` when it is sampled; only the
+evaluation splits are in memory. ``train`` is then None and ``client_indices`` empty.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data import TensorDataset as TorchTensorDataset
 
 from fl_lightning.data.datasets import DATASETS, TensorDataset, stratified_split
+from fl_lightning.data.federated.store import ClientStore
 from fl_lightning.data.partitioners import (
     PARTITIONERS,
     ClientIndex,
@@ -91,8 +98,18 @@ class FederatedDataModule(pl.LightningDataModule):
                 f"data.partitioner: unknown partitioner {partitioner!r}; "
                 f"choose from {sorted([*PARTITIONERS, 'natural'])}"
             )
-        if partitioner == "natural" and DATASETS[dataset].natural_clients is None:
+        lazy = DATASETS[dataset].federated is not None
+        if partitioner == "natural" and DATASETS[dataset].natural_clients is None and not lazy:
             raise ValueError(f"data.partitioner: dataset {dataset!r} has no natural client split")
+        if lazy and partitioner != "natural":
+            raise ValueError(
+                f"data.partitioner: {dataset!r} is read client by client from its files, with "
+                f"its own clients; set data.partitioner natural (got {partitioner!r})"
+            )
+        if lazy and val_fraction > 0:
+            raise ValueError(
+                f"data.val_fraction: {dataset!r} brings its own evaluation splits; set it to 0"
+            )
         if num_clients < 1:
             raise ValueError(f"data.num_clients: must be >= 1, got {num_clients}")
         if partitioner == "dirichlet" and alpha <= 0:
@@ -111,6 +128,8 @@ class FederatedDataModule(pl.LightningDataModule):
         self.train: TensorDataset | None = None
         self.val: TensorDataset | None = None
         self.test: TensorDataset | None = None
+        self.clients: ClientStore | None = None  # the lazy population (federated sources)
+        self._device: torch.device | None = None
         self._client_indices = ClientIndex(torch.zeros(0, dtype=torch.int64), np.zeros(1))
 
     @property
@@ -127,8 +146,15 @@ class FederatedDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train is not None:
             return
+        if self.clients is not None:
+            return
         hp: Any = self.hparams  # an AttributeDict: attribute access is untyped
         spec = DATASETS[hp.dataset]
+        if spec.federated is not None:
+            fed = spec.federated(root=hp.root, seed=hp.seed, **(hp.dataset_options or {}))
+            self.clients, self.val, self.test = fed.clients, fed.val, fed.test
+            self.num_clients = len(fed.clients)
+            return
         train, test = spec.load(
             root=hp.root,
             download=hp.download,
@@ -171,24 +197,39 @@ class FederatedDataModule(pl.LightningDataModule):
 
     @property
     def num_classes(self) -> int:
+        if self.clients is not None:
+            return self.clients.num_classes
         assert self.train is not None, "call setup() first"
         return self.train.num_classes
 
     def client_sizes(self) -> np.ndarray:
+        if self.clients is not None:
+            return self.clients.sizes
         return self.client_indices.sizes()
 
-    def label_histogram(self) -> torch.Tensor:
+    def label_histogram(self) -> torch.Tensor | None:
+        """Client × label counts; None for a lazy source (counting would read every client)."""
+        if self.clients is not None:
+            return None
         assert self.train is not None
         return label_histogram(self.train.y, self.client_indices, self.train.num_classes)
 
     def client_data(self, client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The client's examples (gathered from its index view)."""
+        """The client's examples (gathered from its index view, or read from the lazy source's
+        files and moved to the run's device)."""
+        if self.clients is not None:
+            x, y = self.clients.read(client_id)
+            if self._device is not None:
+                x, y = x.to(self._device), y.to(self._device)
+            return x, y
         assert self.train is not None
         idx = self.client_indices[client_id]
         return self.train.x[idx], self.train.y[idx]
 
     def to(self, device: torch.device) -> None:
-        """Moves the in-memory splits to ``device`` (the GPU when there is one)."""
+        """Moves the in-memory splits to ``device`` (the GPU when there is one); a lazy
+        source's clients move there as they are read."""
+        self._device = torch.device(device)
         for split in (self.train, self.val, self.test):
             if split is not None:
                 split.x, split.y = split.x.to(device), split.y.to(device)

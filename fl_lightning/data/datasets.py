@@ -14,6 +14,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,11 +44,16 @@ class DatasetSpec:
             the data cannot be had (missing files with download off), before any work starts.
         natural_clients: optional ``(train) -> list[index tensor]`` for datasets with their own
             client split (e.g. LEAF Shakespeare speakers).
+        federated: optional ``federated(root, seed, **options) ->``
+            :class:`~fl_lightning.data.federated.store.FederatedData`: a source of natural
+            clients read one client at a time (``data/federated/``); the DataModule uses it
+            instead of ``load`` (``partitioner: natural``).
     """
 
     load: Callable[..., tuple[TensorDataset, TensorDataset]]
     check: Callable[..., None] | None = None
     natural_clients: Callable[..., list[torch.Tensor]] | None = None
+    federated: Callable[..., Any] | None = None
 
 
 DATASETS: dict[str, DatasetSpec] = {}
@@ -291,5 +297,8 @@ for _name in _TORCHVISION:
     )
 
 
-# Further sources (one module each, e.g. LEAF Shakespeare) register themselves on import.
+# Further sources register themselves on import: one module each in data/sources/ (e.g. LEAF
+# Shakespeare), and the lazy federated sources of data/federated/ (TFF HDF5, LEAF JSON, FLAIR,
+# Hugging Face).
+import fl_lightning.data.federated  # noqa: E402,F401
 import fl_lightning.data.sources  # noqa: E402,F401

@@ -290,7 +290,10 @@ class FederatedModule(pl.LightningModule):
         )
 
     def _log_partition(self) -> None:
-        hist = self.data.label_histogram().cpu()
+        hist = self.data.label_histogram()
+        if hist is None:  # a lazy source: its clients' labels are not all read
+            return
+        hist = hist.cpu()
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         out = run_files_dir(log_dir) if self.trainer.is_global_zero else None
         write_label_histogram(hist, out, self.loggers)

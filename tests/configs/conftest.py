@@ -7,7 +7,9 @@ for what this file changes, and only that:
   ``synthetic`` images of the same shape and class count (20 per client, at least 600; 20 % of
   them the test split, at most 200 where the model keeps its paper size: evaluating 1,200 of
   them took most of a 300-client run); Shakespeare reads the tiny LEAF fixture; COVID-19
-  Radiography a generated PNG fixture in the real ImageFolder layout; ``mnist_offline`` reads
+  Radiography a generated PNG fixture in the real ImageFolder layout; the federated sources
+  (``FEDERATED_FILES``: TFF HDF5, LEAF JSON, FLAIR, Hugging Face) small files in their real
+  format; ``mnist_offline`` reads
   the real MNIST test set beside the checkout (the test is skipped, saying why, where it is
   absent).
 * **Model shrink** (``MODEL_SHRINK``, keyed by the ``client.net`` class): narrower layers of the
@@ -49,6 +51,17 @@ DATASET_SWAPS: dict[str, tuple[list[int], int]] = {
     "emnist": ([1, 28, 28], 47),
     "cifar10": ([3, 32, 32], 10),
     "cifar100": ([3, 32, 32], 100),
+}
+# Federated sources read from their own files (data/federated/): the config runs on small files
+# in the real format (fl_lightning/testing/federated_files.py), its model and options as written.
+FEDERATED_FILES = {
+    "tff_emnist": "tff_emnist",
+    "tff_shakespeare": "tff_shakespeare",
+    "tff_stackoverflow": "tff_stackoverflow",
+    "leaf_femnist": "leaf_femnist",
+    "leaf_sent140": "leaf_sent140",
+    "hf_clients": "hf_femnist",
+    "flair": "flair",
 }
 EMNIST_SPLIT_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10}
 
@@ -111,6 +124,10 @@ def _dataset_overrides(config: Path, tmp_path: Path, *, shrink: bool = True) -> 
         return offline_mnist_args()
     if name == "shakespeare":
         return ["--data.root", str(LEAF_FIXTURE)]
+    if name in FEDERATED_FILES:  # the real on-disk format, written small (issue 61)
+        from fl_lightning.testing.federated_files import WRITERS
+
+        return ["--data.root", str(WRITERS[FEDERATED_FILES[name]](tmp_path / name))]
     if name == "covid_radiography":
         from tests.data.sources.covid_fixture import make_covid_fixture
 
