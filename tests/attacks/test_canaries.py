@@ -119,12 +119,12 @@ def test_observers_compare_with_the_epsilon_of_what_they_see():
     from fl_lightning.strategies.ddp_fedavg import DDPFedAvg
     from fl_lightning.strategies.dp_fedavg import DPFedAvg
 
-    report = {"privacy/epsilon": 3.0}
+    report = {"privacy/epsilon": 3.0, "privacy/epsilon_server": 4.5}
     assert comparison_epsilon(observer("all_models"), report, DPFedAvg())[0] == 3.0
     eps, why = comparison_epsilon(observer("server"), report, DPFedAvg())
     assert eps == float("inf") and "each clipped upload" in why
     eps, why = comparison_epsilon(observer("server"), report, DDPFedAvg())
-    assert eps == 3.0 and "amplified by sampling" in why
+    assert eps == 4.5 and "no amplification" in why  # the guarantee's own ε against the server
     poisson = CohortSampling("poisson", 0.5, 40)
     assert insertion(observer("server"), poisson).out == "zero"
     assert insertion(observer("final"), poisson).out == "absent"
@@ -147,7 +147,7 @@ def test_the_ddg_audit_runs_and_names_the_server(tmp_path, capsys):
     assert code == 0, out
     entry = json.loads((tmp_path / "audit.json").read_text())["attacks"]["canaries"]
     assert entry["observer"] == "server" and "observer server:" in out
-    assert "amplified by sampling" in entry["compared_with"]
+    assert "no amplification" in entry["compared_with"]
     assert entry["mean_participations"] > 0  # "out" canaries take part too, uploading 0
 
 
