@@ -47,6 +47,7 @@ from fl_lightning.reports.repro.provenance import (
     dirty_files,
     migrate_store,
     report_commits,
+    rerunnable,
 )
 from fl_lightning.reports.repro.registration import (
     annotate,
@@ -55,6 +56,7 @@ from fl_lightning.reports.repro.registration import (
     load_registry,
     point_plans,
     register,
+    register_reruns,
     registry_path,
 )
 from fl_lightning.reports.repro.stored import load_curves
@@ -136,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run from a checkout with uncommitted code changes (rows then record +dirty and "
         "no plan: they can serve no confirmatory verdict)",
+    )
+    p.add_argument(
+        "--rerun-unverifiable",
+        action="store_true",
+        help="run again the stored points of the chosen tables whose row records no threads or "
+        "a +dirty commit (a new attempt that records both; with --register: register these "
+        "re-runs as an exploratory plan first, then stop)",
     )
     p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
     p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
@@ -267,9 +276,27 @@ def main(argv: list[str] | None = None) -> int:
         str(c.get("claim")): claim_plan(defn, i, claim_points(defn, i, extra))
         for i, c in enumerate(defn.claims)
     }
+    rerun: set[str] = set()
+    if args.rerun_unverifiable:  # the stored points (also seeds beyond the definition's)
+        latest = store.latest()
+        points = with_stored_seeds(defn, points, set(latest), extra)
+        rerun = {
+            rp.point.id
+            for rp in points
+            if latest.get(rp.point.id, {}).get("status") == "finished"
+            and not rerunnable(latest[rp.point.id])
+        }
+    if args.register and args.rerun_unverifiable:
+        try:
+            sha, n = register_reruns(defn, sorted(rerun), registry, code_commit() or "")
+        except ReproError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"registered the re-run of {n} point(s) ({sha[:12] or 'none new'}) in {registry}")
+        return 0
     if args.register:
         return _register(defn, registry, plans_now, out_dir)
-    runner = ReproRunner(points, store, name=name, **kw)
+    runner = ReproRunner(points, store, name=name, rerun=rerun, **kw)
     todo, done, _ = runner.pending([rp.point for rp in points])
     if args.dry_run:
         untuned = [r.arm for r in tuning if r.chosen is None]

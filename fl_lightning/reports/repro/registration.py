@@ -159,6 +159,62 @@ def register(
     return new, same, superseded
 
 
+RERUN = "re-run"
+
+
+def register_reruns(
+    defn: Definition,
+    point_ids: list[str],
+    path: Path,
+    commit: str,
+    *,
+    now: datetime | None = None,
+) -> tuple[str, int]:
+    """Registers, before they run, the re-runs of stored rows that do not say how to re-run
+    them (no ``threads``, a ``+dirty`` commit): one exploratory plan listing the points, so
+    that each new row records the plan it ran under (``plan_sha256``). The verdicts that use
+    these rows stay exploratory (their seeds were seen before). A later call adds the points
+    not yet listed as a further plan. Returns (sha256, points newly listed)."""
+    if commit.endswith("+dirty"):
+        raise ReproError("--register: the checkout has uncommitted changes; commit first")
+    entries = load_registry(path)
+    owned = set(point_plans(entries))
+    new = sorted(set(point_ids) - owned)
+    if not new:
+        return "", 0
+    stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+    plan = {
+        "paper": defn.paper,
+        "profile": defn.profile,
+        "kind": RERUN,
+        "confirmatory": False,
+        "why": "rows stored without a recorded thread count or at a +dirty commit, run "
+        "again at a clean commit with threads recorded (same points: arm, seed, configs)",
+        "points": new,
+    }
+    sha = plan_sha256(plan)
+    entries.append(
+        {
+            "claim": f"{RERUN} {sha[:12]}",
+            "sha256": sha,
+            "registered_commit": commit,
+            "registered_at": stamp,
+            "status": "current",
+            "plan": plan,
+        }
+    )
+    path.write_text(
+        json.dumps(
+            {"paper": defn.paper, "profile": defn.profile, "plans": entries},
+            indent=1,
+            ensure_ascii=False,
+            default=str,
+        )
+        + "\n"
+    )
+    return sha, len(new)
+
+
 def _time(s: Any) -> datetime | None:
     try:
         return datetime.fromisoformat(str(s).replace("Z", "+00:00"))
@@ -249,5 +305,6 @@ __all__ = [
     "plan_sha256",
     "point_plans",
     "register",
+    "register_reruns",
     "registry_path",
 ]
