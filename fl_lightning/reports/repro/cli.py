@@ -50,6 +50,7 @@ from fl_lightning.reports.repro.provenance import (
     rerunnable,
 )
 from fl_lightning.reports.repro.registration import (
+    RERUN,
     annotate,
     claim_plan,
     claim_points,
@@ -59,6 +60,7 @@ from fl_lightning.reports.repro.registration import (
     register_reruns,
     registry_path,
 )
+from fl_lightning.reports.repro.rules import rules_id
 from fl_lightning.reports.repro.stored import load_curves
 from fl_lightning.reports.repro.verify import load_verification, verify
 from fl_lightning.reports.tables import list_papers, load_paper
@@ -145,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run again the stored points of the chosen tables whose row records no threads or "
         "a +dirty commit (a new attempt that records both; with --register: register these "
         "re-runs as an exploratory plan first, then stop)",
+    )
+    p.add_argument(
+        "--point",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="with --rerun-unverifiable: only these stored points (repeatable; e.g. the runs of "
+        "one verdict)",
     )
     p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
     p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
@@ -286,6 +296,16 @@ def main(argv: list[str] | None = None) -> int:
             if latest.get(rp.point.id, {}).get("status") == "finished"
             and not rerunnable(latest[rp.point.id])
         }
+        if args.point:
+            unknown = sorted(set(args.point) - {rp.point.id for rp in points})
+            if unknown:
+                print(
+                    f"error: --point: {unknown[:3]} not stored points of the tables",
+                    file=sys.stderr,
+                )
+                return 2
+            points = [rp for rp in points if rp.point.id in set(args.point)]
+            rerun &= set(args.point)
     if args.register and args.rerun_unverifiable:
         try:
             sha, n = register_reruns(defn, sorted(rerun), registry, code_commit() or "")
@@ -414,11 +434,25 @@ def write_documents(
     results = {}
     arm_cells: ArmCells = {}
     latest, curves = store.latest(), load_curves(store)
+    registered = frozenset(  # the claims' registered plans (not the re-runs of old rows)
+        str(e["sha256"])[:12]
+        for e in entries or []
+        if e.get("status") == "current" and (e.get("plan") or {}).get("kind") != RERUN
+    )
     for t in defn.tables:
         ptab = paper.table(t.table)
         extras: dict[str, CellResult] = {}
         results[t.label] = collect(
-            defn, points, store, t, ptab, ptab.metric, latest=latest, curves=curves, extras=extras
+            defn,
+            points,
+            store,
+            t,
+            ptab,
+            ptab.metric,
+            latest=latest,
+            curves=curves,
+            extras=extras,
+            registered=registered,
         )
         arm_cells[t.label] = extras
     verdict_rows, merged = verdicts(defn, arm_cells, tuning or [])
@@ -426,6 +460,7 @@ def write_documents(
     ids = {i for cs in arm_cells.values() for c in cs.values() for i in c.ids}
     deviations = annotate(defn, verdict_rows, entries or [], plans or {}, latest)
     top = {
+        "rules": rules_id(),
         "plan_deviations": deviations,
         "verification": load_verification(store.root, set(latest)),
     }
@@ -440,6 +475,7 @@ def write_documents(
         commit=report_commits(store, ids),
         positive=positive,
         top=top,
+        registered=registered,
     )
     problems = validate_document(doc)
     if problems:  # a defect of this module, not of the user's input
