@@ -267,6 +267,7 @@ def _pooled_columns(
             continue
         col = {"column": p.name(), "table": p.table.label, **test.as_json(pv or 0.0, null)}
         col["paper_value"] = pv
+        col["holds_null"] = test.ci95[0] <= null <= test.ci95[1]  # this column alone: no sign
         out.append(col)
         if pv is None:
             continue
@@ -585,6 +586,18 @@ def _finish(
             text,
         )
     row["verdict"] = o.label
+    lo, hi = o.test.ci95
+    pv = o.paper_value
+    if (
+        o.label == "contradicted"
+        and (pv - null) * (o.test.estimate - null) > 0
+        and (lo > pv if pv > null else hi < pv)
+    ):  # the effect lies beyond the paper's, on its side: a reader would read the opposite
+        row["contradicted_direction"] = "in the paper's favour"
+        text += (
+            "; contradicted in the paper's favour: the interval lies beyond the paper's value, "
+            "on its side (the effect is larger than the paper reports, not absent)"
+        )
     row["test"] = o.test.as_json(round(o.paper_value, 4), null)
     row["test"]["comparison"] = o.pair.name() if o.pair else o.extra.get("name", "")
     row["test"]["mde_text"] = describe_mde(o.test, unit)
