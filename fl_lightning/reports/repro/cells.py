@@ -103,8 +103,8 @@ def one_provenance(
     """The cell a table shows: the rows of one provenance (:func:`provenance_of`), the first
     group with at least :data:`MIN_SEEDS` rows in this order: re-runnable rows of a registered
     claim plan (``registered``: their sha256 prefixes), other re-runnable rows, the rest
-    (else the largest group). The other groups are listed in ``other_rows`` (n, mean), not
-    pooled. Verdicts pair by seed over every row (each test names its runs)."""
+    (else, while re-runs are under way, every row, its provenance marked mixed). The other
+    groups are listed in ``other_rows`` (n, mean), not pooled. Verdicts pair by seed over every row (each test names its runs)."""
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(c.provenance):
         groups.setdefault(p, []).append(i)
@@ -118,8 +118,9 @@ def one_provenance(
 
     order = sorted(groups, key=rank)
     chosen = next((k for k in order if len(groups[k]) >= MIN_SEEDS), None)
-    if chosen is None:
-        chosen = max(order, key=lambda k: len(groups[k]))
+    if chosen is None:  # mid re-run: no provenance has the standard's seeds yet; say so
+        mixed = "; ".join(f"{k} ({len(groups[k])} rows)" for k in order)
+        return replace(c, provenance=[f"mixed (re-runs in progress): {mixed}"] * len(c.values))
     out = _subset(c, groups[chosen])
     out.other_rows = [
         {

@@ -571,10 +571,16 @@ def _untestable(
 
 
 def _finish(
-    row: dict[str, Any], o: Outcome, null: float, unit: str, d: int, text: str
+    row: dict[str, Any],
+    o: Outcome,
+    null: float,
+    unit: str,
+    d: int,
+    text: str,
+    paired: bool = True,
 ) -> dict[str, Any]:
     assert o.test is not None
-    if o.test.n >= MIN_PAIRS and o.test.sd == 0:  # a zero-width interval: no evidence
+    if paired and o.test.n >= MIN_PAIRS and o.test.sd == 0:  # zero-width: no evidence
         return _untestable(
             row,
             [
@@ -840,7 +846,7 @@ def _tracks(
     )
     row["runs"] = o.runs
     row["paper_value_note"] = "perfect tracking (1) marks the side; the threshold is null_value"
-    return _finish(row, o, TRACK_CORR, "", 3, text)
+    return _finish(row, o, TRACK_CORR, "", 3, text, paired=False)
 
 
 def _diagnostics(c: CellResult) -> dict[str, Any]:
