@@ -104,7 +104,8 @@ def one_provenance(
     group with at least :data:`MIN_SEEDS` rows in this order: re-runnable rows of a registered
     claim plan (``registered``: their sha256 prefixes), other re-runnable rows, the rest
     (else, while re-runs are under way, every row, its provenance marked mixed). The other
-    groups are listed in ``other_rows`` (n, mean), not pooled. Verdicts pair by seed over every row (each test names its runs)."""
+    groups are listed in ``other_rows`` (n, mean), not pooled. Verdicts pair by seed over
+    every row (each test names its runs)."""
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(c.provenance):
         groups.setdefault(p, []).append(i)

@@ -526,7 +526,8 @@ def _one_label(
             w = done[j]
             if j == i or (w["verdict"] != "untestable" and j > i):
                 continue
-            b = set(w.get("runs_inspected") if w["verdict"] == "untestable" else w.get("runs"))
+            key = "runs_inspected" if w["verdict"] == "untestable" else "runs"
+            b = set(w.get(key) or [])
             same = (
                 tables[row["table"]].kind == tables[w["table"]].kind
                 and row["metric"] == w["metric"]

@@ -46,7 +46,7 @@ def _guarantee(c: CellResult) -> str:
 
 
 def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "method": c.arm.method,
         "arm": c.arm.name,
         "setting": _setting(defn, c.arm),
