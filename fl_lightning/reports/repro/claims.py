@@ -337,12 +337,21 @@ def _paper_values(claim: dict[str, Any], k: int, where: str) -> tuple[list[float
     return vals, True
 
 
+def _only(c: CellResult, runs: set[str]) -> CellResult:
+    """The cell restricted to ``runs`` (its mean and spread over the runs a test pairs)."""
+    keep = [(v, i) for v, i in zip(c.values, c.ids) if i in runs] or list(zip(c.values, c.ids))
+    return CellResult(
+        c.arm, c.paper, [v for v, _ in keep], [], [], [], [], c.planned, ids=[i for _, i in keep]
+    )
+
+
 def _test_text(o: Outcome, unit: str, d: int) -> str:
     assert o.test is not None and o.pair is not None
     t = o.test
     lo, hi = t.ci95
+    a, b = (_only(c, set(o.runs)) for c in (o.pair.a, o.pair.b))  # the test's runs, not the cell's
     return (
-        f"{o.pair.a.arm.method} {_ms(o.pair.a, d)} vs {o.pair.b.arm.method} {_ms(o.pair.b, d)}: "
+        f"{o.pair.a.arm.method} {_ms(a, d)} vs {o.pair.b.arm.method} {_ms(b, d)}: "
         f"paired difference {t.estimate:+.{d}f}{unit}, 95 % CI [{lo:+.{d}f}, {hi:+.{d}f}] "
         f"(n = {t.n} pairs); "
         + (
