@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,10 @@ def _fill(store: ResultStore, points, skip: set[str]) -> None:
         if name in skip:
             continue
         kind = name.split("_")[0]
-        a = acc[kind] + 0.003 * rp.seed + (0.05 if "track16" in name else 0.0)
+        # a seed effect and a per-arm wobble: paired differences vary (a zero-width interval
+        # would make the comparison untestable, issue 57)
+        wobble = 0.002 * random.Random(f"{name}-{rp.seed}").random()
+        a = acc[kind] + 0.003 * rp.seed + wobble + (0.05 if "track16" in name else 0.0)
         eps = {"asgp": math.inf, "snlc": math.inf, "fedsmp": math.inf, "nonprivate": math.inf}
         metrics = {
             "test/accuracy": a,

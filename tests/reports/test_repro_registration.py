@@ -120,7 +120,7 @@ def test_register_run_confirm_and_supersede(tmp_path: Path, capsys, clean_checko
     assert "not made under the registered plan" in v3["confirmatory_note"]
     (dev,) = doc["plan_deviations"]
     assert dev["sha256"] == entry["sha256"] and dev["verdict_then"]["verdict"] == v2["verdict"]
-    assert "Plans changed after registration" in (out / "002.md").read_text()
+    assert "Plans or rules changed after registration" in (out / "002.md").read_text()
 
 
 def test_dirty_checkout_adds_no_rows_and_registers_nothing(tmp_path: Path, capsys, clean_checkout):

@@ -45,7 +45,9 @@ MIN_PAIRS = 2  # below this no interval exists
 POSITIVE_MIN = 0.55  # an attack table's positive control must reach this (fraction)
 REFERENCE_MIN = 90.0  # % a setting's non-private reference must reach (the standard's floor)
 NEAR_CHANCE_PT = 15.0  # both arms within this many points of chance: untestable
-FIRING = {"strategy/anr_fired": "ANR"}  # a mechanism's firing count per round
+# a mechanism's action count per round (logged counters): ANR's noise decays, GCFL's
+# projections (Eq. 12). A run whose counter stays 0 ran as the arm without the mechanism
+FIRING = {"strategy/anr_fired": "ANR", "strategy/projected": "GCFL's projection"}
 ORDER = {"contradicted": 0, "inconclusive": 1, "confirmed": 2}  # worst first
 
 
@@ -67,11 +69,16 @@ def privacy_unit(c: CellResult) -> str | None:
     return units.pop() if len(units) == 1 else None
 
 
-def _fired(c: CellResult) -> dict[str, int]:
-    """Per mechanism the arm logs a firing column for: its total firings over all runs."""
+def _fired(c: CellResult, seeds: frozenset[int] | None = None) -> dict[str, int]:
+    """Per mechanism the arm logs a firing column for: its total firings over its runs (of
+    ``seeds``, where given)."""
     out: dict[str, int] = {}
     for col, name in FIRING.items():
-        logged = [cv[col] for cv in c.curves if cv and col in cv]
+        logged = [
+            cv[col]
+            for s, cv in zip(c.seeds, c.curves)
+            if cv and col in cv and (seeds is None or s in seeds)
+        ]
         if logged:
             out[name] = int(sum(sum(x or 0 for x in xs) for xs in logged))
     return out
@@ -90,9 +97,12 @@ class Pair:
         return f"{self.a.arm.method} − {self.b.arm.method}"
 
 
-def untestable_reasons(p: Pair, positive: float | None) -> list[str]:
+def untestable_reasons(
+    p: Pair, positive: float | None, seeds: frozenset[int] | None = None
+) -> list[str]:
     """Why the stored data cannot decide this comparison (empty: it can). ``positive``: the
-    attack table's positive control (attack on the non-private model, as a fraction)."""
+    attack table's positive control (attack on the non-private model, as a fraction);
+    ``seeds``: the claim's own seeds, where it names them (the pairs its test would use)."""
     t, a, b = p.table, p.a, p.b
     out = []
     if t.kind == "attack":
@@ -119,7 +129,7 @@ def untestable_reasons(p: Pair, positive: float | None) -> list[str]:
                 f"{c.arm.method} diverged (NaN or infinite loss) in {c.diverged}/{len(c.values)} "
                 "runs: a win over a diverged run says nothing about the method"
             )
-    fa, fb = _fired(a), _fired(b)
+    fa, fb = _fired(a, seeds), _fired(b, seeds)
     for c, mine, other, rival in ((a, fa, fb, b), (b, fb, fa, a)):
         for mech, n in mine.items():
             if n == 0 and mech not in other and rival.curves:
@@ -134,14 +144,52 @@ def untestable_reasons(p: Pair, positive: float | None) -> list[str]:
                 f"both arms near chance ({a.mean:.1f} and {b.mean:.1f} %, chance {chance:.0f} %, "
                 f"both within {NEAR_CHANCE_PT:.0f} pt): neither learned enough to rank methods"
             )
-    both = sorted(set(a.seeds) & set(b.seeds))
+    both = sorted(s for s in set(a.seeds) & set(b.seeds) if seeds is None or s in seeds)
     va, vb = a.by_seed(), b.by_seed()
     if len(both) >= MIN_PAIRS and all(va[s][0] == vb[s][0] for s in both):
         out.append(
             f"{a.arm.method} and {b.arm.method} gave identical results seed for seed "
-            f"({len(both)} seeds): what distinguishes them never acted"
+            f"({len(both)} seeds): the arms are identical at this scale (what distinguishes "
+            "them did not change the metric), and a zero-width interval is no evidence"
         )
     return out
+
+
+def idle_runs(c: CellResult, seeds: frozenset[int] | None = None) -> dict[str, list[int]]:
+    """Per mechanism the cell logs an action counter for (:data:`FIRING`): the seeds (of
+    ``seeds``, where given) of the runs in which it never acted. Paired with the arm without
+    the mechanism, such a run is a tie by construction, not a measured equality."""
+    out: dict[str, list[int]] = {}
+    for col, name in FIRING.items():
+        idle = [
+            s
+            for s, cv in zip(c.seeds, c.curves)
+            if cv
+            and col in cv
+            and (seeds is None or s in seeds)
+            and not any(x for x in cv[col] or [])
+        ]
+        logged = any(cv and col in cv for cv in c.curves)
+        if logged:
+            out[name] = idle
+    return out
+
+
+def _ties_note(pairs: list[Pair], seeds: frozenset[int] | None) -> str:
+    """The evidence's note on runs in which the compared mechanism never acted."""
+    notes = []
+    for p in pairs:
+        for c in (p.a, p.b):
+            mine = [s for s in c.seeds if seeds is None or s in seeds]
+            for mech, idle in idle_runs(c, seeds).items():
+                if idle and mine:
+                    notes.append(
+                        f"{mech} never acted in {len(idle)} of {len(mine)} runs of "
+                        f"{c.arm.method} (seeds {', '.join(map(str, idle))}): those pairs are "
+                        "ties by construction (the arm ran as the one without it), not measured "
+                        "equalities"
+                    )
+    return ". " + "; ".join(dict.fromkeys(notes)) if notes else ""
 
 
 @dataclass
@@ -219,6 +267,7 @@ def _pooled_columns(
             continue
         col = {"column": p.name(), "table": p.table.label, **test.as_json(pv or 0.0, null)}
         col["paper_value"] = pv
+        col["holds_null"] = test.ci95[0] <= null <= test.ci95[1]  # this column alone: no sign
         out.append(col)
         if pv is None:
             continue
@@ -288,12 +337,21 @@ def _paper_values(claim: dict[str, Any], k: int, where: str) -> tuple[list[float
     return vals, True
 
 
+def _only(c: CellResult, runs: set[str]) -> CellResult:
+    """The cell restricted to ``runs`` (its mean and spread over the runs a test pairs)."""
+    keep = [(v, i) for v, i in zip(c.values, c.ids) if i in runs] or list(zip(c.values, c.ids))
+    return CellResult(
+        c.arm, c.paper, [v for v, _ in keep], [], [], [], [], c.planned, ids=[i for _, i in keep]
+    )
+
+
 def _test_text(o: Outcome, unit: str, d: int) -> str:
     assert o.test is not None and o.pair is not None
     t = o.test
     lo, hi = t.ci95
+    a, b = (_only(c, set(o.runs)) for c in (o.pair.a, o.pair.b))  # the test's runs, not the cell's
     return (
-        f"{o.pair.a.arm.method} {_ms(o.pair.a, d)} vs {o.pair.b.arm.method} {_ms(o.pair.b, d)}: "
+        f"{o.pair.a.arm.method} {_ms(a, d)} vs {o.pair.b.arm.method} {_ms(b, d)}: "
         f"paired difference {t.estimate:+.{d}f}{unit}, 95 % CI [{lo:+.{d}f}, {hi:+.{d}f}] "
         f"(n = {t.n} pairs); "
         + (
@@ -453,7 +511,53 @@ def verdicts(
         for r in row["runs"]:
             used[r] = i
         done[i] = row
+    for row in done.values():  # the metric it reads: two metrics of one run are two tests
+        t = tables[row["table"]]
+        row["metric"] = t.metric or "accuracy"
+    merged += _one_label(done, tables)
     return [done[i] for i in sorted(done)], merged
+
+
+def _one_label(
+    done: dict[int, dict[str, Any]], tables: dict[str, TableDef]
+) -> list[dict[str, Any]]:
+    """One comparison, one label: a tested verdict whose runs all lie among the runs of an
+    earlier tested verdict, or among the runs an untestable verdict inspected (the same arms
+    and seeds, a table of the same kind, the same metric) is the same comparison. It is
+    removed from ``done`` and returned as merged into that verdict, whose label it takes."""
+    out = []
+    for i in sorted(done):
+        row = done[i]
+        a = set(row.get("runs") or [])
+        if row["verdict"] == "untestable" or not a:
+            continue
+        for j in sorted(done):
+            w = done[j]
+            if j == i or (w["verdict"] != "untestable" and j > i):
+                continue
+            key = "runs_inspected" if w["verdict"] == "untestable" else "runs"
+            b = set(w.get(key) or [])
+            same = (
+                tables[row["table"]].kind == tables[w["table"]].kind
+                and row["metric"] == w["metric"]
+            )
+            if same and b and a <= b:
+                out.append(
+                    {
+                        "claim": row["claim"],
+                        "table": row["table"],
+                        "merged_into": [w["claim"]],
+                        "label_then": row["verdict"],
+                        "label": w["verdict"],
+                        "reason": f"the same comparison as “{w['claim']}” (its {len(a)} runs are "
+                        f"among that verdict's, on the same metric): one comparison gets one "
+                        f"label, '{w['verdict']}'"
+                        + (f" ({w['reason']})" if w.get("reason") else ""),
+                    }
+                )
+                del done[i]
+                break
+    return out
 
 
 def _base(claim: dict[str, Any], table: str, scope: str) -> dict[str, Any]:
@@ -477,10 +581,39 @@ def _untestable(
 
 
 def _finish(
-    row: dict[str, Any], o: Outcome, null: float, unit: str, d: int, text: str
+    row: dict[str, Any],
+    o: Outcome,
+    null: float,
+    unit: str,
+    d: int,
+    text: str,
+    paired: bool = True,
 ) -> dict[str, Any]:
     assert o.test is not None
+    if paired and o.test.n >= MIN_PAIRS and o.test.sd == 0:  # zero-width: no evidence
+        return _untestable(
+            row,
+            [
+                f"every one of the {o.test.n} paired differences equals {o.test.estimate:+g}"
+                f"{unit} (standard deviation 0, interval of zero width): the arms are identical "
+                "at this scale, and a degenerate interval is no evidence for a label"
+            ],
+            sorted(set(o.runs) | set(row.get("runs") or [])),
+            text,
+        )
     row["verdict"] = o.label
+    lo, hi = o.test.ci95
+    pv = o.paper_value
+    if (
+        o.label == "contradicted"
+        and (pv - null) * (o.test.estimate - null) > 0
+        and (lo > pv if pv > null else hi < pv)
+    ):  # the effect lies beyond the paper's, on its side: a reader would read the opposite
+        row["contradicted_direction"] = "in the paper's favour"
+        text += (
+            "; contradicted in the paper's favour: the interval lies beyond the paper's value, "
+            "on its side (the effect is larger than the paper reports, not absent)"
+        )
     row["test"] = o.test.as_json(round(o.paper_value, 4), null)
     row["test"]["comparison"] = o.pair.name() if o.pair else o.extra.get("name", "")
     row["test"]["mde_text"] = describe_mde(o.test, unit)
@@ -522,10 +655,13 @@ def _decide(
         row["paper_value_note"] = "the paper gives no figure for this estimand: +1 marks its side"
     inspected = sorted({i for p in pairs for i in (*p.a.ids, *p.b.ids)})
     reasons = {
-        id(p): untestable_reasons(p, _positive(p.table, cells)) + _weak_reference(p.table, cells)
+        id(p): untestable_reasons(p, _positive(p.table, cells), only)
+        + _weak_reference(p.table, cells)
         for p in pairs
     }
-    context = _notes([c for p in pairs for c in (p.a, p.b)]) + _context(claim)
+    context = (
+        _notes([c for p in pairs for c in (p.a, p.b)]) + _ties_note(pairs, only) + _context(claim)
+    )
     if "pooled" in claim:
         ok = [p for p in pairs if not reasons[id(p)]]
         left = [f"{p.name()} ({'; '.join(reasons[id(p)])})" for p in pairs if reasons[id(p)]]
@@ -720,7 +856,7 @@ def _tracks(
     )
     row["runs"] = o.runs
     row["paper_value_note"] = "perfect tracking (1) marks the side; the threshold is null_value"
-    return _finish(row, o, TRACK_CORR, "", 3, text)
+    return _finish(row, o, TRACK_CORR, "", 3, text, paired=False)
 
 
 def _diagnostics(c: CellResult) -> dict[str, Any]:

@@ -47,16 +47,20 @@ from fl_lightning.reports.repro.provenance import (
     dirty_files,
     migrate_store,
     report_commits,
+    rerunnable,
 )
 from fl_lightning.reports.repro.registration import (
+    RERUN,
     annotate,
     claim_plan,
     claim_points,
     load_registry,
     point_plans,
     register,
+    register_reruns,
     registry_path,
 )
+from fl_lightning.reports.repro.rules import rules_id
 from fl_lightning.reports.repro.stored import load_curves
 from fl_lightning.reports.repro.verify import load_verification, verify
 from fl_lightning.reports.tables import list_papers, load_paper
@@ -137,6 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run from a checkout with uncommitted code changes (rows then record +dirty and "
         "no plan: they can serve no confirmatory verdict)",
+    )
+    p.add_argument(
+        "--rerun-unverifiable",
+        action="store_true",
+        help="run again the stored points of the chosen tables whose row records no threads or "
+        "a +dirty commit (a new attempt that records both; with --register: register these "
+        "re-runs as an exploratory plan first, then stop)",
+    )
+    p.add_argument(
+        "--point",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="with --rerun-unverifiable: only these stored points (repeatable; e.g. the runs of "
+        "one verdict)",
     )
     p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
     p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
@@ -280,9 +299,37 @@ def main(argv: list[str] | None = None) -> int:
         str(c.get("claim")): claim_plan(defn, i, claim_points(defn, i, extra))
         for i, c in enumerate(defn.claims)
     }
+    rerun: set[str] = set()
+    if args.rerun_unverifiable:  # the stored points (also seeds beyond the definition's)
+        latest = store.latest()
+        points = with_stored_seeds(defn, points, set(latest), extra)
+        rerun = {
+            rp.point.id
+            for rp in points
+            if latest.get(rp.point.id, {}).get("status") == "finished"
+            and not rerunnable(latest[rp.point.id])
+        }
+        if args.point:
+            unknown = sorted(set(args.point) - {rp.point.id for rp in points})
+            if unknown:
+                print(
+                    f"error: --point: {unknown[:3]} not stored points of the tables",
+                    file=sys.stderr,
+                )
+                return 2
+            points = [rp for rp in points if rp.point.id in set(args.point)]
+            rerun &= set(args.point)
+    if args.register and args.rerun_unverifiable:
+        try:
+            sha, n = register_reruns(defn, sorted(rerun), registry, code_commit() or "")
+        except ReproError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"registered the re-run of {n} point(s) ({sha[:12] or 'none new'}) in {registry}")
+        return 0
     if args.register:
         return _register(defn, registry, plans_now, out_dir)
-    runner = ReproRunner(points, store, name=name, **kw)
+    runner = ReproRunner(points, store, name=name, rerun=rerun, **kw)
     todo, done, _ = runner.pending([rp.point for rp in points])
     if args.dry_run:
         untuned = [r.arm for r in tuning if r.chosen is None]
@@ -400,11 +447,25 @@ def write_documents(
     results = {}
     arm_cells: ArmCells = {}
     latest, curves = store.latest(), load_curves(store)
+    registered = frozenset(  # the claims' registered plans (not the re-runs of old rows)
+        str(e["sha256"])[:12]
+        for e in entries or []
+        if e.get("status") == "current" and (e.get("plan") or {}).get("kind") != RERUN
+    )
     for t in defn.tables:
         ptab = paper.table(t.table)
         extras: dict[str, CellResult] = {}
         results[t.label] = collect(
-            defn, points, store, t, ptab, ptab.metric, latest=latest, curves=curves, extras=extras
+            defn,
+            points,
+            store,
+            t,
+            ptab,
+            ptab.metric,
+            latest=latest,
+            curves=curves,
+            extras=extras,
+            registered=registered,
         )
         arm_cells[t.label] = extras
     verdict_rows, merged = verdicts(defn, arm_cells, tuning or [])
@@ -412,6 +473,7 @@ def write_documents(
     ids = {i for cs in arm_cells.values() for c in cs.values() for i in c.ids}
     deviations = annotate(defn, verdict_rows, entries or [], plans or {}, latest)
     top = {
+        "rules": rules_id(),
         "plan_deviations": deviations,
         "verification": load_verification(store.root, set(latest)),
     }
@@ -426,6 +488,7 @@ def write_documents(
         commit=report_commits(store, ids),
         positive=positive,
         top=top,
+        registered=registered,
     )
     problems = validate_document(doc)
     if problems:  # a defect of this module, not of the user's input

@@ -406,6 +406,12 @@ def _check_claim(c: Any, where: str, labels: set[str], arms: dict[str, Arm]) -> 
             f"{where}.reading: expected published (the paper's algorithm as printed) or variant "
             f"(an implementer's reading), got {c.get('reading')!r}"
         )
+    gaps = c.get("gaps_filled")
+    if gaps is not None and not (isinstance(gaps, list) and all(isinstance(g, str) for g in gaps)):
+        raise ReproError(f"{where}.gaps_filled: expected a list of what the implementer chose")
+    reg = c.get("registered_label")
+    if reg is not None and not (isinstance(reg, dict) and {"rules", "label"} <= set(reg)):
+        raise ReproError(f"{where}.registered_label: expected {{rules, label, reason}}")
     act = c.get("min_activity")
     if act is not None:
         if not isinstance(act, dict) or not {"arm", "column", "per_run"} <= set(act):

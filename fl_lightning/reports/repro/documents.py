@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.reports.repro.cells import ArmCells, CellResult, TableResults
+from fl_lightning.reports.repro.cells import ArmCells, CellResult, TableResults, one_provenance
 from fl_lightning.reports.repro.claims import POSITIVE_MIN, VERDICTS, _diagnostics
 from fl_lightning.reports.repro.definition import Arm, Definition, TableDef
 from fl_lightning.reports.repro.figures import TUNING_FIGURES
@@ -46,7 +46,7 @@ def _guarantee(c: CellResult) -> str:
 
 
 def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "method": c.arm.method,
         "arm": c.arm.name,
         "setting": _setting(defn, c.arm),
@@ -61,6 +61,10 @@ def cell_json(defn: Definition, c: CellResult) -> dict[str, Any]:
     }
     if c.arm.paper_epsilon is not None:
         out["epsilon_paper"] = c.arm.paper_epsilon
+    if c.provenance:
+        out["provenance"] = c.provenance[0]
+    if c.other_rows:  # rows of another provenance: listed, not pooled into the mean
+        out["other_rows"] = c.other_rows
     return out
 
 
@@ -102,6 +106,7 @@ def build_json(
     commit: dict[str, Any] | None = None,
     positive: dict[str, float | None] | None = None,
     top: dict[str, Any] | None = None,
+    registered: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The report's JSON; ``top``: top-level entries computed elsewhere (the registered
     plans' deviations, the verified re-runs)."""
@@ -139,7 +144,7 @@ def build_json(
             "kendall_by_column": cols,
             "nonprivate_reference": reference,
             "controls": [
-                cell_json(defn, arm_cells[t.label][a])
+                cell_json(defn, one_provenance(arm_cells[t.label][a], registered))
                 for a in t.controls
                 if a in arm_cells.get(t.label, {})
             ],
@@ -544,7 +549,8 @@ def verdicts_markdown(doc: dict[str, Any]) -> list[str]:
             "",
         ]
         for m in doc["merged_claims"]:
-            lines.append(f"- {m['claim']}: its runs serve “{'; '.join(m['merged_into'])}”.")
+            why = m.get("reason") or f"its runs serve “{'; '.join(m['merged_into'])}”"
+            lines.append(f"- {m['claim']}: {why}.")
     cov = doc.get("coverage") or []
     if cov:
         lines += [
@@ -591,8 +597,16 @@ def _plans_markdown(doc: dict[str, Any]) -> list[str]:
         ]
     devs = doc.get("plan_deviations") or []
     if devs:
-        out += ["", "Plans changed after registration (the old plan's result beside the new):", ""]
+        out += ["", "Plans or rules changed after registration (old result beside new):", ""]
         for d in devs:
+            if "registered_label" in d:  # the claim logic changed after the plan's registration
+                out.append(
+                    f"- verdict {d['verdict']}, {d['claim']}: registered under rules "
+                    f"`{d['rules_registered']}`, shown under `{d['rules_now']}`; label under the "
+                    f"registered rules **{d['registered_label']}**, shown **{d['label']}**. "
+                    f"{d.get('reason', '')}".rstrip()
+                )
+                continue
             then = d.get("verdict_then") or {}
             out.append(
                 f"- {d['claim']}: plan `{d['sha256'][:12]}` registered {d['registered_at']}, "

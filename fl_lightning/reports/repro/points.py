@@ -19,6 +19,7 @@ from fl_lightning.reports.repro.definition import (
     TableDef,
     claim_seeds,
 )
+from fl_lightning.reports.repro.provenance import rerunnable
 from fl_lightning.reports.repro.stored import _pct, read_audit, read_curve
 from fl_lightning.sweeps.runner import SweepRunner, logger_override
 from fl_lightning.sweeps.spec import Point, SweepSpec, build_command, point_id
@@ -267,6 +268,7 @@ class ReproRunner(SweepRunner):
         data_root: str | None,
         threads: int = 1,
         plans: dict[str, str] | None = None,
+        rerun: set[str] | None = None,
         **kw: Any,
     ) -> None:
         self.by_id = {rp.point.id: rp for rp in points}
@@ -279,6 +281,28 @@ class ReproRunner(SweepRunner):
         self.threads = threads
         self.extra_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         self.plans = plans or {}  # point id -> the sha256 of the registered plan it serves
+        # finished points whose row does not say how to re-run it (no threads, a +dirty
+        # commit): run once more, a new attempt that records both (the old row stays)
+        self.rerun = rerun or set()
+
+    def _stale(self, point_id: str, last: dict[str, Any] | None) -> bool:
+        return point_id in self.rerun and last is not None and not rerunnable(last)
+
+    def pending(self, points: list[Point]) -> tuple[list[Point], int, int]:
+        todo, done, failed = super().pending(points)
+        latest = self.store.latest(self.spec.name)
+        stale = [
+            p
+            for p in points
+            if latest.get(p.id, {}).get("status") == "finished"
+            and self._stale(p.id, latest.get(p.id))
+        ]
+        return todo + stale, done - len(stale), failed
+
+    def claimable(self, point_id: str, last: dict[str, Any] | None, attempts: int) -> bool:
+        if point_id not in self._mine and self._stale(point_id, last):
+            return last is not None and last.get("status") == "finished"
+        return super().claimable(point_id, last, attempts)
 
     def _running_row(self, point: Point, attempt: int) -> dict[str, Any]:
         row = super()._running_row(point, attempt)

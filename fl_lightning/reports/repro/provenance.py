@@ -51,6 +51,18 @@ def code_commit(root: Path = REPO) -> str | None:
     return head.strip() + (DIRTY if dirty_files(root) else "")
 
 
+def rerunnable(row: dict[str, Any]) -> bool:
+    """Whether a stored row says how to re-run it to the last digit: it finished, recorded the
+    intra-op thread count it ran with (``threads``) and a clean commit (no :data:`DIRTY`)."""
+    commit = str(row.get("commit") or "")
+    return (
+        row.get("status") == "finished"
+        and isinstance(row.get("threads"), int)
+        and bool(commit)
+        and not commit.endswith(DIRTY)
+    )
+
+
 def _rel(text: str, root: str) -> str:
     """``text`` with the repository root ``root`` (and a trailing /) removed wherever it occurs
     (also inside a JSON argument such as the logger override)."""

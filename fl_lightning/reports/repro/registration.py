@@ -26,6 +26,7 @@ from typing import Any
 
 from fl_lightning.reports.repro.definition import READINGS, Definition, ReproError, claim_seeds
 from fl_lightning.reports.repro.points import ReproPoint, claim_points
+from fl_lightning.reports.repro.rules import rules_at, rules_id
 
 PAIRED = "paired t (by seed), 95 % CI"
 POOLED = "paired t (by seed), pooled over columns, each column also tested alone"
@@ -159,6 +160,62 @@ def register(
     return new, same, superseded
 
 
+RERUN = "re-run"
+
+
+def register_reruns(
+    defn: Definition,
+    point_ids: list[str],
+    path: Path,
+    commit: str,
+    *,
+    now: datetime | None = None,
+) -> tuple[str, int]:
+    """Registers, before they run, the re-runs of stored rows that do not say how to re-run
+    them (no ``threads``, a ``+dirty`` commit): one exploratory plan listing the points, so
+    that each new row records the plan it ran under (``plan_sha256``). The verdicts that use
+    these rows stay exploratory (their seeds were seen before). A later call adds the points
+    not yet listed as a further plan. Returns (sha256, points newly listed)."""
+    if commit.endswith("+dirty"):
+        raise ReproError("--register: the checkout has uncommitted changes; commit first")
+    entries = load_registry(path)
+    owned = set(point_plans(entries))
+    new = sorted(set(point_ids) - owned)
+    if not new:
+        return "", 0
+    stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+    plan = {
+        "paper": defn.paper,
+        "profile": defn.profile,
+        "kind": RERUN,
+        "confirmatory": False,
+        "why": "rows stored without a recorded thread count or at a +dirty commit, run "
+        "again at a clean commit with threads recorded (same points: arm, seed, configs)",
+        "points": new,
+    }
+    sha = plan_sha256(plan)
+    entries.append(
+        {
+            "claim": f"{RERUN} {sha[:12]}",
+            "sha256": sha,
+            "registered_commit": commit,
+            "registered_at": stamp,
+            "status": "current",
+            "plan": plan,
+        }
+    )
+    path.write_text(
+        json.dumps(
+            {"paper": defn.paper, "profile": defn.profile, "plans": entries},
+            indent=1,
+            ensure_ascii=False,
+            default=str,
+        )
+        + "\n"
+    )
+    return sha, len(new)
+
+
 def _time(s: Any) -> datetime | None:
     try:
         return datetime.fromisoformat(str(s).replace("Z", "+00:00"))
@@ -211,6 +268,8 @@ def annotate(
     for v in verdict_rows:
         claim = by_claim.get(v["claim"], {})
         v["reading"] = claim.get("reading")
+        if claim.get("reading") == "published" and "gaps_filled" in claim:
+            v["gaps_filled"] = [str(g) for g in claim["gaps_filled"] or []]
         e, now = cur.get(v["claim"]), plans_now.get(v["claim"])
         if e is None or now is None or e["sha256"] != plan_sha256(now):
             v["plan"] = None
@@ -222,6 +281,7 @@ def annotate(
             )
             continue
         v["plan"] = {k: e[k] for k in ("sha256", "registered_commit", "registered_at")}
+        v["plan"]["rules"] = rules_at(str(e["registered_commit"]))
         runs = v.get("runs") or [
             r for r in v.get("runs_inspected") or [] if r in set(e["plan"].get("points") or [])
         ]
@@ -233,7 +293,39 @@ def annotate(
         {k: e.get(k) for k in ("claim", "sha256", "registered_at", "superseded_at", "verdict_then")}
         for e in entries
         if e.get("status") == "superseded"
-    ]
+    ] + rule_changes(defn, verdict_rows, rules_id())
+
+
+def rule_changes(
+    defn: Definition, verdict_rows: list[dict[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """A deviation for every confirmatory verdict whose plan was registered under other rules
+    (:mod:`~fl_lightning.reports.repro.rules`) than the report's ``now``: the label the
+    registered rules gave (the claim's ``registered_label`` in the definition, recorded for
+    those rules) beside the label shown, with the reason for the change."""
+    by_claim = {str(c.get("claim")): c for c in defn.claims}
+    out = []
+    for i, v in enumerate(verdict_rows):
+        then = (v.get("plan") or {}).get("rules")
+        if not v.get("confirmatory") or then is None or then == now:
+            continue
+        rec = by_claim.get(v["claim"], {}).get("registered_label") or {}
+        known = rec.get("rules") == then
+        out.append(
+            {
+                "verdict": i + 1,
+                "claim": v["claim"],
+                "rules_registered": then,
+                "rules_now": now,
+                "registered_label": rec["label"] if known else "not recorded",
+                "label": v["verdict"],
+                "reason": rec.get("reason", "")
+                if known
+                else f"the claim logic changed ({then} -> {now}) and the definition records no "
+                "label under the registered rules",
+            }
+        )
+    return out
 
 
 __all__ = [
@@ -249,5 +341,6 @@ __all__ = [
     "plan_sha256",
     "point_plans",
     "register",
+    "register_reruns",
     "registry_path",
 ]

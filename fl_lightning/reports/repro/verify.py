@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_lightning.reports.repro.points import ReproPoint, ReproRunner, numeric_versions
-from fl_lightning.reports.repro.provenance import DIRTY
+from fl_lightning.reports.repro.provenance import rerunnable
 from fl_lightning.sweeps.store import ResultStore
 
 LOG = "verification.jsonl"
@@ -29,14 +29,7 @@ def eligible(store: ResultStore, points: list[ReproPoint]) -> list[str]:
     ids = {rp.point.id for rp in points}
     out = []
     for rid, row in store.latest().items():
-        commit = str(row.get("commit") or "")
-        if (
-            rid in ids
-            and row.get("status") == "finished"
-            and isinstance(row.get("threads"), int)
-            and commit
-            and not commit.endswith(DIRTY)
-        ):
+        if rid in ids and rerunnable(row):
             out.append(rid)
     return sorted(out)
 
