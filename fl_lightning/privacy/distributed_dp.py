@@ -187,6 +187,7 @@ class SecAggDistributedDP(CentralPrivacy):
             self.noise_multiplier = self._calibrate(spec)
         # a calibrated σ meets its target at these bits (or the calibration refused it)
         self._refuse_useless(spec, check_bits=not calibrated)
+        assert self.noise_multiplier is not None
         self.scale = self._scale_for(self.noise_multiplier)
 
     def _warn_split(self) -> float:
