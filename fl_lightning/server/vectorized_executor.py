@@ -11,8 +11,10 @@ the step and masked.
 The semantics are the sequential loop's, through the same functions (``client/semantics.py``):
 the same batch plan from the same ``(seed, round, client, "batches")`` generator, the same SGD
 update (``torch.optim.sgd.sgd``), for DP-SGD clients the same per-example clip factors
-(``privacy/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean_``) with noise
-from the client's ``(seed, round, client, "dp_sgd")`` generator, the same ``ClientUpdate`` and
+(``privacy/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean``) with the same
+noise (``privacy/dp_sgd_noise.py: BucketNoise``: each client's ``(seed, round, client,
+"dp_sgd")`` generator, or under ``client.dp_sgd.noise_rng: philox`` the bucket's noise of every
+step in one counter-based draw), the same ``ClientUpdate`` and
 DP-SGD event (``client/local_loop.py: client_update``). Like every executor it never sees the
 strategy: it reads the clients' plans (``records.py: ClientPlan``), all of the round's at once
 (references to weights the strategy holds anyway), and yields trained updates, which the round
@@ -44,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.client.dp_sgd import noisy_mean_, per_sample_losses
+from fl_lightning.client.dp_sgd import per_sample_losses
 from fl_lightning.client.local_loop import (
     ClientStart,
     LocalTrainer,
@@ -56,6 +58,7 @@ from fl_lightning.client.semantics import batch_plan, sgd_step_
 from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
+from fl_lightning.privacy.dp_sgd_noise import BucketNoise
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.server.executor import ClientPlans, client_start
 from fl_lightning.utils.rng import generator_for
@@ -350,6 +353,19 @@ class VectorizedExecutor:
             return F.cross_entropy(out, y, reduction="none")
         return per_sample_losses(self.local_trainer.client.loss, out, y)
 
+    def _noisy_means(
+        self, sums: list[torch.Tensor], noise: torch.Tensor, expected: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """(Σ clip_C(g) + N(0, σ²C² I)) / (q·n) of every active client at once (Abadi et al.
+        2016, Alg. 1; ``client/dp_sgd.py: noisy_mean``, the same arithmetic element by
+        element): ``sums`` (active, *shape) per parameter, ``noise`` (active, P) and
+        ``expected`` (active, 1); returns views of one (active, P) buffer, by parameter."""
+        active = noise.shape[0]
+        flat = noise + torch.cat([s.reshape(active, -1) for s in sums], dim=1)
+        flat.div_(expected)
+        parts = flat.split([p.numel() for p in self.params], dim=1)
+        return [part.view(active, *p.shape) for part, p in zip(parts, self.params)]
+
     def _train_bucket(
         self,
         stacked: StackedNet,
@@ -382,11 +398,22 @@ class VectorizedExecutor:
         dp = cfg.dp_sgd
         if dp is not None:
             assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
-            expected = [dp_sgd_rate(batch_size=cfg.batch_size, size=n) * n for n in sizes]
-            noise_gens = [
-                generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd", device=device) for c in bucket
-            ]
-            std = dp.noise_multiplier * dp.max_grad_norm
+            expected = torch.tensor(
+                [dp_sgd_rate(batch_size=cfg.batch_size, size=n) * n for n in sizes],
+                dtype=flat.dtype,
+                device=device,
+            ).view(k, 1)
+            noise = BucketNoise(
+                dp.noise_rng,
+                seed=ctx.seed,
+                round_idx=ctx.round_idx,
+                clients=bucket,
+                shapes=[p.shape for p in self.params],
+                std=dp.noise_multiplier * dp.max_grad_norm,
+                steps=max(steps),
+                device=device,
+                dtype=flat.dtype,
+            )
         losses = torch.full((max(steps), k), float("nan"), device=device)
         # plain SGD: the stacked Linear layers fuse the update into their backward pass
         fused = dp is None and cfg.momentum == 0 and cfg.weight_decay == 0
@@ -445,13 +472,7 @@ class VectorizedExecutor:
                 else:  # every active client drew an empty Poisson batch: noise only
                     grads = [torch.zeros_like(p) for p in params.values()]
                     client_loss = torch.zeros(active, device=device)
-                for j in range(j0, k):
-                    noisy_mean_(
-                        [g[j - j0] for g in grads],
-                        std=std,
-                        expected_batch_size=expected[j],
-                        generator=noise_gens[j],
-                    )
+                grads = self._noisy_means(grads, noise.at(t, j0), expected[j0:])
             losses[t, j0:] = torch.where(count > 0, client_loss.detach(), torch.nan)
             if fused:  # the Linear layers took their step in the backward pass
                 todo = [i for i, g in enumerate(grads) if g is not None]

@@ -147,6 +147,11 @@ CASES = {
         FedAvg,
         {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.5, engine="functorch")},
     ),
+    "dp_sgd_clients_philox": (
+        lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
+        FedAvg,
+        {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.5, noise_rng="philox")},
+    ),
     "fedavg_mnist_lstm_fused_sgd": (lambda: MnistLSTM(input_size=8, hidden_size=6), FedAvg, {}),
     "fedavg_mnist_lstm_momentum_wd": (
         lambda: MnistLSTM(input_size=8, hidden_size=6),
