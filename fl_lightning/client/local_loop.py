@@ -175,7 +175,9 @@ class LocalTrainer:
                 noise_multiplier=dp.noise_multiplier,
                 max_grad_norm=dp.max_grad_norm,
                 expected_batch_size=rate * n,
-                generator=noise_stream(dp.noise_rng, ctx.seed, ctx.round_idx, client_id, self.device),
+                generator=noise_stream(
+                    dp.noise_rng, ctx.seed, ctx.round_idx, client_id, self.device
+                ),
             )
         prox_anchor = None
         if cfg.prox_mu > 0:

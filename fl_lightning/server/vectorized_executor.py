@@ -151,13 +151,22 @@ class VectorizedExecutor:
         low_rank_ratio: with plain SGD, a Linear layer keeps the bucket's steps as low-rank
             factors (``client/stacked.py: LowRankSteps``) when rows × (in + out) ≤ this ×
             in × out (its history of inputs and output gradients is small); 0 turns it off.
-        dp_cpu_max_clients: on the CPU, most clients per bucket of DP-SGD clients. A stacked
-            step runs every client at the width of the bucket's largest Poisson batch, so the
-            padding grows with the bucket: with q = 1/6 and 60 examples the largest of K
-            batches averages 11.6 (K = 2), 13.0 (K = 4) and 14.9 (K = 12) against a mean of
-            10. Measured (benchmarks/results/cohort_speed.md, "Smaller DP-SGD buckets on the
-            CPU"): buckets of 2 are 1.06–1.10× buckets of 4 and about 1.3× buckets of 12.
-            Only where the sampling rate B/n is below 1.
+        dp_cpu_max_clients: on the CPU, most clients per bucket of DP-SGD clients whose batches
+            are Poisson samples (rate B/n < 1). A stacked step runs every client at the width
+            of the bucket's largest Poisson batch, so the padding grows with the bucket (with
+            q = 1/6 and 60 examples the largest of K batches averages 11.6 (K = 2), 13.0
+            (K = 4) and 14.9 (K = 12) against a mean of 10), while the operators a step issues
+            do not: a bucket of K clients issues 1/K of a client's share of them. The bucket
+            is therefore as large as ``dp_cpu_bucket_flops`` of training work per example
+            allows (``dp_bucket_cap``), at least 2 and at most this. Measured
+            (benchmarks/results/cohort_speed.md, "Smaller DP-SGD buckets on the CPU"): for the
+            1.66M-parameter MNIST CNN buckets of 2 are 1.06–1.10× buckets of 4 and about 1.3×
+            buckets of 12 (padding dominates); benchmarks/results/round_operators.md for the
+            sweep demo's 54k-parameter CNN (operators dominate).
+        dp_cpu_bucket_flops: a DP-SGD bucket on the CPU holds ``dp_cpu_bucket_flops // F``
+            clients, F the training FLOPs of one example (3 × its forward's, counted by
+            ``torch.utils.flop_counter``): 2 for the 1.66M-parameter MNIST CNN (F = 74M),
+            16 for the sweep demo's CNN (F = 5M).
     """
 
     def __init__(
@@ -168,7 +177,8 @@ class VectorizedExecutor:
         memory_budget: int | None = None,
         weights_bytes: int = 80 * 2**20,
         low_rank_ratio: float = 0.5,
-        dp_cpu_max_clients: int = 2,
+        dp_cpu_max_clients: int = 16,
+        dp_cpu_bucket_flops: int = 2**27,
     ) -> None:
         self.local_trainer = trainer
         self.hooks: ClientHooks | None = None
@@ -177,6 +187,8 @@ class VectorizedExecutor:
         self.weights_bytes = weights_bytes
         self.low_rank_ratio = low_rank_ratio
         self.dp_cpu_max_clients = dp_cpu_max_clients
+        self.dp_cpu_bucket_flops = dp_cpu_bucket_flops
+        self._flops_per_example: int | None = None
         self.last_bucket_size: int | None = None
         self.last_fallback_reason: str | None = None
         self.last_path: str | None = None  # "stacked" or "sequential" (last round)
@@ -251,7 +263,13 @@ class VectorizedExecutor:
         for cid in clients:
             gen = generator_for(ctx.seed, ctx.round_idx, cid, "batches", device=device)
             batch_plans[cid] = batch_plan(cfg, int(sizes[cid]), gen, device)
-        ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
+        # by steps (a bucket's clients drop out as they finish), then by examples a round: a
+        # stacked step pads every client to the bucket's widest batch, and clients of similar
+        # totals have Poisson widths closer to each other's (for 2 steps, half the variance)
+        ordered = sorted(
+            clients,
+            key=lambda c: (len(batch_plans[c]), sum(len(b) for b in batch_plans[c]), c),
+        )
         updates: dict[int, ClientUpdate] = {}
         size = self.bucket_size(cfg, data, ordered[0])
         self.last_bucket_size = min(size, len(ordered))
@@ -320,8 +338,25 @@ class VectorizedExecutor:
             size = min(size, self.weights_bytes // max(param_bytes, 1))
             n = len(x)
             if cfg.dp_sgd is not None and dp_sgd_rate(batch_size=cfg.batch_size, size=n) < 1:
-                size = min(size, self.dp_cpu_max_clients)  # Poisson batches: padding
+                size = min(size, self.dp_bucket_cap(x[:1]))  # Poisson batches: padding
         return max(1, size)
+
+    def dp_bucket_cap(self, x: torch.Tensor) -> int:
+        """Most DP-SGD clients with Poisson batches per bucket on the CPU: ``dp_cpu_bucket_flops``
+        ÷ the training FLOPs of one example ``x`` (counted once), clamped to
+        [min(2, dp_cpu_max_clients), dp_cpu_max_clients] (the class docstring)."""
+        if self._flops_per_example is None:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            net = self.local_trainer.client.net
+            # forward FLOPs × 3 (forward, input and weight gradients); no grad, and the global
+            # generator (dropout) left as it was
+            counter = FlopCounterMode(display=False)
+            with torch.no_grad(), torch.random.fork_rng(devices=[]), counter:
+                net(x)
+            self._flops_per_example = max(1, 3 * counter.get_total_flops())
+        cap = self.dp_cpu_bucket_flops // self._flops_per_example
+        return int(max(min(2, self.dp_cpu_max_clients), min(cap, self.dp_cpu_max_clients)))
 
     # -- internals ---------------------------------------------------------------------------
     def _stacked_net(
