@@ -27,7 +27,15 @@ Times (``--reps`` > 0): the stacked and the sequential round interleaved (S V V 
 of each and the median of the per-pair ratios sequential ÷ stacked; the load average is recorded
 before and after (``os.getloadavg``).
 
-    PYTHONPATH=. python benchmarks/round_operators.py --reps 5 --out benchmarks/results
+    cd benchmarks && PYTHONPATH=..:. python round_operators.py --models mnist_cnn --reps 7 \
+        --out results
+
+The same script on the code of another commit (``--noise-rng torch``: the option is newer)::
+
+    rm -rf /tmp/base && mkdir /tmp/base && git archive 851f91d fl_lightning benchmarks \
+        | tar -x -C /tmp/base && cp benchmarks/round_operators.py /tmp/base/benchmarks/ \
+        && cd /tmp/base/benchmarks && PYTHONPATH=/tmp/base:. python round_operators.py \
+        --models mnist_cnn --noise-rng torch --label 851f91d
 """
 
 from __future__ import annotations
@@ -131,11 +139,10 @@ class Round:
             client_sizes=lambda: [len(i) for i in idx],
             client_data=lambda c: (x[idx[c]], y[idx[c]]),
         )
-        dp_cfg = (
-            DPSGDConfig(noise_multiplier=1.0, max_grad_norm=1.0, noise_rng=noise_rng)
-            if dp
-            else None
-        )
+        # noise_rng only where not the default, so that the script runs on code from before
+        # the option (the before/after counts of issue 59: ``--noise-rng torch``)
+        rng = {} if noise_rng == "torch" else {"noise_rng": noise_rng}
+        dp_cfg = DPSGDConfig(noise_multiplier=1.0, max_grad_norm=1.0, **rng) if dp else None
 
         def trainer() -> LocalTrainer:
             torch.manual_seed(0)

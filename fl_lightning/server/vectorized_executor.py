@@ -263,13 +263,16 @@ class VectorizedExecutor:
         for cid in clients:
             gen = generator_for(ctx.seed, ctx.round_idx, cid, "batches", device=device)
             batch_plans[cid] = batch_plan(cfg, int(sizes[cid]), gen, device)
-        # by steps (a bucket's clients drop out as they finish), then by examples a round: a
-        # stacked step pads every client to the bucket's widest batch, and clients of similar
-        # totals have Poisson widths closer to each other's (for 2 steps, half the variance)
-        ordered = sorted(
-            clients,
-            key=lambda c: (len(batch_plans[c]), sum(len(b) for b in batch_plans[c]), c),
-        )
+        # by steps (a bucket's clients drop out as they finish); DP-SGD clients then by their
+        # round's examples: a stacked step pads every client to the bucket's widest batch, and
+        # clients of similar totals have Poisson widths closer to each other's (for 2 steps,
+        # half the variance). Non-private buckets keep the cohort's order (their numbers).
+        if cfg.dp_sgd is None:
+            ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
+        else:
+            ordered = sorted(
+                clients, key=lambda c: (len(batch_plans[c]), sum(map(len, batch_plans[c])))
+            )
         updates: dict[int, ClientUpdate] = {}
         size = self.bucket_size(cfg, data, ordered[0])
         self.last_bucket_size = min(size, len(ordered))
