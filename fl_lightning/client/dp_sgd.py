@@ -194,7 +194,9 @@ def noisy_mean(
     """The release of :func:`noisy_mean_`, bit for bit (the same draws in the same order;
     N + S equals S + N exactly in floating point), into fresh tensors, leaving ``sums``
     unchanged: each parameter's noise buffer becomes its released gradient, which saves the
-    engines a copy of the sums per step."""
+    engines a copy of the sums per step. With a ``CounterStream`` (``client.dp_sgd.noise_rng:
+    philox``) the noise is the stream's next step (``privacy/dp_sgd_noise.py: stream_noise``),
+    the values the stacked executor draws for the client at that step."""
     from opacus.optimizers.optimizer import _generate_noise
 
     if isinstance(generator, CounterStream):  # client.dp_sgd.noise_rng: philox

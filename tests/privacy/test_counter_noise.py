@@ -135,3 +135,18 @@ def test_an_unknown_generator_is_refused_naming_the_field() -> None:
 
     with pytest.raises(ValueError, match=r"client\.dp_sgd\.noise_rng"):
         DPSGDConfig(noise_rng="mt19937")
+
+
+def test_the_sequential_release_under_philox() -> None:
+    """``noisy_mean`` with a client's counter stream releases (Σ clip + σC·z_t) / (q·n) with z_t
+    the stream's standard normals of local step t, step after step (Abadi et al. 2016, Alg. 1)."""
+    from fl_lightning.client.dp_sgd import noisy_mean
+
+    sums = [torch.ones(4, 3), torch.full((3,), 2.0)]
+    stream = CounterStream(3, 0, 8)
+    for t in range(2):
+        got = noisy_mean(sums, std=0.5, expected_batch_size=4.0, generator=stream)
+        z = standard_normals([stream_key(3, 0, 8)], [t], 15).view(15)
+        want = (z * 0.5 + torch.cat([s.reshape(-1) for s in sums])) / 4.0
+        assert torch.equal(torch.cat([g.reshape(-1) for g in got]), want)
+    assert torch.equal(sums[0], torch.ones(4, 3))  # the sums are left as they were
