@@ -26,12 +26,18 @@ class DPSGDConfig:
             book-keeping clipping, Bu et al. 2023) or ``auto``.
         max_physical_batch_size: virtual batches: examples processed at once (None: the whole
             Poisson batch). Bounds per-example memory; does not change the result.
+        noise_rng: the generator of the Gaussian noise (``privacy/dp_sgd_noise.py``): ``torch``
+            (each client's own ``torch.Generator``, one draw per parameter and step; every
+            stored result) or ``philox`` (a counter-based generator, ``privacy/counter_noise.py``:
+            a bucket's noise in one draw, for the stacked executor). Same distribution, other
+            numbers; both executors draw the same values under either.
     """
 
     noise_multiplier: float | None = 1.0
     max_grad_norm: float = 1.0
     engine: str = "auto"
     max_physical_batch_size: int | None = None
+    noise_rng: str = "torch"
 
     def __post_init__(self) -> None:
         check_noise_multiplier(self.noise_multiplier, "client.dp_sgd.noise_multiplier")
@@ -42,6 +48,13 @@ class DPSGDConfig:
             raise ValueError(
                 f"client.dp_sgd.engine: unknown engine {self.engine!r}; "
                 f"choose from {list(ENGINE_NAMES)}"
+            )
+        from fl_lightning.privacy.dp_sgd_noise import NOISE_RNGS
+
+        if self.noise_rng not in NOISE_RNGS:
+            raise ValueError(
+                f"client.dp_sgd.noise_rng: expected one of {list(NOISE_RNGS)}, got "
+                f"{self.noise_rng!r}"
             )
         if self.max_physical_batch_size is not None and self.max_physical_batch_size < 1:
             raise ValueError(

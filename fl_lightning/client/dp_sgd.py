@@ -16,6 +16,8 @@ from torch import nn
 
 from fl_lightning.client.book_keeping import phase
 from fl_lightning.privacy.clipping import clip_factors
+from fl_lightning.privacy.counter_noise import CounterStream
+from fl_lightning.privacy.dp_sgd_noise import stream_noise
 from fl_lightning.utils.heap import retain_freed_heap
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -49,7 +51,7 @@ class GradientEngine:
         noise_multiplier: float,
         max_grad_norm: float,
         expected_batch_size: float,
-        generator: torch.Generator,
+        generator: torch.Generator | CounterStream,
     ) -> None:
         """Per-client settings (ignored without DP)."""
 
@@ -96,7 +98,7 @@ class DPSGDEngine(GradientEngine):
         self.noise_multiplier = 1.0
         self.max_grad_norm = 1.0
         self.expected_batch_size = 1.0
-        self.generator: torch.Generator | None = None
+        self.generator: torch.Generator | CounterStream | None = None
         self._sums = [torch.zeros_like(p) for p in self.params]
         # A step's per-example buffers would otherwise page-fault on every step (utils/heap.py).
         retain_freed_heap()
@@ -107,7 +109,7 @@ class DPSGDEngine(GradientEngine):
         noise_multiplier: float,
         max_grad_norm: float,
         expected_batch_size: float,
-        generator: torch.Generator,
+        generator: torch.Generator | CounterStream,
     ) -> None:
         self.noise_multiplier = float(noise_multiplier)
         self.max_grad_norm = float(max_grad_norm)
@@ -187,15 +189,22 @@ def noisy_mean(
     *,
     std: float,
     expected_batch_size: float,
-    generator: torch.Generator | None,
+    generator: torch.Generator | CounterStream | None,
 ) -> list[torch.Tensor]:
     """The release of :func:`noisy_mean_`, bit for bit (the same draws in the same order;
     N + S equals S + N exactly in floating point), into fresh tensors, leaving ``sums``
     unchanged: each parameter's noise buffer becomes its released gradient, which saves the
-    engines a copy of the sums per step."""
+    engines a copy of the sums per step. With a ``CounterStream`` (``client.dp_sgd.noise_rng:
+    philox``) the noise is the stream's next step (``privacy/dp_sgd_noise.py: stream_noise``),
+    the values the stacked executor draws for the client at that step."""
     from opacus.optimizers.optimizer import _generate_noise
 
-    released = [_generate_noise(std=std, reference=s, generator=generator) for s in sums]
+    if isinstance(generator, CounterStream):  # client.dp_sgd.noise_rng: philox
+        ref = sums[0]
+        shapes = [s.shape for s in sums]
+        released = stream_noise(generator, shapes, std=std, device=ref.device, dtype=ref.dtype)
+    else:
+        released = [_generate_noise(std=std, reference=s, generator=generator) for s in sums]
     if released:  # one call for every parameter, the same arithmetic as add_ and div_
         torch._foreach_add_(released, sums)
         torch._foreach_div_(released, expected_batch_size)

@@ -25,6 +25,7 @@ from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.client.module import ClientModule
 from fl_lightning.client.semantics import batch_plan
 from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
+from fl_lightning.privacy.counter_noise import CounterStream
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
@@ -174,8 +175,8 @@ class LocalTrainer:
                 noise_multiplier=dp.noise_multiplier,
                 max_grad_norm=dp.max_grad_norm,
                 expected_batch_size=rate * n,
-                generator=generator_for(
-                    ctx.seed, ctx.round_idx, client_id, "dp_sgd", device=self.device
+                generator=noise_stream(
+                    dp.noise_rng, ctx.seed, ctx.round_idx, client_id, self.device
                 ),
             )
         prox_anchor = None
@@ -214,6 +215,17 @@ class LocalTrainer:
             cfg=cfg,
             round_idx=ctx.round_idx,
         )
+
+
+def noise_stream(
+    noise_rng: str, seed: int, round_idx: int, client_id: int, device: torch.device
+) -> torch.Generator | CounterStream:
+    """One client's DP-SGD noise source in one round (``client.dp_sgd.noise_rng``): its
+    ``torch.Generator`` keyed by ``(seed, round, client, "dp_sgd")`` or the counter stream of the
+    same key (``privacy/counter_noise.py``)."""
+    if noise_rng == "philox":
+        return CounterStream(seed, round_idx, client_id)
+    return generator_for(seed, round_idx, client_id, "dp_sgd", device=device)
 
 
 def client_update(

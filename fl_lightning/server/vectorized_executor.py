@@ -11,8 +11,10 @@ the step and masked.
 The semantics are the sequential loop's, through the same functions (``client/semantics.py``):
 the same batch plan from the same ``(seed, round, client, "batches")`` generator, the same SGD
 update (``torch.optim.sgd.sgd``), for DP-SGD clients the same per-example clip factors
-(``privacy/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean_``) with noise
-from the client's ``(seed, round, client, "dp_sgd")`` generator, the same ``ClientUpdate`` and
+(``privacy/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean``) with the same
+noise (``privacy/dp_sgd_noise.py: BucketNoise``: each client's ``(seed, round, client,
+"dp_sgd")`` generator, or under ``client.dp_sgd.noise_rng: philox`` the bucket's noise of every
+step in one counter-based draw), the same ``ClientUpdate`` and
 DP-SGD event (``client/local_loop.py: client_update``). Like every executor it never sees the
 strategy: it reads the clients' plans (``records.py: ClientPlan``), all of the round's at once
 (references to weights the strategy holds anyway), and yields trained updates, which the round
@@ -44,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.client.dp_sgd import noisy_mean_, per_sample_losses
+from fl_lightning.client.dp_sgd import per_sample_losses
 from fl_lightning.client.local_loop import (
     ClientStart,
     LocalTrainer,
@@ -56,6 +58,7 @@ from fl_lightning.client.semantics import batch_plan, sgd_step_
 from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
 from fl_lightning.privacy.budget import dp_sgd_rate
+from fl_lightning.privacy.dp_sgd_noise import BucketNoise
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.server.executor import ClientPlans, client_start
 from fl_lightning.utils.rng import generator_for
@@ -148,13 +151,22 @@ class VectorizedExecutor:
         low_rank_ratio: with plain SGD, a Linear layer keeps the bucket's steps as low-rank
             factors (``client/stacked.py: LowRankSteps``) when rows × (in + out) ≤ this ×
             in × out (its history of inputs and output gradients is small); 0 turns it off.
-        dp_cpu_max_clients: on the CPU, most clients per bucket of DP-SGD clients. A stacked
-            step runs every client at the width of the bucket's largest Poisson batch, so the
-            padding grows with the bucket: with q = 1/6 and 60 examples the largest of K
-            batches averages 11.6 (K = 2), 13.0 (K = 4) and 14.9 (K = 12) against a mean of
-            10. Measured (benchmarks/results/cohort_speed.md, "Smaller DP-SGD buckets on the
-            CPU"): buckets of 2 are 1.06–1.10× buckets of 4 and about 1.3× buckets of 12.
-            Only where the sampling rate B/n is below 1.
+        dp_cpu_max_clients: on the CPU, most clients per bucket of DP-SGD clients whose batches
+            are Poisson samples (rate B/n < 1). A stacked step runs every client at the width
+            of the bucket's largest Poisson batch, so the padding grows with the bucket (with
+            q = 1/6 and 60 examples the largest of K batches averages 11.6 (K = 2), 13.0
+            (K = 4) and 14.9 (K = 12) against a mean of 10), while the operators a step issues
+            do not: a bucket of K clients issues 1/K of a client's share of them. The bucket
+            is therefore as large as ``dp_cpu_bucket_flops`` of training work per example
+            allows (``dp_bucket_cap``), at least 2 and at most this. Measured
+            (benchmarks/results/cohort_speed.md, "Smaller DP-SGD buckets on the CPU"): for the
+            1.66M-parameter MNIST CNN buckets of 2 are 1.06–1.10× buckets of 4 and about 1.3×
+            buckets of 12 (padding dominates); benchmarks/results/round_operators.md for the
+            sweep demo's 54k-parameter CNN (operators dominate).
+        dp_cpu_bucket_flops: a DP-SGD bucket on the CPU holds ``dp_cpu_bucket_flops // F``
+            clients, F the training FLOPs of one example (3 × its forward's, counted by
+            ``torch.utils.flop_counter``): 2 for the 1.66M-parameter MNIST CNN (F = 74M),
+            16 for the sweep demo's CNN (F = 5M).
     """
 
     def __init__(
@@ -165,7 +177,8 @@ class VectorizedExecutor:
         memory_budget: int | None = None,
         weights_bytes: int = 80 * 2**20,
         low_rank_ratio: float = 0.5,
-        dp_cpu_max_clients: int = 2,
+        dp_cpu_max_clients: int = 16,
+        dp_cpu_bucket_flops: int = 2**27,
     ) -> None:
         self.local_trainer = trainer
         self.hooks: ClientHooks | None = None
@@ -174,6 +187,8 @@ class VectorizedExecutor:
         self.weights_bytes = weights_bytes
         self.low_rank_ratio = low_rank_ratio
         self.dp_cpu_max_clients = dp_cpu_max_clients
+        self.dp_cpu_bucket_flops = dp_cpu_bucket_flops
+        self._flops_per_example: int | None = None
         self.last_bucket_size: int | None = None
         self.last_fallback_reason: str | None = None
         self.last_path: str | None = None  # "stacked" or "sequential" (last round)
@@ -248,7 +263,16 @@ class VectorizedExecutor:
         for cid in clients:
             gen = generator_for(ctx.seed, ctx.round_idx, cid, "batches", device=device)
             batch_plans[cid] = batch_plan(cfg, int(sizes[cid]), gen, device)
-        ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
+        # by steps (a bucket's clients drop out as they finish); DP-SGD clients then by their
+        # round's examples: a stacked step pads every client to the bucket's widest batch, and
+        # clients of similar totals have Poisson widths closer to each other's (for 2 steps,
+        # half the variance). Non-private buckets keep the cohort's order (their numbers).
+        if cfg.dp_sgd is None:
+            ordered = sorted(clients, key=lambda c: len(batch_plans[c]))
+        else:
+            ordered = sorted(
+                clients, key=lambda c: (len(batch_plans[c]), sum(map(len, batch_plans[c])))
+            )
         updates: dict[int, ClientUpdate] = {}
         size = self.bucket_size(cfg, data, ordered[0])
         self.last_bucket_size = min(size, len(ordered))
@@ -317,8 +341,25 @@ class VectorizedExecutor:
             size = min(size, self.weights_bytes // max(param_bytes, 1))
             n = len(x)
             if cfg.dp_sgd is not None and dp_sgd_rate(batch_size=cfg.batch_size, size=n) < 1:
-                size = min(size, self.dp_cpu_max_clients)  # Poisson batches: padding
+                size = min(size, self.dp_bucket_cap(x[:1]))  # Poisson batches: padding
         return max(1, size)
+
+    def dp_bucket_cap(self, x: torch.Tensor) -> int:
+        """Most DP-SGD clients with Poisson batches per bucket on the CPU: ``dp_cpu_bucket_flops``
+        ÷ the training FLOPs of one example ``x`` (counted once), clamped to
+        [min(2, dp_cpu_max_clients), dp_cpu_max_clients] (the class docstring)."""
+        if self._flops_per_example is None:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            net = self.local_trainer.client.net
+            # forward FLOPs × 3 (forward, input and weight gradients); no grad, and the global
+            # generator (dropout) left as it was
+            counter = FlopCounterMode(display=False)
+            with torch.no_grad(), torch.random.fork_rng(devices=[]), counter:
+                net(x)
+            self._flops_per_example = max(1, 3 * counter.get_total_flops())
+        cap = self.dp_cpu_bucket_flops // self._flops_per_example
+        return int(max(min(2, self.dp_cpu_max_clients), min(cap, self.dp_cpu_max_clients)))
 
     # -- internals ---------------------------------------------------------------------------
     def _stacked_net(
@@ -349,6 +390,19 @@ class VectorizedExecutor:
         if self._cross_entropy:  # the ClientModule's loss: no per-example vmap needed
             return F.cross_entropy(out, y, reduction="none")
         return per_sample_losses(self.local_trainer.client.loss, out, y)
+
+    def _noisy_means(
+        self, sums: list[torch.Tensor], noise: torch.Tensor, expected: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """(Σ clip_C(g) + N(0, σ²C² I)) / (q·n) of every active client at once (Abadi et al.
+        2016, Alg. 1; ``client/dp_sgd.py: noisy_mean``, the same arithmetic element by
+        element): ``sums`` (active, *shape) per parameter, ``noise`` (active, P) and
+        ``expected`` (active, 1); returns views of one (active, P) buffer, by parameter."""
+        active = noise.shape[0]
+        flat = noise + torch.cat([s.reshape(active, -1) for s in sums], dim=1)
+        flat.div_(expected)
+        parts = flat.split([p.numel() for p in self.params], dim=1)
+        return [part.view(active, *p.shape) for part, p in zip(parts, self.params)]
 
     def _train_bucket(
         self,
@@ -382,11 +436,22 @@ class VectorizedExecutor:
         dp = cfg.dp_sgd
         if dp is not None:
             assert dp.noise_multiplier is not None, "noise multiplier must be calibrated first"
-            expected = [dp_sgd_rate(batch_size=cfg.batch_size, size=n) * n for n in sizes]
-            noise_gens = [
-                generator_for(ctx.seed, ctx.round_idx, c, "dp_sgd", device=device) for c in bucket
-            ]
-            std = dp.noise_multiplier * dp.max_grad_norm
+            expected = torch.tensor(
+                [dp_sgd_rate(batch_size=cfg.batch_size, size=n) * n for n in sizes],
+                dtype=flat.dtype,
+                device=device,
+            ).view(k, 1)
+            noise = BucketNoise(
+                dp.noise_rng,
+                seed=ctx.seed,
+                round_idx=ctx.round_idx,
+                clients=bucket,
+                shapes=[p.shape for p in self.params],
+                std=dp.noise_multiplier * dp.max_grad_norm,
+                steps=max(steps),
+                device=device,
+                dtype=flat.dtype,
+            )
         losses = torch.full((max(steps), k), float("nan"), device=device)
         # plain SGD: the stacked Linear layers fuse the update into their backward pass
         fused = dp is None and cfg.momentum == 0 and cfg.weight_decay == 0
@@ -445,13 +510,7 @@ class VectorizedExecutor:
                 else:  # every active client drew an empty Poisson batch: noise only
                     grads = [torch.zeros_like(p) for p in params.values()]
                     client_loss = torch.zeros(active, device=device)
-                for j in range(j0, k):
-                    noisy_mean_(
-                        [g[j - j0] for g in grads],
-                        std=std,
-                        expected_batch_size=expected[j],
-                        generator=noise_gens[j],
-                    )
+                grads = self._noisy_means(grads, noise.at(t, j0), expected[j0:])
             losses[t, j0:] = torch.where(count > 0, client_loss.detach(), torch.nan)
             if fused:  # the Linear layers took their step in the backward pass
                 todo = [i for i, g in enumerate(grads) if g is not None]

@@ -147,6 +147,11 @@ CASES = {
         FedAvg,
         {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.5, engine="functorch")},
     ),
+    "dp_sgd_clients_philox": (
+        lambda: MnistCNN(image_size=8, channels=(4, 8), hidden=16),
+        FedAvg,
+        {"dp_sgd": DPSGDConfig(noise_multiplier=0.8, max_grad_norm=0.5, noise_rng="philox")},
+    ),
     "fedavg_mnist_lstm_fused_sgd": (lambda: MnistLSTM(input_size=8, hidden_size=6), FedAvg, {}),
     "fedavg_mnist_lstm_momentum_wd": (
         lambda: MnistLSTM(input_size=8, hidden_size=6),
@@ -616,7 +621,8 @@ def test_memory_budget_chunks_the_cohort() -> None:
 
 
 def test_dp_sgd_buckets_on_the_cpu_are_small() -> None:
-    """DP-SGD clients with Poisson batches train on the CPU in buckets of at most
+    """DP-SGD clients with Poisson batches train on the CPU in buckets of
+    ``dp_cpu_bucket_flops`` ÷ the model's training FLOPs per example, between 2 and
     ``dp_cpu_max_clients`` (the padding to the widest batch grows with the bucket);
     non-private clients and full-batch DP-SGD ones do not, and the updates are the same in
     buckets of 2 as in one bucket."""
@@ -629,10 +635,19 @@ def test_dp_sgd_buckets_on_the_cpu_are_small() -> None:
     private = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=6, dp_sgd=dp)
     # batches of every example (B ≥ n: rate 1) are not Poisson samples: nothing to pad
     whole_data = ClientModule(copy.deepcopy(net), num_classes=10, lr=0.1, batch_size=30, dp_sgd=dp)
-    cap = VectorizedExecutor(LocalTrainer(private)).dp_cpu_max_clients
-    assert 1 <= cap < len(cohort)
+    one = data.client_data(0)[0][:1]
+    probe = VectorizedExecutor(LocalTrainer(private))
+    probe.dp_bucket_cap(one)
+    flops = probe._flops_per_example
+    assert flops is not None and flops > 3 * sum(p.numel() for p in net.parameters())
+    for budget, most, cap in ((1, 16, 2), (3 * flops, 16, 3), (3 * flops + flops - 1, 16, 3),
+                              (2**50, 4, 4), (2**50, 1, 1)):  # fmt: skip
+        ex = VectorizedExecutor(LocalTrainer(private), dp_cpu_max_clients=most,
+                                dp_cpu_bucket_flops=budget)  # fmt: skip
+        assert ex.dp_bucket_cap(one) == cap
+    cap = 3
     for client, expected in ((plain, len(cohort)), (private, cap), (whole_data, len(cohort))):
-        executor = VectorizedExecutor(LocalTrainer(client))
+        executor = VectorizedExecutor(LocalTrainer(client), dp_cpu_bucket_flops=cap * flops)
         list(train_cohort(executor, FedAvg(), cohort, _ctx(client, cohort), data))
         assert executor.last_path == "stacked" and executor.last_bucket_size == expected
     ctx = _ctx(private, cohort)
