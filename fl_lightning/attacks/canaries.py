@@ -458,12 +458,14 @@ class CanaryFrame:
         self.p = 1 << (d.bit_length() - 1)
         self.dense: torch.Tensor | None = None
         if m > self.p:
-            gauss = torch.randn(m, d, generator=generator)
+            gauss = torch.randn(m, d, generator=generator, device=generator.device).cpu()
             self.dense = gauss / gauss.norm(dim=1, keepdim=True)
             return
-        self.rows = torch.randperm(self.p, generator=generator)[:m].numpy()
-        self.coords = torch.randperm(d, generator=generator)[: self.p]
-        self.signs = (torch.randint(0, 2, (self.p,), generator=generator) * 2 - 1).double()
+        on = generator.device  # the frame's generator is a CPU one (``canary_frame``)
+        self.rows = torch.randperm(self.p, generator=generator, device=on)[:m].cpu().numpy()
+        self.coords = torch.randperm(d, generator=generator, device=on)[: self.p].cpu()
+        draw = torch.randint(0, 2, (self.p,), generator=generator, device=on)
+        self.signs = (draw.cpu() * 2 - 1).double()
 
     def vectors(self, idx: Sequence[int] | np.ndarray) -> torch.Tensor:
         """The directions of canaries ``idx`` (len(idx) × d, float32, on the CPU)."""
