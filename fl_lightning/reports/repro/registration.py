@@ -137,26 +137,9 @@ def register(
             if old_verdicts and plan["claim"] in old_verdicts:
                 old["verdict_then"] = old_verdicts[plan["claim"]]
             superseded += 1
-        entries.append(
-            {
-                "claim": plan["claim"],
-                "sha256": sha,
-                "registered_commit": commit,
-                "registered_at": stamp,
-                "status": "current",
-                "plan": plan,
-            }
-        )
+        entries.append(_entry(plan["claim"], sha, commit, stamp, plan))
         new += 1
-    path.write_text(
-        json.dumps(
-            {"paper": defn.paper, "profile": defn.profile, "plans": entries},
-            indent=1,
-            ensure_ascii=False,
-            default=str,
-        )
-        + "\n"
-    )
+    _write_registry(path, defn, entries)
     return new, same, superseded
 
 
@@ -194,16 +177,25 @@ def register_reruns(
         "points": new,
     }
     sha = plan_sha256(plan)
-    entries.append(
-        {
-            "claim": f"{RERUN} {sha[:12]}",
-            "sha256": sha,
-            "registered_commit": commit,
-            "registered_at": stamp,
-            "status": "current",
-            "plan": plan,
-        }
-    )
+    entries.append(_entry(f"{RERUN} {sha[:12]}", sha, commit, stamp, plan))
+    _write_registry(path, defn, entries)
+    return sha, len(new)
+
+
+def _entry(claim: str, sha: str, commit: str, stamp: str, plan: dict[str, Any]) -> dict[str, Any]:
+    """One current plan of the registry: its claim, hash, commit and time of registration."""
+    return {
+        "claim": claim,
+        "sha256": sha,
+        "registered_commit": commit,
+        "registered_at": stamp,
+        "status": "current",
+        "plan": plan,
+    }
+
+
+def _write_registry(path: Path, defn: Definition, entries: list[dict[str, Any]]) -> None:
+    """Writes the paper's plan registry (``repro_specs/P.<profile>.plans.json``)."""
     path.write_text(
         json.dumps(
             {"paper": defn.paper, "profile": defn.profile, "plans": entries},
@@ -213,7 +205,6 @@ def register_reruns(
         )
         + "\n"
     )
-    return sha, len(new)
 
 
 def _time(s: Any) -> datetime | None:
