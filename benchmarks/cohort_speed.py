@@ -89,6 +89,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from _proc_status import status_kib
 from _record import machine as measured_machine
 from torch import nn
 
@@ -540,14 +541,6 @@ def profile_round(model: str, dp: bool, cohort: int, variant: str, out: str | No
         prof.export_chrome_trace(out)
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
 def memory_child(model: str, dp: bool, cohort: int, variant: str) -> None:
     """Peak RSS of one round above the RSS after setup (Linux: the peak is reset by writing 5
     to /proc/self/clear_refs, so the setup's own transient peak does not hide the round's); on
@@ -563,11 +556,11 @@ def memory_child(model: str, dp: bool, cohort: int, variant: str) -> None:
         print(json.dumps({"peak_mib_above_setup": (peak - base) / 2**20,
                           "peak_rss_mib": peak / 2**20}))  # fmt: skip
         return
-    base = _status_kib("VmRSS")
+    base = status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")
     s.run(variant, 0)
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     print(json.dumps({"peak_mib_above_setup": (peak - base) / 1024, "peak_rss_mib": peak / 1024}))
 
 

@@ -34,20 +34,13 @@ import time
 from pathlib import Path
 
 from _hdf5_population import write_population
+from _proc_status import status_mib
 from _record import record_run
 
 REPO = Path(__file__).resolve().parents[1]
 POPULATIONS = (100, 10_000, 100_000, 1_000_000)
 COHORT, TEST_CLIENTS = 100, 200
 DELTA = 1e-7  # < 1/N for every population (the run refuses δ ≥ 1/N)
-
-
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(field)
 
 
 def child(directory: Path, num_clients: int, rounds: int) -> None:
@@ -97,7 +90,7 @@ def child(directory: Path, num_clients: int, rounds: int) -> None:
         json.dumps(
             {
                 "clients": num_clients,
-                "peak_rss_mib": _status_mib("VmHWM"),
+                "peak_rss_mib": status_mib("VmHWM"),
                 "index_mib": (store.ids.nbytes + store.sizes.nbytes) / 2**20,
                 "data_setup_s": setup_s,
                 "round_s": sum(times) / len(times),

@@ -30,19 +30,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _proc_status import status_mib
 from _record import record_run
 
 REPO = Path(__file__).resolve().parents[1]
 POPULATIONS = (100, 10_000, 100_000)
 EXAMPLES, FEATURES, COHORT = 250_000, 64, 10
-
-
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(field)
 
 
 def child(num_clients: int, rounds: int) -> None:
@@ -60,7 +53,7 @@ def child(num_clients: int, rounds: int) -> None:
 
     class _Probe(pl.Callback):
         def on_train_start(self, *args) -> None:  # noqa: ANN002
-            after_setup["rss"] = _status_mib("VmRSS")
+            after_setup["rss"] = status_mib("VmRSS")
 
     args = [
         "--config", str(REPO / "configs/experiment/quickstart.yaml"),
@@ -85,9 +78,9 @@ def child(num_clients: int, rounds: int) -> None:
         json.dumps(
             {
                 "clients": num_clients,
-                "peak_rss_mib": _status_mib("VmHWM"),
+                "peak_rss_mib": status_mib("VmHWM"),
                 "rss_after_setup_mib": after_setup["rss"],
-                "rss_after_rounds_mib": _status_mib("VmRSS"),
+                "rss_after_rounds_mib": status_mib("VmRSS"),
                 "live_tensors": tensors,
             }
         )
