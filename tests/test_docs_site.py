@@ -119,8 +119,7 @@ def test_blank_reasons_can_fail() -> None:
     assert blank_reasons(page) == []
 
 
-@pytest.mark.parametrize("page", ["index.html", "tutorials/first_private_run.html"])
-def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path) -> None:
+def _browser_or_skip() -> str:
     browser = _browser()
     if browser is None:
         if os.environ.get("FL_REQUIRE_BROWSER") == "1":
@@ -129,16 +128,101 @@ def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path)
             "no headless browser (chromium): `apt-get install chromium` or set FL_BROWSER; "
             ".ci/run installs it"
         )
+    return browser
+
+
+@pytest.mark.parametrize("page", ["index.html", "tutorials/first_private_run.html"])
+def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path) -> None:
+    browser = _browser_or_skip()
     img = _screenshot(browser, site / page, tmp_path / "shot.png", tmp_path)
     assert img.shape[0] >= 800 and img.shape[1] >= 1200, img.shape
     reasons = blank_reasons(img)
     assert not reasons, f"{page} looks blank: {reasons}"
 
 
+def _search_dom(browser: str, url: str, tmp: Path) -> str:
+    """The page's DOM after its scripts ran (``--virtual-time-budget``: timers and the search
+    worker get 10 s of page time), as Chromium serialises it."""
+    res = subprocess.run(
+        [
+            browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}",
+            "--virtual-time-budget=10000", "--dump-dom", url,
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, f"{browser} failed:\n{res.stderr[-2000:]}"
+    return res.stdout
+
+
+def search_results(dom: str) -> int:
+    """How many documents Material's search says match (0 when it shows no count)."""
+    found = re.search(r'md-search-result__meta">\s*(\d+) matching document', dom)
+    return int(found.group(1)) if found else 0
+
+
+def test_search_results_can_fail() -> None:
+    assert search_results('<div class="md-search-result__meta">Initializing search</div>') == 0
+    assert search_results('<div class="md-search-result__meta">12 matching documents</div>') == 12
+
+
+@pytest.mark.parametrize("page", ["index.html", "tutorials/first_private_run.html"])
+def test_the_site_opened_from_disk_searches(site: Path, page: str, tmp_path) -> None:
+    """A page opened from the file system (no server, no network) answers a search: Material's
+    offline plugin inlines the index (``search/search_index.js``) and the worker runs through the
+    vendored iframe-worker shim; ``?q=`` opens the search with a query. The DOM must list
+    matching documents, and a screenshot of the open search must not be blank."""
+    browser = _browser_or_skip()
+    url = (site / page).as_uri() + "?q=accountant"
+    dom = _search_dom(browser, url, tmp_path)
+    assert search_results(dom) >= 3, f"{page}: the search found nothing from disk"
+    assert "md-search-result__item" in dom
+    res = subprocess.run(
+        [
+            browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'shot'}",
+            "--virtual-time-budget=10000", "--window-size=1280,900",
+            f"--screenshot={tmp_path / 'search.png'}", url,
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, f"{browser} failed:\n{res.stderr[-2000:]}"
+    import matplotlib.image
+
+    img = (matplotlib.image.imread(tmp_path / "search.png")[..., :3] * 255).round()
+    assert not search_open_reasons(img.astype(np.int16)), search_open_reasons(img)
+
+
+def search_open_reasons(img: np.ndarray) -> list[str]:
+    """Why a 1280 x 900 screenshot does not show Material's search open with results (empty
+    when it does): the open search dims the page on its left, and its results panel on the right
+    is white with lines of text."""
+    reasons = []
+    page = np.median(img[100:900, 0:550].reshape(-1, 3), axis=0)
+    if page.mean() > 200:
+        reasons.append(f"the page is not dimmed (median {page.mean():.0f}): the search is closed")
+    panel = img[80:700, 600:1230]
+    if np.median(panel.reshape(-1, 3), axis=0).mean() < 240:
+        reasons.append("the results panel is not white")
+    ink = (np.abs(panel - 255).sum(axis=-1) > 60).mean()
+    if ink < 0.03:
+        reasons.append(f"only {ink:.1%} of the results panel is text")
+    return reasons
+
+
+def test_search_open_reasons_can_fail() -> None:
+    white = np.full((900, 1280, 3), 255, dtype=np.int16)
+    assert len(search_open_reasons(white)) == 2
+    shot = white.copy()
+    shot[:, :560] = 117  # the dimmed page
+    shot[100:680:6, 610:1200] = 0  # lines of results
+    assert search_open_reasons(shot) == []
+
+
 def test_the_served_site_answers_its_search_index(site: Path) -> None:
-    """README's one command, ``python -m http.server --directory site``, serves what the search
-    of every page loads (a page opened from disk cannot fetch it): ``search/search_index.json``
-    with the pages' text."""
+    """A served site (any static server: here ``python -m http.server --directory site``) serves
+    what the search of every page loads when it is not opened from disk:
+    ``search/search_index.json`` with the pages' text."""
     import json
     import socket
     import time
