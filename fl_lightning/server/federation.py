@@ -19,9 +19,13 @@ import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.horizon import PlannedHorizon
-from fl_lightning.privacy.population import large_delta, large_delta_note, large_delta_problem
+from fl_lightning.privacy.accounting.horizon import PlannedHorizon
+from fl_lightning.privacy.accounting.population import (
+    large_delta,
+    large_delta_note,
+    large_delta_problem,
+)
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.server.privacy_plan import (
     calibrate_client_noise,
     check_strategy_target,
@@ -129,7 +133,7 @@ def check_delta_population(
 ) -> None:
     """Refuses a ``privacy.delta`` of at least 1/N (a client-level or local guarantee, N
     clients) or 1/n (record-level DP-SGD, n the smallest client's examples):
-    ``privacy/population.py``. With ``privacy.allow_large_delta`` the run goes on and the
+    ``privacy/accounting/population.py``. With ``privacy.allow_large_delta`` the run goes on and the
     accountant's guarantee sentence states it. Raises ``ValueError`` naming the field."""
     if accountant is None:
         return

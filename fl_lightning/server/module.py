@@ -22,8 +22,8 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.statement import RunFacts
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.statement import RunFacts
 from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
 from fl_lightning.server.executor_choice import build_executor

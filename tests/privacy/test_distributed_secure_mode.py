@@ -3,7 +3,7 @@ DP is keyed by the run's secret, never by the configured seed."""
 
 from __future__ import annotations
 
-from fl_lightning.privacy import distributed_dp
+from fl_lightning.strategies import distributed_dp
 from fl_lightning.utils import rng
 from tests.conftest import REPO, TINY
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_lightning.privacy.statement import SIMULATION_CLAUSE
+from fl_lightning.privacy.guarantee.statement import SIMULATION_CLAUSE
 from tests.conftest import QUICKSTART, TINY
 
 SECRET = 6_917_529_027_641_081_857  # what the patched OS draw returns (distinctive digits)

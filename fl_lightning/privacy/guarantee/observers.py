@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from fl_lightning.privacy.distributed_accounting import ORDERS, round_rdp
-from fl_lightning.privacy.events import DistributedNoiseEvent
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.accounting.events import DistributedNoiseEvent
+from fl_lightning.privacy.distributed.accounting import ORDERS, round_rdp
+from fl_lightning.privacy.guarantee.server_view import ServerView
 
 
 class Observer(StrEnum):
@@ -59,7 +59,7 @@ class Observer(StrEnum):
 class ServerSees(StrEnum):
     """How the server's ε is priced, from what the server-side code of a strategy's
     client-level mechanism receives: read from the one declaration of that view,
-    ``Strategy.server_view`` (``privacy/server_view.py``), by :meth:`of`."""
+    ``Strategy.server_view`` (``privacy/guarantee/server_view.py``), by :meth:`of`."""
 
     CLEAR = "clear"
     """Each client's clipped update before the noise: the server adds the noise (central DP,
@@ -173,10 +173,10 @@ def secure_sum_epsilons(events: Sequence[DistributedNoiseEvent], delta: float) -
     """Each client's ε at ``delta`` against the server under SecAgg: the RDP of every sum it
     was in (``events[t].members``), each without amplification (q = 1, the round's survivors'
     noise), added order by order (Mironov 2017, Prop. 1) and converted as the run's
-    distributed accountant does (``distributed_accounting.rdp_to_epsilon``). A round of a
+    distributed accountant does (``distributed.accounting.rdp_to_epsilon``). A round of a
     ledger that recorded no members counts for every client seen (the worst case); a ledger
     with none at all is priced for :data:`ANY_CLIENT`, in every sum."""
-    from fl_lightning.privacy.distributed_accounting import rdp_to_epsilon
+    from fl_lightning.privacy.distributed.accounting import rdp_to_epsilon
 
     clients = sorted({c for e in events for c in e.members})
     if not clients:  # a ledger without survivor sets: one client in every sum, the worst case

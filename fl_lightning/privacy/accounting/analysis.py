@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.events import SampledGaussian
 
 AccountantName = Literal["rdp", "prv", "pld"]
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp", "prv")

@@ -12,8 +12,8 @@ says *where* the server calls it. Today one placement is a protocol of its own:
   (the budget stop prices the round with it).
 
   Implementations: :class:`~fl_lightning.strategies.central_dp.CentralGaussian` (fixed clip),
-  :class:`~fl_lightning.privacy.adaptive_clipping.AdaptiveClipping` (Andrew et al. 2021) and
-  :class:`~fl_lightning.privacy.distributed_dp.SecAggDistributedDP` (distributed discrete
+  :class:`~fl_lightning.strategies.adaptive_clipping.AdaptiveClipping` (Andrew et al. 2021) and
+  :class:`~fl_lightning.strategies.distributed_dp.SecAggDistributedDP` (distributed discrete
   noise behind secure aggregation: ``on_client`` encodes, noises and masks each upload, the
   server only ever sums masked vectors; Kairouz et al. 2021, Agarwal et al. 2021).
 
@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 import torch
 
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.accounting.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 
 
@@ -77,19 +77,20 @@ class CentralPrivacy(abc.ABC):
     ) -> ClientUpdate:
         """Client side, the whole upload path (``Strategy.process_update`` calls it with the
         client's keyed generator): :meth:`clip` here; a mechanism whose clients add noise or
-        encode their upload (``privacy/distributed_dp.py``) overrides it."""
+        encode their upload (``strategies/distributed_dp.py``) overrides it."""
         return self.clip(update)
 
     def deliver(self, update: ClientUpdate, ctx: RoundContext) -> ClientUpdate | None:
         """What of the client's processed upload reaches the server (``server/round.py:
         processed``): all of it here; a mechanism whose uploads travel inside a secure sum
-        (``privacy/distributed_dp.py``) keeps per-client values on the client and delivers
+        (``strategies/distributed_dp.py``) keeps per-client values on the client and delivers
         nothing of a client that dropped (None)."""
         return update
 
     @property
     def server_view(self) -> ServerView:
-        """What the server receives (``privacy/server_view.py``): each update clipped to C."""
+        """What the server receives (``privacy/guarantee/server_view.py``): each update clipped to
+        C."""
         return ServerView("clipped updates", clip_norm=float(self.clip_norm))
 
     def partial(self, updates: Iterable[ClientUpdate], ctx: RoundContext) -> torch.Tensor:

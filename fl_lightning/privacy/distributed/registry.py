@@ -7,9 +7,9 @@ are registered at import time of this module; a user's mechanism is one call awa
 
 from __future__ import annotations
 
-from fl_lightning.privacy.mechanisms.ddg import DistributedDiscreteGaussian
-from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
-from fl_lightning.privacy.mechanisms.skellam import DistributedSkellam
+from fl_lightning.privacy.distributed.ddg import DistributedDiscreteGaussian
+from fl_lightning.privacy.distributed.noise import DistributedNoise
+from fl_lightning.privacy.distributed.skellam import DistributedSkellam
 
 _REGISTRY: dict[str, DistributedNoise] = {}
 

@@ -1,18 +1,18 @@
 """Distributed discrete noise: the contract of a mechanism whose noise every client adds a share
-of, in the integers, before secure aggregation (``privacy/distributed_dp.py``).
+of, in the integers, before secure aggregation (``strategies/distributed_dp.py``).
 
 A :class:`DistributedNoise` does two things, both on the integer grid the SecAgg encoding maps
-updates to (``privacy/secagg/encoding.py``):
+updates to (``privacy/distributed/secagg/encoding.py``):
 
 * :meth:`DistributedNoise.sample`: one client's share, integer noise of a given variance, every
   draw from the generator it is handed (the client's keyed ``(seed, round, client)`` generator;
   in ``privacy.secure_mode`` its first key is the run's secret);
 * :meth:`DistributedNoise.rdp`: the Rényi DP of the *sum* the server decodes, at an integer
   order, given the survivors' summed noise and the encoded sensitivity
-  (``privacy/distributed_accounting.py`` adds sampling and composes rounds).
+  (``privacy/distributed/accounting.py`` adds sampling and composes rounds).
 
 A new mechanism is one file implementing both (``ddg.py``, ``skellam.py``) plus one
-``register_distributed_noise`` call (``distributed_registry.py``, where the built-in ones are
+``register_distributed_noise`` call (``registry.py``, where the built-in ones are
 registered); ``SecAggDistributedDP(mechanism="name")`` then uses it.
 """
 
@@ -30,7 +30,7 @@ class EncodedSensitivity:
 
     Attributes:
         l2: Δ₂, the L2 sensitivity of the sum after scaling and rounding (one client's encoded
-            contribution, inflated by rounding: ``distributed_accounting.rounded_l2_bound``).
+            contribution, inflated by rounding: ``distributed.accounting.rounded_l2_bound``).
         l1: Δ₁, its L1 sensitivity (≤ Δ₂·min(√d, Δ₂) on integers).
         dim: d, the padded dimension (a power of two).
         local_variance: each client's noise variance on the grid.

@@ -34,12 +34,12 @@ import dp_accounting
 import torch
 from dp_accounting.pld import privacy_loss_mechanism
 
-from fl_lightning.privacy.analysis import single_release_epsilon
-from fl_lightning.privacy.clipping import clip_by_norm_
-from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.accounting.analysis import single_release_epsilon
+from fl_lightning.privacy.accounting.events import LocalRelease
+from fl_lightning.privacy.mechanisms.clipping import clip_by_norm_
 from fl_lightning.privacy.mechanisms.gaussian import classic_gaussian_sigma
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 from fl_lightning.privacy.mechanisms.upload import ClippedGaussian, ClippedLaplace, ClippedUpload
-from fl_lightning.privacy.params import check_clip_norm
 
 MechanismName = Literal["none", "gaussian", "laplace"]
 TightAccountant = Literal["rdp", "pld"]

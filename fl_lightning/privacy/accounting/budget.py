@@ -15,8 +15,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fl_lightning.privacy.analysis import epsilon
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.analysis import epsilon
+from fl_lightning.privacy.accounting.events import SampledGaussian
 
 PARTICIPATION_CONFIDENCE = 1e-3
 """Calibration covers the participation count that no client exceeds with probability at least
@@ -83,7 +83,8 @@ def dp_sgd_histories(
 ) -> list[list[SampledGaussian]]:
     """One history per client that can be the most expensive (:func:`pareto_front`), at noise
     multiplier 1: its steps over ``participations`` rounds, what
-    :func:`~fl_lightning.privacy.analysis.calibrate_noise_multiplier` calibrates σ for."""
+    :func:`~fl_lightning.privacy.accounting.analysis.calibrate_noise_multiplier` calibrates σ
+    for."""
     return [[SampledGaussian(1.0, c.rate, c.steps * participations)] for c in pareto_front(costs)]
 
 

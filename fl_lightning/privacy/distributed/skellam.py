@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from fl_lightning.privacy.mechanisms.distributed import DistributedNoise, EncodedSensitivity
+from fl_lightning.privacy.distributed.noise import DistributedNoise, EncodedSensitivity
 
 
 def sample_skellam(n: int, variance: float, *, generator: torch.Generator) -> torch.Tensor:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fl_lightning.privacy.banded_mf import lbfgs
-from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_loss
+from fl_lightning.privacy.correlated.banded_mf import lbfgs
+from fl_lightning.privacy.correlated.toeplitz_mf import check_error, toeplitz_loss
 
 
 def blt_coefficients_torch(theta: torch.Tensor, omega: torch.Tensor, n: int) -> torch.Tensor:

@@ -2,7 +2,7 @@
 rounds that cannot reach SecAgg's threshold, and a field too narrow for the planned noise.
 
 * **Survivors.** A round aggregates only when at least ``min_survivors`` dispatched clients
-  survive; its survivors are Binomial(trials, survive) (``distributed_accounting.
+  survive; its survivors are Binomial(trials, survive) (``distributed.accounting.
   survivor_distribution``: Poisson cohorts of rate q from N clients, each surviving with 1 − r,
   give Binomial(N, q(1 − r)); a fixed cohort of m gives Binomial(m, 1 − r)). A run whose rounds
   aggregate with probability below :data:`MIN_AGGREGATE_PROBABILITY` mostly trains on nothing

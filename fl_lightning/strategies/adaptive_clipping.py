@@ -27,7 +27,7 @@ Use it in place of ``CentralGaussian`` on any summing strategy::
       init_args:
         weighting: uniform
         central_dp:
-          class_path: fl_lightning.privacy.adaptive_clipping.AdaptiveClipping
+          class_path: fl_lightning.strategies.adaptive_clipping.AdaptiveClipping
           init_args: {target_quantile: 0.5, noise_multiplier: 1.0}
 """
 
@@ -39,12 +39,12 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.privacy.params import GaussianParams
-from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
+from fl_lightning.privacy.mechanisms.params import GaussianParams
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
+from fl_lightning.strategies.placement import CentralPrivacy, CohortSpec
 
 COUNT_SENSITIVITY = 0.5
 """One client moves the centred count Σ(b_i − ½) by at most ½ (add/remove)."""

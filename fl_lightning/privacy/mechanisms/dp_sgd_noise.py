@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from fl_lightning.privacy.counter_noise import CounterStream, standard_normals
+from fl_lightning.privacy.mechanisms.counter_noise import CounterStream, standard_normals
 
 NOISE_RNGS = ("torch", "philox")
 #: most noise values a bucket holds at once under ``philox`` (64 MB of float32)

@@ -25,7 +25,7 @@ each component's sum on its own, and a survivor whose neighbours all dropped (a 
 one) hands it its encoded update plus only its own noise share. The guarantee prices the sum
 over all of S, so a survivor reveals nothing unless S is one component
 (:func:`survivor_components`; Bell et al. 2020 choose k so that this holds with high
-probability for a bounded dropout rate); ``privacy/distributed_dp.py`` aborts such a round.
+probability for a bounded dropout rate); ``strategies/distributed_dp.py`` aborts such a round.
 
 **What is simulated.** Key agreement (Diffie–Hellman) is replaced by seeds derived from the
 run's keyed generators, ``derive_seed(seed, round, u, v, "secagg_pair")``: in

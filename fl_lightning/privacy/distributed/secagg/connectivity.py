@@ -1,7 +1,7 @@
 """How often SecAgg+'s survivors' masking graph splits, exactly (issue 55).
 
 A round whose survivors' masking graph has several connected components is aborted
-(``privacy/distributed_dp.py``): the survivors' reveals would let the server unmask each
+(``strategies/distributed_dp.py``): the survivors' reveals would let the server unmask each
 component's sum on its own (``protocol.py``). Bell et al. (CCS 2020, §3) choose the number of
 neighbours k so that the graph stays connected with high probability for a bounded dropout
 rate; this module gives that probability for the graph ``protocol.masking_graph`` builds, so a

@@ -6,23 +6,23 @@ a :class:`SecAggDistributedDP` as its ``central_dp``:
 
 * **on each client** (``on_client``, with the client's keyed ``(seed, round, client)``
   generator, whose first key is the run's secret in ``privacy.secure_mode``): clip the delta to
-  C, encode it (``secagg/encoding.py``: rotate with the round's shared signs, scale by s,
-  conditional randomized rounding with β), add its noise share (``mechanisms/ddg.py`` or
-  ``mechanisms/skellam.py``, variance (σCs)²/m for m = the expected cohort size), and mask it
-  (``secagg/protocol.py``: pairwise and self masks mod 2^b). What reaches the server
-  (``deliver``) is the masked vector only: the client's loss, example count and metrics stay
-  on the client (an exact sum of losses would be a release the ε does not price, so none is
-  logged), and a client that dropped delivers nothing;
+  C, encode it (``privacy/distributed/secagg/encoding.py``: rotate with the round's shared signs,
+  scale by s, conditional randomized rounding with β), add its noise share
+  (``privacy/distributed/ddg.py`` or ``privacy/distributed/skellam.py``, variance (σCs)²/m for m =
+  the expected cohort size), and mask it (``privacy/distributed/secagg/protocol.py``: pairwise and
+  self masks mod 2^b). What reaches the server (``deliver``) is the masked vector only: the client's
+  loss, example count and metrics stay on the client (an exact sum of losses would be a release the
+  ε does not price, so none is logged), and a client that dropped delivers nothing;
 * **on the server** (``partial``): the masked uploads of the clients that did not drop are
-  received by a :class:`~fl_lightning.privacy.secagg.protocol.SecAggServer`, which keeps only
-  their modular sum (under DDP each process's partial sum is one all-reduce: integer-valued
+  received by a :class:`~fl_lightning.privacy.distributed.secagg.protocol.SecAggServer`, which keeps
+  only their modular sum (under DDP each process's partial sum is one all-reduce: integer-valued
   float64, exact);
 * **once a round** (``release``): the survivors reveal what unmasking needs, the server
   removes the masks, reads the sum in [−2^(b−1), 2^(b−1)), divides by s, rotates back and
   divides by the expected cohort size (the fixed denominator of DP-FedAvg, McMahan et al.
   2018);
-* **the price** (``round_privacy``): one :class:`~fl_lightning.privacy.events.
-  DistributedNoiseEvent` with the survivors' noise (``privacy/distributed_accounting.py``).
+* **the price** (``round_privacy``): one :class:`~fl_lightning.privacy.accounting.events.
+  DistributedNoiseEvent` with the survivors' noise (``privacy/distributed/accounting.py``).
 
 Dropouts are simulated: each dispatched client drops after masking with probability
 ``dropout_rate``, drawn from a generator keyed ``(seed, round, "secagg_dropout")``, so the
@@ -30,9 +30,9 @@ price is known before anyone trains and is the same on every process. Fewer surv
 ``min_survivors`` abort the round (nothing released, nothing spent), and so does a survivors'
 masking graph split into several connected components under SecAgg+ (``neighbours``): the
 reveals would let the server unmask each component's sum on its own, an isolated survivor's
-update with only its own noise share (``secagg/protocol.py``; Bell et al. 2020). An aborted
-round logs ``strategy/secagg_aborted`` 1 (``strategy/secagg_split`` 1 when the graph split it)
-and ``strategy/secagg_survivors`` 0.
+update with only its own noise share (``privacy/distributed/secagg/protocol.py``; Bell et al. 2020).
+An aborted round logs ``strategy/secagg_aborted`` 1 (``strategy/secagg_split`` 1 when the graph
+split it) and ``strategy/secagg_survivors`` 0.
 """
 
 from __future__ import annotations
@@ -44,23 +44,24 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.distributed_accounting import (
+from fl_lightning.privacy.accounting.events import DistributedNoiseEvent, RoundPrivacy
+from fl_lightning.privacy.distributed.accounting import (
     calibrate_distributed_sigma,
     distributed_epsilon,
     survivor_distribution,
 )
-from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy
-from fl_lightning.privacy.mechanisms.distributed import DistributedNoise
-from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
-from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
-from fl_lightning.privacy.release_check import (
+from fl_lightning.privacy.distributed.noise import DistributedNoise
+from fl_lightning.privacy.distributed.registry import distributed_noise
+from fl_lightning.privacy.distributed.release_check import (
     MIN_AGGREGATE_PROBABILITY,
     bits_problem,
     survivors_problem,
 )
-from fl_lightning.privacy.secagg.connectivity import fewest_neighbours, split_probability
-from fl_lightning.privacy.secagg.encoding import (
+from fl_lightning.privacy.distributed.secagg.connectivity import (
+    fewest_neighbours,
+    split_probability,
+)
+from fl_lightning.privacy.distributed.secagg.encoding import (
     center,
     conditional_round,
     heuristic_scale,
@@ -70,7 +71,7 @@ from fl_lightning.privacy.secagg.encoding import (
     rounded_l2_bound,
     unrotate,
 )
-from fl_lightning.privacy.secagg.protocol import (
+from fl_lightning.privacy.distributed.secagg.protocol import (
     MaskedUpload,
     RoundKeys,
     SecAggClient,
@@ -78,8 +79,10 @@ from fl_lightning.privacy.secagg.protocol import (
     masking_graph,
     survivor_components,
 )
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.guarantee.server_view import ServerView
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
+from fl_lightning.strategies.placement import CentralPrivacy, CohortSpec
 from fl_lightning.utils.rng import generator_for
 
 log = logging.getLogger(__name__)
@@ -99,14 +102,14 @@ class SecAggDistributedDP(CentralPrivacy):
 
     Args:
         mechanism: the distributed noise, ``ddg`` (discrete Gaussian) or ``skellam``, or any
-            registered name (``mechanisms/distributed.py``).
+            registered name (``privacy/distributed/noise.py``).
         bits: b, the modulus 2^b of the SecAgg field (per coordinate).
         clip_norm: C, the L2 bound on each client's delta.
         noise_multiplier: σ: the noise of the sum of m = the expected cohort size clients has
             standard deviation σC (each client adds 1/m of the variance). ``None``: calibrated
             so that ``trainer.max_steps`` planned rounds spend ``privacy.target_epsilon`` with
             the survivors' variation (the cohort's and the dropouts') covered with about 95 %
-            probability (``distributed_accounting.planned_rdp``); a run whose rounds had fewer
+            probability (``distributed.accounting.planned_rdp``); a run whose rounds had fewer
             survivors than that is ended by the budget stop before its last rounds.
         beta: β ∈ [0, 1) of conditional randomized rounding.
         k_stddevs: k standard deviations of the encoded sum must fit in 2^b (sets the scale);
@@ -192,7 +195,8 @@ class SecAggDistributedDP(CentralPrivacy):
 
     def _warn_split(self) -> float:
         """The probability that a round of the expected cohort aborts for a split survivors'
-        graph (``secagg/connectivity.py``), said before any work when it is not small."""
+        graph (``privacy/distributed/secagg/connectivity.py``), said before any work when it is
+        not small."""
         m = max(round(self.expected_clients), 1)
         p = split_probability(m, self.neighbours, self.dropout_rate)
         if p >= SPLIT_WARNING:
@@ -273,7 +277,9 @@ class SecAggDistributedDP(CentralPrivacy):
             survivors=survivors,
         )
         calibrated = getattr(spec, "calibrated", None)
-        if calibrated is not None:  # the σ is bound to the planned horizon (privacy/horizon.py)
+        if (
+            calibrated is not None
+        ):  # the σ is bound to the planned horizon (privacy/accounting/horizon.py)
             calibrated.append(
                 f"distributed σ calibrated so that {rounds} rounds spend ε = {target} with the "
                 "planned survivors"
@@ -282,8 +288,8 @@ class SecAggDistributedDP(CentralPrivacy):
 
     def _refuse_useless(self, spec: CohortSpec, *, check_bits: bool) -> None:
         """``ValueError`` naming the field when the run can release nothing useful
-        (``release_check.py``): rounds that (almost) never reach ``min_survivors``, or a field
-        too narrow for the planned noise."""
+        (``privacy/distributed/release_check.py``): rounds that (almost) never reach
+        ``min_survivors``, or a field too narrow for the planned noise."""
         trials, survive, words = self._survivor_binomial(spec)
         problem = survivors_problem(
             trials=trials, survive=survive, stays=1.0 - self.dropout_rate,
@@ -416,7 +422,7 @@ class SecAggDistributedDP(CentralPrivacy):
 
     @property
     def server_view(self) -> ServerView:
-        """Secure sums: masked uploads and reveals only (``privacy/server_view.py``)."""
+        """Secure sums: masked uploads and reveals only (``privacy/guarantee/server_view.py``)."""
         return ServerView("secure sums", per_client_values=False, bits=self.bits)
 
     # -- on the server -----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Lower-triangular Toeplitz factorisations of the prefix-sum workload: their loss and exact
 multi-participation sensitivity, shared by the optimised banded factorisation
-(:mod:`~fl_lightning.privacy.banded_mf`) and the BLT (:mod:`~fl_lightning.privacy.blt`).
+(:mod:`~fl_lightning.privacy.correlated.banded_mf`) and the BLT
+(:mod:`~fl_lightning.privacy.correlated.blt`).
 
 C is lower-triangular Toeplitz with first column (c_0, c_1, …) (c_0 = 1 without loss of
 generality: scaling C scales Δ and B = A·C⁻¹ inversely). C⁻¹ and B = A·C⁻¹ are lower-triangular

@@ -199,7 +199,7 @@ class RoundPrivacy:
 class DistributedNoiseEvent:
     """One round of distributed DP behind secure aggregation: the server sees only the modular
     sum of the survivors' encoded updates, each carrying its own integer noise share
-    (``privacy/distributed_dp.py``). Priced by RDP (``privacy/distributed_accounting.py``)
+    (``strategies/distributed_dp.py``). Priced by RDP (``privacy/distributed/accounting.py``)
     with the survivors' noise, never the planned one.
 
     Attributes:
@@ -217,9 +217,9 @@ class DistributedNoiseEvent:
         cohort: the clients dispatched this round (the survivors' share of it is reported).
         members: the survivors' client ids (the server learns them at unmasking): the sums a
             client was in, over which the server's view is priced without amplification
-            (``privacy/observers.py``). Not part of the round's price (excluded from equality
-            and hashing, so rounds of equal parameters share one cached RDP); ``()`` in ledgers
-            written before it was recorded.
+            (``privacy/guarantee/observers.py``). Not part of the round's price (excluded from
+            equality and hashing, so rounds of equal parameters share one cached RDP); ``()`` in
+            ledgers written before it was recorded.
     """
 
     mechanism: str

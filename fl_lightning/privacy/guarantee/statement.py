@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from fl_lightning.privacy.observers import from_state
+from fl_lightning.privacy.guarantee.observers import from_state
 
 SIMULATION_CLAUSE = "simulation: noise and cohorts reproducible from the seed"
 """Appended to the guarantee of a run not in ``privacy.secure_mode``."""
@@ -441,7 +441,7 @@ def _others(ledger: dict[str, Any]) -> str:
 
 
 def _observer_lines(ledger: dict[str, Any]) -> list[str]:
-    """The per-observer table (``privacy/observers.py``)."""
+    """The per-observer table (``privacy/guarantee/observers.py``)."""
     rows = from_state(ledger.get("observers", []))
     if not rows:
         return []
@@ -470,8 +470,9 @@ def _observer_lines(ledger: dict[str, Any]) -> list[str]:
             "",
             "Each client's ε against the server composes, without amplification, the rounds "
             "whose sum it was in (`members`, the last field of each `distributed` row of "
-            "privacy_ledger.json): `fl_lightning.privacy.observers.secure_sum_epsilons`, or "
-            "independently `fl_lightning.privacy.recompute.distributed_rows_rdp` of those rows "
+            "privacy_ledger.json): "
+            "`fl_lightning.privacy.guarantee.observers.secure_sum_epsilons`, or independently "
+            "`fl_lightning.privacy.accounting.recompute.distributed_rows_rdp` of those rows "
             "with q = 1 (tests/privacy/test_observers.py).",
         ]
     return [*lines, ""]
@@ -493,7 +494,7 @@ def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
         "per client, the better of basic composition and the optimal composition "
         "(dp-accounting PLD) of its uploads"
         if unit == "local"
-        else "RDP at integer orders 2-128 and 256 (privacy/distributed_accounting.py), whatever "
+        else "RDP at integer orders 2-128 and 256 (privacy/distributed/accounting.py), whatever "
         "privacy.accountant names: the distributed mechanisms have no PLD here"
         if ledger.get("distributed")
         else facts.accountant_name
@@ -556,7 +557,8 @@ def privacy_statement(ledger: dict[str, Any], facts: RunFacts) -> str:
         "",
         *_events(unit, ledger),
         "Recompute the ε from the ledger with dp-accounting alone: "
-        "`fl_lightning.privacy.recompute.headline_epsilon` (docs/privacy.md, The check).",
+        "`fl_lightning.privacy.accounting.recompute.headline_epsilon` "
+        "(docs/privacy.md, The check).",
         "",
     ]
     return "\n".join(lines)

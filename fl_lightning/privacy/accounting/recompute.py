@@ -1,9 +1,9 @@
 """An independent recomputation of a run's headline ε from its accountant's ledger.
 
 It reads the checkpointed ledger (``PrivacyAccountant.state_dict()``: the events the
-mechanisms produced) and composes them without ``privacy/analysis.py``: ``DpEvent`` objects
-built here, dp-accounting's RDP accountant for ``rdp`` (the run itself uses Opacus' RDP) and its
-PLD accountant for ``pld`` and ``prv`` (PRV and PLD are both numerically tight; they agree to
+mechanisms produced) and composes them without ``privacy/accounting/analysis.py``: ``DpEvent``
+objects built here, dp-accounting's RDP accountant for ``rdp`` (the run itself uses Opacus' RDP) and
+its PLD accountant for ``pld`` and ``prv`` (PRV and PLD are both numerically tight; they agree to
 well under 1 %). A fixed-size row (population N > 0) is built here as its dominating pair's
 event, a Poisson-subsampled Gaussian of multiplier σ/2 at q = m/N (Zhu, Dong & Wang 2022).
 Local ledgers: Gaussian releases by the closed-form hockey-stick divergence of the composed
@@ -162,7 +162,7 @@ def distributed_rows_epsilon(rows: list, delta: float) -> float:
 def distributed_rows_rdp(rows: list) -> tuple[np.ndarray, np.ndarray]:
     """(orders, RDP) of distributed-DP rounds (``DistributedNoiseEvent.to_state()`` rows)
     composed, recomputed here from the papers' formulas with numpy, vectorised over orders (the
-    run's code, ``privacy/distributed_accounting.py``, loops per order): Kairouz, Liu & Steinke
+    run's code, ``privacy/distributed/accounting.py``, loops per order): Kairouz, Liu & Steinke
     2021 Prop. 22 (rounding), Thm. 1 (τ) and Prop. 14 (DDG); Agarwal, Kairouz & Liu 2021
     (Skellam); Zhu & Wang 2019's general Poisson-subsampling bound for rows with q < 1."""
     from scipy.special import gammaln, logsumexp

@@ -1,13 +1,14 @@
 """ε of distributed-DP rounds behind secure aggregation, by Rényi DP at integer orders.
 
-One round (:class:`~fl_lightning.privacy.events.DistributedNoiseEvent`) is priced as the
-server's view of it: the sum of the survivors' encoded updates plus the sum of their noise
-shares. Its sensitivity is one client's encoded contribution, inflated by scaling and rounding
-(Kairouz, Liu & Steinke 2021, Prop. 22: Δ₂ = :func:`~fl_lightning.privacy.secagg.encoding.
-rounded_l2_bound` of sC, Δ₁ = Δ₂·min(√d, Δ₂); the rotation is orthonormal and keeps ‖x‖₂, so it
-enters only through the padded d); its noise is the survivors' (n shares), so a round with
-dropouts costs more than planned. The mechanism's RDP (``mechanisms/ddg.py``: Prop. 14 with
-Thm. 1's τ; ``mechanisms/skellam.py``: Agarwal, Kairouz & Liu 2021) is then
+One round (:class:`~fl_lightning.privacy.accounting.events.DistributedNoiseEvent`) is priced
+as the server's view of it: the sum of the survivors' encoded updates plus the sum of their
+noise shares. Its sensitivity is one client's encoded contribution, inflated by scaling and
+rounding (Kairouz, Liu & Steinke 2021, Prop. 22: Δ₂ =
+:func:`~fl_lightning.privacy.distributed.secagg.encoding.rounded_l2_bound` of sC, Δ₁ =
+Δ₂·min(√d, Δ₂); the rotation is orthonormal and keeps ‖x‖₂, so it enters only through the
+padded d); its noise is the survivors' (n shares), so a round with dropouts costs more than
+planned. The mechanism's RDP (``privacy/distributed/ddg.py``: Prop. 14 with Thm. 1's τ;
+``privacy/distributed/skellam.py``: Agarwal, Kairouz & Liu 2021) is then
 
 * amplified by Poisson cohorts of rate q with the general upper bound of Zhu & Wang 2019
   ("Poisson Subsampled Rényi Differential Privacy", ICML; ``accounting_utils.py:
@@ -36,11 +37,11 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from fl_lightning.privacy.analysis import geometric_bisection, smallest_sigma
-from fl_lightning.privacy.events import DistributedNoiseEvent
-from fl_lightning.privacy.mechanisms.distributed import EncodedSensitivity
-from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
-from fl_lightning.privacy.secagg.encoding import rounded_l1_bound, rounded_l2_bound
+from fl_lightning.privacy.accounting.analysis import geometric_bisection, smallest_sigma
+from fl_lightning.privacy.accounting.events import DistributedNoiseEvent
+from fl_lightning.privacy.distributed.noise import EncodedSensitivity
+from fl_lightning.privacy.distributed.registry import distributed_noise
+from fl_lightning.privacy.distributed.secagg.encoding import rounded_l1_bound, rounded_l2_bound
 
 ORDERS: tuple[int, ...] = (*range(2, 129), 256)
 """Integer RDP orders (the reference implementation's ``RDP_ORDERS``)."""
@@ -135,7 +136,7 @@ def local_std_for_epsilon(
     point of the two, by bisection on σ (the reference optimises both jointly,
     ``accounting_utils.ddgauss_params``); ``ValueError`` naming ``strategy.bits`` when no scale
     fits the bits."""
-    from fl_lightning.privacy.secagg.encoding import heuristic_scale
+    from fl_lightning.privacy.distributed.secagg.encoding import heuristic_scale
 
     def scale_for(std: float) -> float:
         return heuristic_scale(

@@ -1,7 +1,7 @@
 """The run's privacy accountant: a checkpointed Lightning Callback.
 
-It composes only the events the mechanisms produced (``privacy/events.py``), in three ledgers,
-one per level of protection:
+It composes only the events the mechanisms produced (``privacy/accounting/events.py``), in three
+ledgers, one per level of protection:
 
 * client level: the subsampled-Gaussian events on the aggregate (DP-FedAvg), one history; the
   sampling (Poisson or fixed-size without replacement) comes from the cohort sampler and sets
@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.privacy.analysis import (
+from fl_lightning.privacy.accounting.analysis import (
     ACCOUNTANTS,
     DEFAULT_ACCOUNTANT,
     EXACT_GAUSSIAN,
@@ -50,16 +50,20 @@ from fl_lightning.privacy.analysis import (
     loss_tail,
     rdp_screen_epsilon,
 )
-from fl_lightning.privacy.distributed_accounting import rdp_to_epsilon, total_rdp
-from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy, SampledGaussian
-from fl_lightning.privacy.horizon import PlannedHorizon, horizon_problem
-from fl_lightning.privacy.observers import (
+from fl_lightning.privacy.accounting.events import (
+    DistributedNoiseEvent,
+    RoundPrivacy,
+    SampledGaussian,
+)
+from fl_lightning.privacy.accounting.horizon import PlannedHorizon, horizon_problem
+from fl_lightning.privacy.distributed.accounting import rdp_to_epsilon, total_rdp
+from fl_lightning.privacy.guarantee.observers import (
     ObserverEpsilon,
     ServerSees,
     observer_table,
     secure_sum_epsilons,
 )
-from fl_lightning.privacy.statement import with_seed_clause
+from fl_lightning.privacy.guarantee.statement import with_seed_clause
 
 ACCOUNTANT_NAMES = {
     "rdp": "RDP accountant (Opacus)",
@@ -98,10 +102,10 @@ class PrivacyAccountant(Callback):
             also the target of noise calibration when a noise multiplier is left unset.
         allow_large_delta: release a guarantee whose δ is at least 1/N (N clients) or 1/n
             (the smallest client's n records), which is refused otherwise
-            (``privacy/population.py``); the guarantee sentence then says so.
+            (``privacy/accounting/population.py``); the guarantee sentence then says so.
         secure_mode: draw the seed of every noise, cohort and batch generator from the OS's
             entropy and write it nowhere but the checkpoint (then a secret); the guarantee
-            drops its simulation caveat (``privacy/statement.py``, docs/privacy.md).
+            drops its simulation caveat (``privacy/guarantee/statement.py``, docs/privacy.md).
     """
 
     def __init__(
@@ -134,7 +138,7 @@ class PrivacyAccountant(Callback):
         """Per client: how many uploads of each (ε, δ, unit, coordinates, σ/Δ) release."""
         self.distributed: list[DistributedNoiseEvent] = []
         """Client-level rounds of distributed DP behind SecAgg (RDP, whatever ``accountant``:
-        ``privacy/distributed_accounting.py``)."""
+        ``privacy/distributed/accounting.py``)."""
         self.no_guarantee: str | None = None
         self.rounds = 0
         self.private_run = True
@@ -148,11 +152,11 @@ class PrivacyAccountant(Callback):
         self.server_view = ServerSees.CLEAR
         """What the server-side code of the strategy's client-level mechanism receives (set
         by the server from ``Strategy.server_view`` through ``ServerSees.of``;
-        ``privacy/observers.py``)."""
+        ``privacy/guarantee/observers.py``)."""
         self.horizon: PlannedHorizon | None = None
         """The rounds this run's accounting was priced for and why it depends on them (set by
         the run's set-up, ``server/federation.py``; saved in the checkpoint, so that a resume
-        past a bound horizon is refused: ``privacy/horizon.py``)."""
+        past a bound horizon is refused: ``privacy/accounting/horizon.py``)."""
         self._reset_caches()
 
     # -- incremental state -------------------------------------------------------------------
@@ -357,8 +361,8 @@ class PrivacyAccountant(Callback):
         return None
 
     def observers(self, headline: float | None = None) -> list[ObserverEpsilon]:
-        """The per-observer table of the guarantee (``privacy/observers.py``): the third party
-        (the headline), the server and, under SecAgg, another client; empty when nothing was
+        """The per-observer table of the guarantee (``privacy/guarantee/observers.py``): the third
+        party (the headline), the server and, under SecAgg, another client; empty when nothing was
         released by a private run."""
         level = self._level()
         if level is None:
@@ -399,8 +403,8 @@ class PrivacyAccountant(Callback):
 
     def one_more_round(self, survivors: int) -> float | None:
         """The distributed ε after one more round like the last with ``survivors`` survivors
-        (the budget stop's worst case in a deployment, ``privacy/statement.py``); None without
-        distributed rounds."""
+        (the budget stop's worst case in a deployment, ``privacy/guarantee/statement.py``); None
+        without distributed rounds."""
         if not self.distributed:
             return None
         extra = replace(self.distributed[-1], survivors=int(survivors), members=())
@@ -612,7 +616,7 @@ class PrivacyAccountant(Callback):
 
 def distributed_words(events: list[DistributedNoiseEvent]) -> str:
     """The trust model, noise, field and sampling of distributed-DP rounds, in words."""
-    from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
+    from fl_lightning.privacy.distributed.registry import distributed_noise
 
     last = events[-1]
     released = [e.survivors for e in events if e.survivors > 0]

@@ -12,9 +12,9 @@ coefficients binom(2j, j)/4ʲ; it is the starting point of the optimisation, so 
 loss is never above it (tested).
 
 With p ≤ b the columns a client touches never overlap, so Δ² = Σ_{j<k} ‖C e_{jb}‖² exactly
-(:mod:`~fl_lightning.privacy.toeplitz_mf`), whatever the coefficients' signs; p > b is refused.
-The noise streams like the banded square root's: w_t = z_t − Σ_{j=1}^{p−1} c_j w_{t−j}, the last
-p − 1 noise vectors as state (O(p·d), checkpointed).
+(:mod:`~fl_lightning.privacy.correlated.toeplitz_mf`), whatever the coefficients' signs; p > b is
+refused. The noise streams like the banded square root's: w_t = z_t − Σ_{j=1}^{p−1} c_j w_{t−j}, the
+last p − 1 noise vectors as state (O(p·d), checkpointed).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_loss
+from fl_lightning.privacy.correlated.toeplitz_mf import check_error, toeplitz_loss
 
 
 def _sqrt_coefficients(p: int) -> np.ndarray:

@@ -33,8 +33,8 @@ The noise the training loop adds to round t's sum is the increment w_t of the pr
   brute-force least squares); the stream keeps the estimates of the current decomposition,
   O(log T·d), checkpointed.
 * ``banded`` / ``blt``: Toeplitz factorisations optimised for the run
-  (:mod:`~fl_lightning.privacy.banded_mf`, :mod:`~fl_lightning.privacy.blt`), streamed from
-  their coefficients.
+  (:mod:`~fl_lightning.privacy.correlated.banded_mf`, :mod:`~fl_lightning.privacy.correlated.blt`),
+  streamed from their coefficients.
 * ``identity``: C = I, B = A: independent noise every round, DP-SGD/DP-FedAvg without
   amplification (the baseline the factorisations improve on).
 """
@@ -49,7 +49,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.events import SampledGaussian
 from fl_lightning.utils.rng import generator_for
 
 Factorization = Literal["bsr", "tree", "identity", "banded", "blt"]
@@ -126,8 +126,9 @@ def factorization(
 
     ``bsr`` needs ``bands`` (p ≥ 1; p ≥ n is the full square root of Kalinin & Lampert);
     ``tree`` takes ``estimator`` (``honaker`` or ``plain``); ``banded`` and ``blt`` need their
-    Toeplitz ``coefficients`` (c_0 … from :func:`~fl_lightning.privacy.banded_mf.optimise_banded`
-    or :func:`~fl_lightning.privacy.blt.blt_coefficients`).
+    Toeplitz ``coefficients`` (c_0 … from
+    :func:`~fl_lightning.privacy.correlated.banded_mf.optimise_banded` or
+    :func:`~fl_lightning.privacy.correlated.blt.blt_coefficients`).
     """
     a = prefix_sum_matrix(n)
     if kind in ("banded", "blt"):

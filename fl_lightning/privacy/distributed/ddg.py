@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from fl_lightning.privacy.mechanisms.distributed import DistributedNoise, EncodedSensitivity
+from fl_lightning.privacy.distributed.noise import DistributedNoise, EncodedSensitivity
 
 
 def sample_discrete_laplace(n: int, scale: float, *, generator: torch.Generator) -> torch.Tensor:
