@@ -29,7 +29,7 @@ def _fit(root: Path, rounds: int, *extra: str) -> Path:
 
 def _draws(monkeypatch: pytest.MonkeyPatch, *values: int) -> None:
     it = iter(values)
-    monkeypatch.setattr("fl_lightning.server.module.draw_secret_seed", lambda: next(it))
+    monkeypatch.setattr("fl_lightning.server.secure_seed.draw_secret_seed", lambda: next(it))
 
 
 def _global_net(run_dir: Path) -> dict[str, torch.Tensor]:
