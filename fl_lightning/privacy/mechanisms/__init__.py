@@ -2,8 +2,8 @@
 mechanism shares: clipping (``clipping.py``, where a release's sensitivity is enforced), σ and C
 validated in one place (``params.py``), DP-SGD's noise for many clients at once
 (``dp_sgd_noise.py``, ``counter_noise.py``) and local DP under a per-client budget
-(``local_budget.py``). It may import ``privacy/accounting`` (the events it builds) and nothing
-else of ``fl_lightning.privacy``.
+(``local_budget.py``). It may import ``privacy/accounting`` (the events it builds, ε of a
+release) and nothing else of ``fl_lightning.privacy``.
 
 Every mechanism follows one contract (``base.py``): ``release`` constrains its input, adds noise
 from the generator it is handed and returns the event of that noise (:class:`Release`). A
