@@ -29,7 +29,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from fl_lightning.cli import main
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.server import module as module_mod
 from fl_lightning.server import reduction as reduction_mod
 from fl_lightning.server.distributed import rank_and_world

@@ -48,7 +48,7 @@ def main() -> None:
 
     from opacus.accountants import PRVAccountant
 
-    import fl_lightning.privacy.analysis as analysis
+    import fl_lightning.privacy.accounting.analysis as analysis
 
     compare_arms(
         out,

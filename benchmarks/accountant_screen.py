@@ -55,8 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     out = out_dir(parser, args.out, "accountant_screen")
 
-    import fl_lightning.privacy.accountant as accountant_module
-    from fl_lightning.privacy.analysis import History, epsilon, rdp_screen_epsilon
+    import fl_lightning.privacy.guarantee.accountant as accountant_module
+    from fl_lightning.privacy.accounting.analysis import History, epsilon, rdp_screen_epsilon
 
     def all_orders(history: History, delta: float) -> float:  # the screen as it was
         return epsilon(history, delta, "rdp")

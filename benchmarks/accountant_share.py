@@ -95,10 +95,10 @@ class Timer:
 
 def instrument(timer: Timer) -> list[tuple[Any, str, Any]]:
     """Wraps the accountant's entry points; returns what to restore."""
-    import fl_lightning.privacy.analysis as analysis
+    import fl_lightning.privacy.accounting.analysis as analysis
     import fl_lightning.server.privacy_plan as plan
     import fl_lightning.strategies.spec as spec
-    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 
     saved = []
     for owner, name in [
@@ -148,7 +148,7 @@ def timed_run(args: list[str]) -> dict[str, Any]:
 
 def clear_caches() -> None:
     """Empties the accounting caches, so that a run starts cold as in a fresh process."""
-    import fl_lightning.privacy.analysis as analysis
+    import fl_lightning.privacy.accounting.analysis as analysis
 
     for fn in (
         analysis._history_pld,
@@ -170,9 +170,9 @@ def accounting_only(rounds: int, accountant: str, sizes: list[int]) -> dict[str,
 
     clear_caches()
 
-    from fl_lightning.privacy.accountant import PrivacyAccountant
-    from fl_lightning.privacy.budget import dp_sgd_event
-    from fl_lightning.privacy.events import RoundPrivacy
+    from fl_lightning.privacy.accounting.budget import dp_sgd_event
+    from fl_lightning.privacy.accounting.events import RoundPrivacy
+    from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 
     acc = PrivacyAccountant(accountant, 1e-5, 1e6)
     rng = np.random.default_rng(0)

@@ -14,7 +14,7 @@ Distributed: each client's vector through this package's own client path (rotati
 conditional rounding, its noise share, wrap mod 2^b: ``SecAggDistributedDP.encode``'s
 functions), summed mod 2^b (what the SecAgg server unmasks to, exactly:
 tests/privacy/test_secagg.py) and decoded; s and the share's σ calibrated to the same ε by
-``distributed_accounting.local_std_for_epsilon``. Masks are not drawn here: they cancel to the
+``distributed.accounting.local_std_for_epsilon``. Masks are not drawn here: they cancel to the
 integer, so the MSE is the same with or without them.
 
     PYTHONPATH=. python benchmarks/dme_distributed_dp.py [--n 100] [--d 16384] [--repeat 3]
@@ -32,14 +32,14 @@ import time
 import numpy as np
 import torch
 
-from fl_lightning.privacy.analysis import gaussian_epsilon, geometric_bisection
-from fl_lightning.privacy.distributed_accounting import (
+from fl_lightning.privacy.accounting.analysis import gaussian_epsilon, geometric_bisection
+from fl_lightning.privacy.distributed.accounting import (
     ORDERS,
     local_std_for_epsilon,
     rdp_to_epsilon,
 )
-from fl_lightning.privacy.mechanisms.distributed_registry import distributed_noise
-from fl_lightning.privacy.secagg.encoding import (
+from fl_lightning.privacy.distributed.registry import distributed_noise
+from fl_lightning.privacy.distributed.secagg.encoding import (
     center,
     conditional_round,
     padded_dimension,

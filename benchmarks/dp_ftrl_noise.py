@@ -13,9 +13,12 @@ import math
 
 import numpy as np
 
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier, calibrate_repeated_gaussian
-from fl_lightning.privacy.events import CohortSampling, SampledGaussian
-from fl_lightning.privacy.matrix_mechanism import factorization, min_sep_sensitivity
+from fl_lightning.privacy.accounting.analysis import (
+    calibrate_noise_multiplier,
+    calibrate_repeated_gaussian,
+)
+from fl_lightning.privacy.accounting.events import CohortSampling, SampledGaussian
+from fl_lightning.privacy.correlated.matrix_mechanism import factorization, min_sep_sensitivity
 
 T, N, M = 40, 100, 20
 

@@ -3,7 +3,7 @@
 figure): the distributed discrete Gaussian calibrated to an initial ε for n = 100 clients every
 round (q = 1), T = 1500 rounds, b = 32 bits, d = 2^20, k = 4, C = 1, β = e^(−1/2),
 δ = 1e-5; then every round priced with the survivors' noise, n' = round(n·(1 − rate)), as this
-package prices a round with dropouts (``privacy/distributed_accounting.py``).
+package prices a round with dropouts (``privacy/distributed/accounting.py``).
 
     PYTHONPATH=. python benchmarks/dropout_epsilon.py [--plot PATH]
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from fl_lightning.privacy.distributed_accounting import distributed_epsilon, local_std_for_epsilon
-from fl_lightning.privacy.events import DistributedNoiseEvent
+from fl_lightning.privacy.accounting.events import DistributedNoiseEvent
+from fl_lightning.privacy.distributed.accounting import distributed_epsilon, local_std_for_epsilon
 
 N, T, BITS, DIM, K, DELTA, BETA = 100, 1500, 32, 1 << 20, 4.0, 1e-5, math.exp(-0.5)
 RATES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)

@@ -29,14 +29,14 @@ import time
 import numpy as np
 import torch
 
-from fl_lightning.privacy.banded_mf import optimise_banded
-from fl_lightning.privacy.blt import blt_coefficients, optimise_blt
-from fl_lightning.privacy.matrix_mechanism import (
+from fl_lightning.privacy.correlated.banded_mf import optimise_banded
+from fl_lightning.privacy.correlated.blt import blt_coefficients, optimise_blt
+from fl_lightning.privacy.correlated.matrix_mechanism import (
     factorization,
     min_sep_sensitivity,
     sqrt_coefficients,
 )
-from fl_lightning.privacy.toeplitz_mf import toeplitz_loss
+from fl_lightning.privacy.correlated.toeplitz_mf import toeplitz_loss
 
 ARMS = (
     "identity",

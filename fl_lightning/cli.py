@@ -84,7 +84,7 @@ def run_lightning(args: list[str] | None = None) -> int:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.fabric.utilities.rank_zero import rank_zero_only
 
-    from fl_lightning.privacy.budget import BudgetError
+    from fl_lightning.privacy.accounting.budget import BudgetError
     from fl_lightning.server.run_files import NothingReleased
     from fl_lightning.utils.atomic import OutputWriteError
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import CohortSampling, SampledGaussian
+from fl_lightning.privacy.accounting.events import CohortSampling, SampledGaussian
 
 Metrics = dict[str, float]
 """What a strategy hook or component observed this round (logged as ``strategy/<key>``)."""

@@ -1,6 +1,6 @@
 """Regenerates docs/privacy.md: one row per shipped experiment config, with the guarantee
 sentence the run prints, the events it composed and dp-accounting's independent recomputation
-of the same ε (``fl_lightning.privacy.recompute``).
+of the same ε (``fl_lightning.privacy.accounting.recompute``).
 
 Each config runs ``--rounds`` rounds with the test suite's one shrink rule
 (``tests/configs/conftest.py::offline_overrides``: internet datasets swapped for synthetic data
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 import pytest  # noqa: E402
 
-from fl_lightning.privacy.recompute import headline_epsilon  # noqa: E402
+from fl_lightning.privacy.accounting.recompute import headline_epsilon  # noqa: E402
 from tests.configs.conftest import EXPERIMENTS, group, offline_overrides  # noqa: E402
 
 ASYNC_ROUNDS = 10
@@ -133,8 +133,8 @@ def markdown(rows: list[dict], rounds: int, full: list[dict] | None = None) -> s
         "except for the offline ADP-FL configs, whose local budgets are scheduled over the "
         "run's rounds on its own clients: the second table runs them as shipped. "
         "*Printed* is the run's `privacy/epsilon`; *dp-accounting* recomputes it from the "
-        "run's `privacy_ledger.json` with dp-accounting alone (`fl_lightning/privacy/"
-        "recompute.py`, not through `privacy/analysis.py`). Every ε is at the run's δ. "
+        "run's `privacy_ledger.json` with dp-accounting alone (`fl_lightning/privacy/accounting/"
+        "recompute.py`, not through `privacy/accounting/analysis.py`). Every ε is at the run's δ. "
         "`tests/configs/test_experiments.py` asserts agreement within 1 % for every config, "
         "and that the printed (ε, δ) is the sentence's pair at the ledger's δ.",
         "",

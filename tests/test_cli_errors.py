@@ -48,12 +48,16 @@ def _last_err(capsys) -> str:
         (["--model.server_momentum", "1.0"], "model.server_momentum: must be in [0, 1)"),
         (["--model.server_momentum", "1.5"], "model.server_momentum: must be in [0, 1)"),
         (["--strategy.clip_norm", "nan"], "strategy.clip_norm: nan is not a finite number"),
-        (["--strategy.noise_multiplier", "inf"],
-         "strategy.noise_multiplier: inf is not a finite number"),
+        (
+            ["--strategy.noise_multiplier", "inf"],
+            "strategy.noise_multiplier: inf is not a finite number",
+        ),
         (["--client.lr", "nan"], "client.lr: nan is not a finite number"),
         (["--trainer.max_steps", "-3"], "trainer.max_steps: -3 is not a number of rounds"),
-        (["--trainer.max_steps", "-1"], "trainer.max_steps: -1 (no last round) on a run that "
-         "spends privacy (DPFedAvg)"),
+        (
+            ["--trainer.max_steps", "-1"],
+            "trainer.max_steps: -1 (no last round) on a run that spends privacy (DPFedAvg)",
+        ),
     ],
 )
 def test_dp_and_round_settings_name_the_field(run_cli, capsys, tmp_path, override, field):
@@ -77,8 +81,14 @@ DDG = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
         (["--strategy.init_args.beta", "1"], "strategy.beta: must be in [0, 1)"),
         (["--strategy.init_args.noise_multiplier", "0"], "strategy.noise_multiplier: must be"),
         (
-            ["--strategy.init_args.bits", "6", "--strategy.init_args.noise_multiplier", "null",
-             "--privacy.target_epsilon", "8"],
+            [
+                "--strategy.init_args.bits",
+                "6",
+                "--strategy.init_args.noise_multiplier",
+                "null",
+                "--privacy.target_epsilon",
+                "8",
+            ],
             "privacy.target_epsilon: 8.0 is unreachable with strategy.bits 6: more noise shrinks",
         ),  # fmt: skip
     ],
@@ -393,7 +403,7 @@ _AGN = [
                 "--strategy",
                 "fl_lightning.strategies.fedavg.FedAvg",
                 "--strategy.central_dp",
-                "fl_lightning.privacy.adaptive_clipping.AdaptiveClipping",
+                "fl_lightning.strategies.adaptive_clipping.AdaptiveClipping",
                 "--strategy.central_dp.noise_multiplier",
                 "1.0",
                 "--strategy.central_dp.count_noise_std",

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
-from fl_lightning.privacy.matrix_mechanism import whole_run_event
+from fl_lightning.privacy.accounting.events import CohortSampling, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.correlated.matrix_mechanism import whole_run_event
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.strategies.dp_ftrl import DPFTRL
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
 

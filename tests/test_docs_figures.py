@@ -7,8 +7,8 @@ Three kinds of check (``Figure.source`` names which and from what):
 1. **Recomputed** (``accountant: …``): a figure that depends only on the mechanism's parameters
    (σ, cohort, rounds, δ, model size, read from the config the doc names where there is one) is
    computed here by the package's own accounting code (``PrivacyAccountant``, the strategy's
-   setup, ``privacy/analysis.py``, the mechanisms), never typed in: the test fails when the
-   code's ε changes.
+   setup, ``privacy/accounting/analysis.py``, the mechanisms), never typed in: the test fails when
+   the code's ε changes.
 2. **Stored** (``stored: <file>``): a figure that depends on a run (the cohorts a seed drew, an
    attack's scores, SVT selections, a benchmark's rows) is compared with the run output the doc
    names under ``benchmarks/results/`` (or ``docs/reports/``), which the doc's command wrote.
@@ -48,15 +48,15 @@ import numpy as np
 import pytest
 import yaml
 
-from fl_lightning.privacy import analysis
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import (
+from fl_lightning.privacy.accounting import analysis
+from fl_lightning.privacy.accounting.events import (
     CohortSampling,
     DistributedNoiseEvent,
     RoundPrivacy,
     SampledGaussian,
 )
-from fl_lightning.privacy.one_run import planned_guess_fraction
+from fl_lightning.privacy.audit.one_run import planned_guess_fraction
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from tests.test_docs_epsilon import QUOTES, client_level, dp_fedavg, federation
 from tests.test_docs_epsilon import dp_ftrl as dp_ftrl_report
 
@@ -92,7 +92,7 @@ def dp_ftrl(rounds: int, accountant: str = "pld") -> float:
 @cache
 def quickstart_ledger_epsilon(accountant: str) -> float:
     """The first tutorial's step 3: the quickstart's ledger recomputed by dp-accounting alone."""
-    from fl_lightning.privacy.recompute import headline_epsilon
+    from fl_lightning.privacy.accounting.recompute import headline_epsilon
 
     return headline_epsilon(quickstart()["ledger"], delta=DELTA, accountant=accountant)
 
@@ -129,7 +129,7 @@ def asgp(method: str, key: str) -> float:
 def distributed(mechanism: str, dropped: bool = True) -> float:
     """ε of a stored distributed-DP run, recomputed from its ledger by the run's own accounting
     (``distributed_epsilon``); ``dropped=False``: the same cohorts had every client survived."""
-    from fl_lightning.privacy.distributed_accounting import distributed_epsilon
+    from fl_lightning.privacy.distributed.accounting import distributed_epsilon
 
     rows = stored(f"{DDP}/{mechanism}.privacy_ledger.json")["distributed"]
     events = [DistributedNoiseEvent.from_state(r) for r in rows]
@@ -147,7 +147,7 @@ def sweep_demo(target: float) -> float:
     through the clients' sizes."""
     from fl_lightning.client.config import DPSGDConfig, LocalTrainingConfig
     from fl_lightning.data.partitioners import iid
-    from fl_lightning.privacy.budget import dp_sgd_event
+    from fl_lightning.privacy.accounting.budget import dp_sgd_event
     from fl_lightning.server.privacy_plan import resolve_client_noise
 
     c = yaml.safe_load((REPO / "configs" / "experiment" / "sweep_demo_dpsgd.yaml").read_text())
@@ -326,13 +326,15 @@ TUTORIALS = [
         FIRST,
         "ε at δ = 1e-05 by pld: {}",
         f(".3f", lambda: quickstart_ledger_epsilon("pld")),
-        "accountant: the ledger recomputed by dp-accounting's PLD (privacy/recompute.py)",
+        "accountant: the ledger recomputed by dp-accounting's PLD "
+        "(privacy/accounting/recompute.py)",
     ),
     Figure(
         FIRST,
         "ε at δ = 1e-05 by rdp: {}",
         f(".3f", lambda: quickstart_ledger_epsilon("rdp")),
-        "accountant: the ledger recomputed by dp-accounting's RDP (privacy/recompute.py)",
+        "accountant: the ledger recomputed by dp-accounting's RDP "
+        "(privacy/accounting/recompute.py)",
     ),
     Figure(
         FIRST,
@@ -640,7 +642,7 @@ DDG_LINE = (
 def server_view(mechanism: str = "ddg") -> Any:
     """Each client's ε against the server of a stored distributed run, recomputed from its
     ledger's survivor sets (``observers.secure_sum_epsilons``)."""
-    from fl_lightning.privacy.observers import secure_sum_epsilons
+    from fl_lightning.privacy.guarantee.observers import secure_sum_epsilons
 
     rows = stored(f"{DDP}/{mechanism}.privacy_ledger.json")["distributed"]
     return secure_sum_epsilons([DistributedNoiseEvent.from_state(r) for r in rows], DELTA)
@@ -665,7 +667,7 @@ def all_sums() -> float:
 
 
 def distributed_of(events: list[DistributedNoiseEvent]) -> float:
-    from fl_lightning.privacy.distributed_accounting import distributed_epsilon
+    from fl_lightning.privacy.distributed.accounting import distributed_epsilon
 
     return distributed_epsilon(events, DELTA)
 
@@ -834,7 +836,7 @@ def dropout_row(initial: float) -> tuple[float, ...]:
 def upload_charged(epsilon: float) -> float:
     """What the ledger charges one classic-Gaussian upload at ``epsilon`` (δ = 1e-5, C = 1):
     max(ε, ε_PLD(σ)), ``UploadMechanism.charged_epsilon``."""
-    from fl_lightning.privacy.local_budget import UploadMechanism
+    from fl_lightning.privacy.mechanisms.local_budget import UploadMechanism
 
     return UploadMechanism(mechanism="gaussian", clip_norm=1.0, delta=DELTA).charged_epsilon(
         epsilon=epsilon
@@ -894,7 +896,7 @@ OPACUS_BELOW = SampledGaussian(1.19, 0.74, 15)  # at δ = 1e-3 (docs/reliability
 
 
 def dp_accounting_rdp(event: SampledGaussian, delta: float) -> float:
-    from fl_lightning.privacy.recompute import gaussian_history_epsilon
+    from fl_lightning.privacy.accounting.recompute import gaussian_history_epsilon
 
     return gaussian_history_epsilon(
         [(event.noise_multiplier, event.sample_rate, event.steps)], delta, "rdp"
@@ -930,7 +932,7 @@ def dp_sgd_epsilon_at(client_yaml: str, examples: int, *, epochs: int) -> float:
 def steinke(canaries: int, guesses: int) -> float:
     """The largest lower bound ``canaries`` canaries and ``guesses`` guesses can show (all
     right), at 95 % confidence and δ = 1e-5."""
-    from fl_lightning.privacy.one_run import steinke_epsilon
+    from fl_lightning.privacy.audit.one_run import steinke_epsilon
 
     return steinke_epsilon(canaries, guesses, guesses, DELTA)
 
@@ -1156,7 +1158,7 @@ AUDIT_MD = [
         "docs/audit.md",
         "it cannot exceed {} even when every guess is right (1,000 canaries and 200 guesses: {})",
         f(".2g", lambda: steinke(200, 40), lambda: steinke(1000, 200)),
-        "accountant: fl_lightning.privacy.one_run.steinke_epsilon, every guess right",
+        "accountant: fl_lightning.privacy.audit.one_run.steinke_epsilon, every guess right",
     ),
 ]
 
@@ -1359,7 +1361,7 @@ EXCEPTIONS = [
         "gave ε ≈ 0.9 for a mechanism of ε = 0.06 in our tests",
         origin="in our tests",
         why="an observation made while testing the unequal-variance fit "
-        "(fl_lightning/privacy/one_run.py says so too); no command or stored run prints it",
+        "(fl_lightning/privacy/audit/one_run.py says so too); no command or stored run prints it",
     ),
     NamedException(
         "docs/audit.md",

@@ -24,9 +24,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fl_lightning"
 # module itself for top-level modules such as cli.py).
 LAYERS: list[set[str]] = [
     {"utils"},  # pure helpers
-    # mechanisms/accountants and their events, datasets/partitioners, networks, and the round's
-    # vocabulary (records.py: ClientUpdate, RoundContext, which name a privacy event)
-    {"privacy", "data", "models", "records"},
+    # mechanisms/accountants and their events, datasets/partitioners, networks
+    {"privacy", "data", "models"},
+    # the round's vocabulary (records.py: ClientUpdate, RoundContext, which carry privacy events)
+    {"records"},
     {"client"},  # local training; never sees a strategy or the server
     {"strategies"},  # aggregation and privacy placement; never imports the server
     {"server", "callbacks"},  # the round loop, sampling, executors; callbacks on its hooks
@@ -75,6 +76,19 @@ INNER_LAYERS: dict[str, list[set[str]]] = {
         {"reports.paper_tables.build"},  # every paper's JSON, and the command that writes it
     ],
 }
+
+# The privacy package by concern (issue #60): each sub-package and the siblings it may import
+# (the one-paragraph docstring of its __init__.py says the same). Together with the circle test
+# this keeps the sub-packages in layers: accounting and audit at the bottom, guarantee on top.
+PRIVACY_PACKAGES: dict[str, set[str]] = {
+    "accounting": set(),
+    "audit": set(),
+    "mechanisms": {"accounting"},
+    "correlated": {"accounting"},
+    "distributed": {"accounting"},
+    "guarantee": {"accounting", "distributed"},
+}
+PRIVACY_MAX_ENTRIES = 8  # top-level entries of fl_lightning/privacy/, __init__.py included
 
 # (importer, imported) module pairs that point up today. Only ever delete from this list.
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
@@ -257,6 +271,38 @@ def test_split_packages_keep_their_places(graph, package):
     )
     assert not up, f"fl_lightning.{package}: imports that point up inside the package: {up}"
     assert not any(c & set(placed) for c in cycles(graph))
+
+
+def test_privacy_sub_packages_import_only_what_they_declare(graph):
+    """Every module of privacy/ lies in a declared sub-package, and imports of privacy/ from
+    privacy/ go to its own sub-package or to one it declares, never to records or above."""
+    subs = {m for m in _modules() if m.startswith("privacy.")}
+    stray = sorted(m for m in subs if m.split(".")[1] not in PRIVACY_PACKAGES)
+    assert not stray, f"fl_lightning.privacy: modules outside PRIVACY_PACKAGES: {stray}"
+    bad = sorted(
+        (src, dst)
+        for src in subs
+        for dst in graph.get(src, ())
+        if (dst.startswith("privacy.") or dst == "privacy")
+        and dst.split(".")[1:2] != src.split(".")[1:2]
+        and (dst == "privacy" or dst.split(".")[1] not in PRIVACY_PACKAGES[src.split(".")[1]])
+    )
+    assert not bad, f"fl_lightning.privacy: imports a sub-package does not declare: {bad}"
+    above = sorted(
+        (src, dst)
+        for src in subs
+        for dst in graph.get(src, ())
+        if not dst.startswith("privacy") and layer_of(dst) >= layer_of("records")
+    )
+    assert not above, f"fl_lightning.privacy imports records or above: {above}"
+
+
+def test_privacy_has_few_top_level_entries():
+    entries = sorted(p.name for p in (PACKAGE / "privacy").iterdir() if p.name != "__pycache__")
+    assert len(entries) <= PRIVACY_MAX_ENTRIES, entries
+    for name in PRIVACY_PACKAGES:
+        doc = ast.get_docstring(ast.parse((PACKAGE / "privacy" / name / "__init__.py").read_text()))
+        assert doc and "import" in doc, f"privacy/{name}/__init__.py: say what it may import"
 
 
 def test_the_library_never_imports_the_entry_point(graph):

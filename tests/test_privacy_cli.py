@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fl_lightning.privacy.analysis import epsilon
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.analysis import epsilon
+from fl_lightning.privacy.accounting.events import SampledGaussian
 from tests.conftest import QUICKSTART, REPO, TINY
 
 FEDSMP = REPO / "configs" / "strategy" / "dp_fedasgp" / "fedsmp.yaml"

@@ -1,14 +1,14 @@
 """Privacy noise and DP events are made in ``fl_lightning/privacy/`` only (issue 34).
 
 A release whose noise is drawn by hand in a strategy, or whose accounting event is written by
-hand beside it, can drift apart from what was actually added (``privacy/events.py``: events are
-never built by hand in a strategy). This reads every module of ``strategies/``, ``server/`` and
-``client/`` and fails on a line that draws Gaussian noise (``torch.randn``, ``torch.normal``,
-``.normal_(``), calls one of ``privacy/``'s samplers directly (a mechanism's ``release`` draws
-and gives the event) or builds a DP event (``LocalRelease(``, ``SampledGaussian(``, a
-``dp_accounting`` event) itself, unless the (file, pattern) pair is in ``ALLOWED``: the debt of
-today, which may only shrink (it is empty). An entry that no longer matches fails too, so
-whoever moves a site into ``privacy/`` deletes its entry in the same change.
+hand beside it, can drift apart from what was actually added (``privacy/accounting/events.py``:
+events are never built by hand in a strategy). This reads every module of ``strategies/``,
+``server/`` and ``client/`` and fails on a line that draws Gaussian noise (``torch.randn``,
+``torch.normal``, ``.normal_(``), calls one of ``privacy/``'s samplers directly (a mechanism's
+``release`` draws and gives the event) or builds a DP event (``LocalRelease(``,
+``SampledGaussian(``, a ``dp_accounting`` event) itself, unless the (file, pattern) pair is in
+``ALLOWED``: the debt of today, which may only shrink (it is empty). An entry that no longer matches
+fails too, so whoever moves a site into ``privacy/`` deletes its entry in the same change.
 """
 
 from __future__ import annotations

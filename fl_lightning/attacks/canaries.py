@@ -24,9 +24,9 @@ The auditor's statistic (the likelihood-ratio test for Gaussian noise, Andrew et
 * ``server``: Σ_t ⟨what the server receives in round t, uᵢ⟩ over the rounds canary i took part
   in (the unmasked sum under SecAgg, canary i's own processed upload otherwise).
 
-``privacy/one_run.py`` turns the scores into Andrew et al.'s estimate and Steinke et al.'s lower
-bound; the bound's guesses are planned from the claimed ε before the scores are read
-(:func:`~fl_lightning.privacy.one_run.planned_guess_fraction`). Canary uploads are added on
+``privacy/audit/one_run.py`` turns the scores into Andrew et al.'s estimate and Steinke et al.'s
+lower bound; the bound's guesses are planned from the claimed ε before the scores are read
+(:func:`~fl_lightning.privacy.audit.one_run.planned_guess_fraction`). Canary uploads are added on
 rank 0 only (a DDP run inserts each once).
 
 Use it from ``fl-lightning audit --attack canaries [--observer all_models]`` or from ``fit``
@@ -56,16 +56,16 @@ from fl_lightning.attacks.observers import (
 from fl_lightning.attacks.observers import (
     observer as named_observer,
 )
-from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.privacy.one_run import (
+from fl_lightning.privacy.accounting.events import CohortSampling
+from fl_lightning.privacy.audit.one_run import (
     gaussian_fit_epsilon,
     gdp_lower_bound,
     lower_bound_ceiling,
     planned_guess_fraction,
     steinke_lower_bound,
 )
-from fl_lightning.privacy.secagg.encoding import walsh_hadamard
-from fl_lightning.privacy.statement import makes_claim
+from fl_lightning.privacy.distributed.secagg.encoding import walsh_hadamard
+from fl_lightning.privacy.guarantee.statement import makes_claim
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten, trainable_parameters
 from fl_lightning.utils.rng import generator_for

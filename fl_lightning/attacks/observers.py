@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fl_lightning.privacy.distributed_dp import SecAggDistributedDP
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.accounting.events import CohortSampling
+from fl_lightning.strategies.distributed_dp import SecAggDistributedDP
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,8 @@ def comparison_epsilon(obs: Observer, report: dict[str, Any], strategy: Any) -> 
     The run's accountant prices what a third party receives: every released model (the final
     one is post-processing of them), with amplification by sampling where the cohort is secret
     from it. The server's row is the guarantee's own ε against the server
-    (``privacy/epsilon_server``, ``privacy/observers.py``): ∞ under central DP (it receives
-    each clipped upload), under SecAgg the worst client's ε without amplification (it draws
+    (``privacy/epsilon_server``, ``privacy/guarantee/observers.py``): ∞ under central DP (it
+    receives each clipped upload), under SecAgg the worst client's ε without amplification (it draws
     the cohort and learns the survivors), under local DP the ε of each upload it receives."""
     run_eps = float(report.get("privacy/epsilon", math.inf))
     if math.isinf(run_eps):

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import record_function
 
-from fl_lightning.privacy.clipping import clip_factors
+from fl_lightning.privacy.mechanisms.clipping import clip_factors
 
 #: Per-layer memory (bytes) of per-example gradients kept at once. Above it a Linear uses the
 #: ghost norm and a convolution computes its norms chunk by chunk and its clipped sum as one

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
+from fl_lightning.privacy.mechanisms.params import check_clip_norm, check_noise_multiplier
 
 PRECISIONS = ("32", "bf16-mixed")
 
@@ -26,11 +26,12 @@ class DPSGDConfig:
             book-keeping clipping, Bu et al. 2023) or ``auto``.
         max_physical_batch_size: virtual batches: examples processed at once (None: the whole
             Poisson batch). Bounds per-example memory; does not change the result.
-        noise_rng: the generator of the Gaussian noise (``privacy/dp_sgd_noise.py``): ``torch``
-            (each client's own ``torch.Generator``, one draw per parameter and step; every
-            stored result) or ``philox`` (a counter-based generator, ``privacy/counter_noise.py``:
-            a bucket's noise in one draw, for the stacked executor). Same distribution, other
-            numbers; both executors draw the same values under either.
+        noise_rng: the generator of the Gaussian noise (``privacy/mechanisms/dp_sgd_noise.py``):
+            ``torch`` (each client's own ``torch.Generator``, one draw per parameter and step; every
+            stored result) or ``philox`` (a counter-based generator,
+            ``privacy/mechanisms/counter_noise.py``: a bucket's noise in one draw, for the stacked
+            executor). Same distribution, other numbers; both executors draw the same values under
+            either.
     """
 
     noise_multiplier: float | None = 1.0
@@ -49,7 +50,7 @@ class DPSGDConfig:
                 f"client.dp_sgd.engine: unknown engine {self.engine!r}; "
                 f"choose from {list(ENGINE_NAMES)}"
             )
-        from fl_lightning.privacy.dp_sgd_noise import NOISE_RNGS
+        from fl_lightning.privacy.mechanisms.dp_sgd_noise import NOISE_RNGS
 
         if self.noise_rng not in NOISE_RNGS:
             raise ValueError(

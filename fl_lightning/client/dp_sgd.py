@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from fl_lightning.client.book_keeping import phase
-from fl_lightning.privacy.clipping import clip_factors
-from fl_lightning.privacy.counter_noise import CounterStream
-from fl_lightning.privacy.dp_sgd_noise import stream_noise
+from fl_lightning.privacy.mechanisms.clipping import clip_factors
+from fl_lightning.privacy.mechanisms.counter_noise import CounterStream
+from fl_lightning.privacy.mechanisms.dp_sgd_noise import stream_noise
 from fl_lightning.utils.heap import retain_freed_heap
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -195,8 +195,8 @@ def noisy_mean(
     N + S equals S + N exactly in floating point), into fresh tensors, leaving ``sums``
     unchanged: each parameter's noise buffer becomes its released gradient, which saves the
     engines a copy of the sums per step. With a ``CounterStream`` (``client.dp_sgd.noise_rng:
-    philox``) the noise is the stream's next step (``privacy/dp_sgd_noise.py: stream_noise``),
-    the values the stacked executor draws for the client at that step."""
+    philox``) the noise is the stream's next step (``privacy/mechanisms/dp_sgd_noise.py:
+    stream_noise``), the values the stacked executor draws for the client at that step."""
     from opacus.optimizers.optimizer import _generate_noise
 
     if isinstance(generator, CounterStream):  # client.dp_sgd.noise_rng: philox

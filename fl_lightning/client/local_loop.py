@@ -24,8 +24,8 @@ from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.dp_sgd import build_engine
 from fl_lightning.client.module import ClientModule
 from fl_lightning.client.semantics import batch_plan
-from fl_lightning.privacy.budget import dp_sgd_event, dp_sgd_rate
-from fl_lightning.privacy.counter_noise import CounterStream
+from fl_lightning.privacy.accounting.budget import dp_sgd_event, dp_sgd_rate
+from fl_lightning.privacy.mechanisms.counter_noise import CounterStream
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.utils.flat import flatten_into, load_flat_, trainable_parameters
 from fl_lightning.utils.rng import generator_for
@@ -222,7 +222,7 @@ def noise_stream(
 ) -> torch.Generator | CounterStream:
     """One client's DP-SGD noise source in one round (``client.dp_sgd.noise_rng``): its
     ``torch.Generator`` keyed by ``(seed, round, client, "dp_sgd")`` or the counter stream of the
-    same key (``privacy/counter_noise.py``)."""
+    same key (``privacy/mechanisms/counter_noise.py``)."""
     if noise_rng == "philox":
         return CounterStream(seed, round_idx, client_id)
     return generator_for(seed, round_idx, client_id, "dp_sgd", device=device)

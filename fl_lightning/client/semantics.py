@@ -9,11 +9,11 @@ a stack of clients at once) call these functions, so the two paths cannot drift 
   both drawn from the client's ``(seed, round, client, "batches")`` generator.
 - :func:`sgd_step_`: the SGD update (momentum, weight decay, no dampening), which is
   ``torch.optim.sgd.sgd``, the function ``torch.optim.SGD.step`` itself calls.
-- the DP-SGD step: per-example clipping by ``privacy/clipping.py: clip_factors`` and the noisy
-  mean of ``client/dp_sgd.py: noisy_mean_`` (Abadi et al. 2016, Alg. 1), noise from the client's
-  ``(seed, round, client, "dp_sgd")`` generator, parameter by parameter in parameter order;
+- the DP-SGD step: per-example clipping by ``privacy/mechanisms/clipping.py: clip_factors`` and the
+  noisy mean of ``client/dp_sgd.py: noisy_mean_`` (Abadi et al. 2016, Alg. 1), noise from the
+  client's ``(seed, round, client, "dp_sgd")`` generator, parameter by parameter in parameter order;
 - ``client/local_loop.py: client_update``: the ``ClientUpdate`` (mean loss over non-empty
-  steps, ``local_steps``, the DP-SGD event of ``privacy/budget.py: dp_sgd_event``).
+  steps, ``local_steps``, the DP-SGD event of ``privacy/accounting/budget.py: dp_sgd_event``).
 
 Every one of these generators, and the ``(seed, round, client, "client_mechanism")`` generator
 of the strategy's upload mechanism, lives on the device of the client's data and update, so that
@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.privacy.budget import dp_sgd_rate
+from fl_lightning.privacy.accounting.budget import dp_sgd_rate
 
 
 def batch_plan(

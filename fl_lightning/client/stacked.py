@@ -42,8 +42,8 @@ Sample-level DP-SGD (``clipped_sums``) is book-keeping clipping (Bu et al. 2023,
 stacked layer's input, one activation-only backward for the layer-output gradients G, then
 per-example squared norms (‖x‖²‖G‖² for a Linear on one position, the ghost norm
 ⟨a aᵀ, G Gᵀ⟩ for sequences, instantiated per-example gradients for convolutions and norms),
-clip factors c = min(1, C/(‖g‖ + 1e-6)) (``privacy/clipping.py``) and each client's clipped sum
-Σ_n c_kn g_kn as one product per layer.
+clip factors c = min(1, C/(‖g‖ + 1e-6)) (``privacy/mechanisms/clipping.py``) and each client's
+clipped sum Σ_n c_kn g_kn as one product per layer.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from fl_lightning.client.stacked_layers import (
     StackedNorm,
 )
 from fl_lightning.client.stacked_recurrent import StackedRecurrent, rnn_mode
-from fl_lightning.privacy.clipping import clip_factors
+from fl_lightning.privacy.mechanisms.clipping import clip_factors
 from fl_lightning.utils.rng import probe_normal
 
 NORM_STATS = (nn.modules.batchnorm._NormBase,)  # BatchNorm / InstanceNorm (batch statistics)

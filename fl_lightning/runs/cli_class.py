@@ -38,7 +38,7 @@ def build_cli_class():  # noqa: ANN201
     from fl_lightning.client.module import ClientModule
     from fl_lightning.configs import base_config_kwargs
     from fl_lightning.data.datamodule import FederatedDataModule
-    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
     from fl_lightning.server.module import FederatedModule
     from fl_lightning.strategies import Strategy
 

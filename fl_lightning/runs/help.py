@@ -24,7 +24,7 @@ GROUPS: tuple[tuple[str, str, str, str], ...] = (
     ("model", "server/module.py", "FederatedModule", "the federated round loop"),
     ("data", "data/datamodule.py", "FederatedDataModule", "the dataset and its clients"),
     ("client", "client/module.py", "ClientModule", "what each client trains, and how"),
-    ("privacy", "privacy/accountant.py", "PrivacyAccountant", "accounting: ε at δ"),
+    ("privacy", "privacy/guarantee/accountant.py", "PrivacyAccountant", "accounting: ε at δ"),
 )
 LINKED = {"model.client", "model.strategy", "model.privacy", "model.seed", "data.seed"}
 

@@ -116,8 +116,9 @@ def is_alias(path: str) -> bool:
 def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str | None:
     """Why ``ckpt_path`` cannot resume this run (one line naming the field), or None: missing,
     unreadable, not a Lightning checkpoint, saved from another model, planned for fewer rounds
-    than ``max_steps`` by a run whose accounting is bound to them (``privacy/horizon.py``), or
-    already at ``max_steps`` rounds (resuming would train nothing)."""
+    than ``max_steps`` by a run whose accounting is bound to them
+    (``privacy/accounting/horizon.py``), or already at ``max_steps`` rounds (resuming would train
+    nothing)."""
     import torch
 
     if "://" in path:
@@ -154,7 +155,7 @@ def checkpoint_problem(path: str, model: Any, *, max_steps: int | None) -> str |
         )
     done = int(ckpt.get("global_step", 0))
     if max_steps is not None:
-        from fl_lightning.privacy.horizon import checkpoint_horizon, horizon_problem
+        from fl_lightning.privacy.accounting.horizon import checkpoint_horizon, horizon_problem
 
         beyond = horizon_problem(checkpoint_horizon(ckpt), max_steps, path=path)
         if beyond:

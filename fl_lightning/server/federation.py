@@ -13,15 +13,20 @@ fixed does not depend on Lightning's hook order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.horizon import PlannedHorizon
-from fl_lightning.privacy.population import large_delta, large_delta_note, large_delta_problem
+from fl_lightning.privacy.accounting.horizon import PlannedHorizon
+from fl_lightning.privacy.accounting.population import (
+    large_delta,
+    large_delta_note,
+    large_delta_problem,
+)
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.server.privacy_plan import (
     calibrate_client_noise,
     check_strategy_target,
@@ -36,6 +41,28 @@ from fl_lightning.strategies.spec import (
     ServerOptimizerSpec,
 )
 from fl_lightning.utils.flat import layer_slices, trainable_parameters
+
+
+class SetUpOnce:
+    """The federation's set-up for one fit, done once. The CLI does it before the Trainer
+    starts (:meth:`before_fit`: before any logger, W&B run or directory exists, so that a
+    refusal, a strategy's or a mechanism's, leaves nothing behind); ``setup("fit")``
+    (:meth:`for_fit`) then uses that set-up for the same rounds instead of repeating it
+    (calibration can take seconds); later fits set up afresh."""
+
+    def __init__(self, set_up: Callable[[Any, int], LocalTrainingConfig]) -> None:
+        self._set_up = set_up  # (data, rounds) -> the clients' config, its σ fixed
+        self.local: LocalTrainingConfig | None = None  # None before the first set-up
+        self._prepared_for: int | None = None
+
+    def before_fit(self, data: Any, rounds: int) -> None:
+        self.local = self._set_up(data, rounds)
+        self._prepared_for = rounds
+
+    def for_fit(self, data: Any, rounds: int) -> None:
+        prepared, self._prepared_for = self._prepared_for, None
+        if prepared != rounds:
+            self.local = self._set_up(data, rounds)
 
 
 def set_up_federation(
@@ -129,7 +156,7 @@ def check_delta_population(
 ) -> None:
     """Refuses a ``privacy.delta`` of at least 1/N (a client-level or local guarantee, N
     clients) or 1/n (record-level DP-SGD, n the smallest client's examples):
-    ``privacy/population.py``. With ``privacy.allow_large_delta`` the run goes on and the
+    ``privacy/accounting/population.py``. With ``privacy.allow_large_delta`` the run goes on and the
     accountant's guarantee sentence states it. Raises ``ValueError`` naming the field."""
     if accountant is None:
         return

@@ -3,8 +3,10 @@
 The Lightning ``Trainer`` gives the loop process launch, logging, progress, checkpoints and
 seeding; ``max_steps`` is the number of rounds. This module only wires Lightning's hooks to the
 parts that do the work (docs/architecture.md, "One round"): the settings (``settings.py``), the
-set-up before any data moves (``federation.py``), the round's steps (``round.py``), evaluation
-(``evaluation.py``, also behind ``validate``/``test``) and the run's files (``run_files.py``).
+set-up before any data moves (``federation.py``), the secure-mode seed (``secure_seed.py``), the
+noise-to-signal warning (``noise_signal.py``), the round's steps (``round.py``), evaluation
+(``evaluation.py``, also behind ``validate``/``test``) and the end of the run, its summary,
+files and statement (``run_end.py``, ``run_files.py``).
 The checkpoint holds the global model; Lightning adds the server optimizer's state and the
 strategy's and accountant's ``state_dict``.
 """
@@ -12,8 +14,6 @@ strategy's and accountant's ``state_dict``.
 from __future__ import annotations
 
 import copy
-import logging
-from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -22,37 +22,22 @@ import torch
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.statement import RunFacts
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.server.distributed import check_distributed_run
 from fl_lightning.server.evaluation import evaluate_split
 from fl_lightning.server.executor_choice import build_executor
-from fl_lightning.server.federation import set_up_federation
-from fl_lightning.server.noise_signal import run_estimate, warning_line
+from fl_lightning.server.federation import SetUpOnce, set_up_federation
+from fl_lightning.server.noise_signal import warn_before_round_zero
 from fl_lightning.server.privacy_plan import declare_private_run
 from fl_lightning.server.round import FederatedRound
-from fl_lightning.server.run_files import (
-    NOT_WRITTEN,
-    NothingReleased,
-    aggregation_counts,
-    interrupted_status,
-    log_upload_guarantee,
-    nothing_released,
-    run_files_dir,
-    run_summary,
-    summary_line,
-    write_label_histogram,
-    write_privacy_statement,
-    write_run_files,
-)
+from fl_lightning.server.run_end import end_summary, finish_run
+from fl_lightning.server.run_files import log_upload_guarantee, run_files_dir, write_label_histogram
 from fl_lightning.server.run_identity import resolved_config
 from fl_lightning.server.sampling import CohortSampler
+from fl_lightning.server.secure_seed import SecureSeed
 from fl_lightning.server.settings import ServerSettings, refuse_trainer_precision
 from fl_lightning.strategies.base import Metrics, Strategy
 from fl_lightning.utils.flat import trainable_parameters
-from fl_lightning.utils.rng import draw_secret_seed
-
-log = logging.getLogger(__name__)
 
 
 class FederatedModule(pl.LightningModule):
@@ -123,10 +108,8 @@ class FederatedModule(pl.LightningModule):
         # Not a registered submodule: the client's working copy is not part of the checkpoint.
         self._client = [client]
         self._round: FederatedRound | None = None  # bound to the fit's parts in on_fit_start
-        self._local: LocalTrainingConfig | None = None  # the clients' config, σ fixed in setup
-        # The rounds ``set_up_before_fit`` set the federation up for (the CLI: before any
-        # logger exists); ``setup("fit")`` then uses that set-up instead of repeating it.
-        self._set_up_for: int | None = None
+        # every σ fixed and the strategy set up, once a fit (``server/federation.py``)
+        self.federation = SetUpOnce(self._set_up_federation)
         # Put before the summary line this run prints (audit's shadow runs say what they are).
         self.console_label = ""
         self.last_eval: dict[str, float] = {}
@@ -143,7 +126,7 @@ class FederatedModule(pl.LightningModule):
         # checkpoint saved there (runs/interrupt.py)
         self.interrupted: str | None = None
         self.resume_from: str | None = None
-        self._secret_seed: int | None = None  # privacy.secure_mode: only in the checkpoint
+        self.secret = SecureSeed()  # privacy.secure_mode: only in the checkpoint
         self.save_hyperparameters(ignore=["client", "strategy", "privacy"])
 
     @property
@@ -157,36 +140,24 @@ class FederatedModule(pl.LightningModule):
 
     @property
     def noise_seed(self) -> int:
-        """The first key of every noise, cohort and batch generator: the configured seed, or
-        in secure mode the secret drawn from the OS's entropy (``_draw_secret``)."""
-        if not self.secure_mode:
-            return self.seed
-        assert self._secret_seed is not None, "secure mode: no secret before on_fit_start"
-        return self._secret_seed
-
-    def _draw_secret(self) -> None:
-        """Secure mode, a fresh run: rank 0's draw from the OS's entropy, for every rank, in
-        ``setup`` (before any callback's ``on_fit_start`` keys a generator by
-        :attr:`noise_seed`). A resumed run keeps the secret its checkpoint holds
-        (``on_load_checkpoint``, which Lightning calls after ``setup``, overwrites the draw)."""
-        if self.secure_mode and self._secret_seed is None:
-            self._secret_seed = int(self.trainer.strategy.broadcast(draw_secret_seed()))
+        """The first key of every noise, cohort and batch generator (``server/secure_seed.py``):
+        the configured seed, or in secure mode the secret drawn in ``setup``."""
+        return self.secret.noise_seed(self.seed, secure=self.secure_mode)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rounds_aborted"] = self.rounds_aborted
-        if self._secret_seed is not None:  # the checkpoint of a secure run is a secret
-            checkpoint["secure_seed"] = self._secret_seed
+        self.secret.save(checkpoint)
 
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:  # after ``setup``
         self.rounds_aborted = int(checkpoint.get("rounds_aborted", 0))
-        if "secure_seed" in checkpoint:
-            self._secret_seed = int(checkpoint["secure_seed"])
+        self.secret.load(checkpoint)
 
     @property
     def local_config(self) -> LocalTrainingConfig:
         """The clients' local-training config as the run trains them: the client's, with the
         DP-SGD σ the set-up fixed (``server/federation.py``; as configured before ``setup``)."""
-        return self.client.training_config if self._local is None else self._local
+        local = self.federation.local
+        return self.client.training_config if local is None else local
 
     @property
     def uses_dp_sgd(self) -> bool:
@@ -213,24 +184,18 @@ class FederatedModule(pl.LightningModule):
             )
         refuse_trainer_precision(str(self.trainer.precision))
         if stage == "fit":  # every σ fixed and the strategy set up, before any data moves
-            self._draw_secret()  # the one noise seed, before anything is keyed by it
-            rounds = int(self.trainer.max_steps)
-            prepared, self._set_up_for = self._set_up_for, None
-            if prepared != rounds:
-                self._set_up_federation(data, rounds)
+            # the one noise seed, before any callback's on_fit_start keys a generator by it
+            self.secret.draw(self.trainer.strategy.broadcast, secure=self.secure_mode)
+            self.federation.for_fit(data, int(self.trainer.max_steps))
 
     def set_up_before_fit(self, data: Any, *, rounds: int, precision: str) -> None:
-        """Runs every check and calibration of ``setup("fit")`` now, before the Trainer
-        starts: the CLI calls it before any logger, W&B run or directory exists, so that a
-        refusal (a strategy's or a mechanism's) leaves nothing behind. ``data`` is set up.
-        The next ``setup("fit")`` for the same rounds uses this set-up instead of repeating it
-        (calibration can take seconds); later fits set up afresh."""
+        """Every check and calibration of ``setup("fit")``, now, before the Trainer starts
+        (``server/federation.py: SetUpOnce.before_fit``); ``data`` is set up."""
         refuse_trainer_precision(precision)
-        self._set_up_federation(data, rounds)
-        self._set_up_for = rounds
+        self.federation.before_fit(data, rounds)
 
-    def _set_up_federation(self, data: Any, rounds: int) -> None:
-        self._local = set_up_federation(
+    def _set_up_federation(self, data: Any, rounds: int) -> LocalTrainingConfig:
+        return set_up_federation(
             strategy=self.strategy,
             client=self.client,
             accountant=self.accountant,
@@ -266,17 +231,9 @@ class FederatedModule(pl.LightningModule):
         self._log_partition()
         local_dp = self.strategy.local_dp
         log_upload_guarantee(local_dp.guarantee_note() if local_dp else None, self.loggers)
-        self._warn_noise_to_signal()
-
-    def _warn_noise_to_signal(self) -> None:
-        """One WARNING line before round 0 when the noise drowns any signal the run could
-        accumulate (``server/noise_signal.py``)."""
-        est = run_estimate(
-            self.strategy, self.global_net, self.sampler, self.data, int(self.trainer.max_steps)
-        )
-        line = warning_line(est)
-        if line and self.trainer.is_global_zero:
-            log.warning(line)
+        warn_before_round_zero(self.strategy, self.global_net, self.sampler, data,
+                               int(self.trainer.max_steps),
+                               is_global_zero=self.trainer.is_global_zero)  # fmt: skip
 
     def resolved_config(self) -> dict[str, Any]:
         """What every rank must agree on (``server/run_identity.py``)."""
@@ -372,60 +329,18 @@ class FederatedModule(pl.LightningModule):
         self.log_dict({f"{prefix}/{k}": v for k, v in metrics.items()}, batch_size=1)
 
     # -- end of training ---------------------------------------------------------------------
-    def on_train_end(self) -> None:
+    def on_train_end(self) -> None:  # the summary, files, statement and line (run_end.py)
         final = self.evaluate_global()
-        summary = run_summary(
-            rounds=self.rounds_completed,
-            stopped_by_budget=self.stopped_by_budget,
-            final=final,
-            accountant=self.accountant,
-            strategy_metrics=self.strategy_metrics,
-        )
-        summary.update(aggregation_counts(self.rounds_completed, self.rounds_aborted,
-                                          planned=int(self.trainer.max_steps)))  # fmt: skip
-        if self.interrupted:
-            summary.update(interrupted_status(self.interrupted, self.rounds_completed,
-                                              planned=int(self.trainer.max_steps),
-                                              resume_from=self.resume_from))  # fmt: skip
+        planned = int(self.trainer.max_steps)
+        summary = end_summary(final, accountant=self.accountant,
+                              strategy_metrics=self.strategy_metrics,
+                              completed=self.rounds_completed, aborted=self.rounds_aborted,
+                              planned=planned, stopped_by_budget=self.stopped_by_budget,
+                              interrupted=self.interrupted,
+                              resume_from=self.resume_from)  # fmt: skip
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero:
-            out = run_files_dir(log_dir)  # never the working directory Lightning fell back to
-            write_run_files(summary, self.accountant, out, self.loggers)
-            facts = self._run_facts(summary, out)
-            statement = write_privacy_statement(
-                self.accountant, facts, out, status=summary.get("status")
-            )
-            line = summary_line(summary, final)
-            if log_dir and out is None:
-                line = f"{line}; {NOT_WRITTEN}"
-            line = f"{line}; details: {statement}" if statement else line
-            nothing = nothing_released(summary, out)
-            if nothing:  # one line, exit 1 (cli.py), instead of a "Finished" that hides it
-                raise NothingReleased(nothing)
-            print(f"{self.console_label}{line}", flush=True)
-
-    def _run_facts(self, summary: dict[str, Any], out: str | None) -> RunFacts:
-        """What ``privacy_statement.md`` needs beyond the ledger: among it the files the run
-        writes (those in ``out`` now, and ``client_times.csv`` when a ``ClientTimer`` will
-        write it at the end of fit)."""
-        from fl_lightning.callbacks import ClientTimer
-
-        files = {p.name for p in Path(out).iterdir()} if out and Path(out).is_dir() else set()
-        callbacks: list[Any] = getattr(self.trainer, "callbacks", [])
-        if any(isinstance(cb, ClientTimer) and cb.write_csv for cb in callbacks):
-            files.add("client_times.csv")
-        acc = self.accountant
-        fewest = getattr(self.strategy.central_dp, "min_survivors", None)
-        worst = acc.one_more_round(int(fewest)) if acc is not None and fewest else None
-        return RunFacts(
-            num_clients=int(self.data.num_clients),
-            num_records=int(self.data.client_sizes().sum()),
-            secure_mode=self.secure_mode,
-            accountant_name=acc.accountant_words() if acc else "",
-            loss_tail=summary.get("privacy/loss_tail"),
-            one_more_round=None if worst is None or fewest is None else (int(fewest), worst),
-            epsilon=float(summary.get("privacy/epsilon", float("inf"))),
-            guarantee=str(summary.get("privacy/guarantee", "none: no accountant")),
-            strategy=type(self.strategy).__name__,
-            files=tuple(sorted(files)),
-        )
+            finish_run(summary, final, log_dir=log_dir, accountant=self.accountant,
+                       strategy=self.strategy, data=self.data, secure_mode=self.secure_mode,
+                       callbacks=getattr(self.trainer, "callbacks", []), loggers=self.loggers,
+                       console_label=self.console_label)  # fmt: skip

@@ -23,6 +23,7 @@ cannot learn; the quickstart's is 0.30. Strategies whose noise this module does 
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.budgeted_uploads import BudgetedUploads
 from fl_lightning.strategies.clipped_upload_noise import ClippedUploadNoise
 from fl_lightning.utils.flat import trainable_parameters
+
+log = logging.getLogger(__name__)
 
 WARN_RATIO = 10.0
 """``ratio_run`` at or above which the run is warned (module docstring)."""
@@ -138,3 +141,14 @@ def warning_line(est: NoiseToSignal | None) -> str | None:
 
 
 __all__ = ["WARN_RATIO", "NoiseToSignal", "estimate", "run_estimate", "warning_line"]
+
+
+def warn_before_round_zero(
+    strategy: Strategy, global_net: torch.nn.Module, sampler: Any, data: Any, rounds: int, *,
+    is_global_zero: bool,
+) -> None:  # fmt: skip
+    """One WARNING line before round 0 (rank 0 only) when the noise drowns any signal the run
+    could accumulate (:func:`warning_line`)."""
+    line = warning_line(run_estimate(strategy, global_net, sampler, data, rounds))
+    if line and is_global_zero:
+        log.warning(line)

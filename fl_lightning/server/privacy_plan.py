@@ -3,8 +3,8 @@ spend of a round stated before any client trains (the budget stop reads it).
 
 * :func:`resolve_client_noise` — the DP-SGD (C, σ) as one frozen ``GaussianParams``: σ as
   configured, or calibrated for the most expensive client over the participations no client
-  exceeds with probability 1 − 10⁻³ (``privacy/budget.py``); a target that cannot pay for one
-  round is refused with the client and its cost named. :func:`calibrate_client_noise` returns
+  exceeds with probability 1 − 10⁻³ (``privacy/accounting/budget.py``); a target that cannot pay for
+  one round is refused with the client and its cost named. :func:`calibrate_client_noise` returns
   the local-training config carrying it; it runs before the strategy is set up, so that
   ``FederationSpec.local`` is what the clients run.
 * :func:`privacy_target` — the target every unset σ is calibrated to; the strategy calibrates
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier
-from fl_lightning.privacy.budget import (
+from fl_lightning.privacy.accounting.analysis import calibrate_noise_multiplier
+from fl_lightning.privacy.accounting.budget import (
     BudgetError,
     ClientCost,
     dp_sgd_event,
@@ -42,14 +42,14 @@ from fl_lightning.privacy.budget import (
     most_expensive_round,
     refuse_unaffordable_round,
 )
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
-from fl_lightning.privacy.observers import ServerSees
-from fl_lightning.privacy.params import GaussianParams
+from fl_lightning.privacy.accounting.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.guarantee.observers import ServerSees
+from fl_lightning.privacy.mechanisms.params import GaussianParams
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.spec import PrivacyTarget
 
 if TYPE_CHECKING:
-    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
     from fl_lightning.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def check_strategy_target(strategy: Strategy, target: PrivacyTarget) -> None:
     refuses an accountant without a fully adaptive composition theorem for a strategy that
     chooses its noise from released outputs (:func:`refuse_adaptive_noise`), and says which wins
     when a σ and a target are both given. (Every accountant accounts every cohort sampling:
-    fixed-size cohorts by their dominating pair, ``privacy/analysis.py``.)"""
+    fixed-size cohorts by their dominating pair, ``privacy/accounting/analysis.py``.)"""
     refuse_adaptive_noise(strategy.traits.adaptive_noise, target.accountant)
     central = strategy.central_dp
     sigma = central.noise_multiplier if central else getattr(strategy, "noise_multiplier", None)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.events import SampledGaussian
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.server.distributed import (
     all_reduce_sum_,

@@ -41,8 +41,8 @@ import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
 from fl_lightning.client.local_loop import name_failed_clients
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.records import ClientPlan, ClientUpdate, LocalOverrides, RoundContext, RoundPlan
 from fl_lightning.server.distributed import rank_and_world
 from fl_lightning.server.executor import ClientPlans, Executor
@@ -393,7 +393,7 @@ def processed(
     """The executor's trained updates, each processed (:func:`process_update`) as it arrives
     and delivered to the server as the strategy delivers it (``Strategy.deliver``: under SecAgg
     the masked vector only, nothing of a client that dropped): the one boundary between the
-    clients and the server-side objects (``privacy/server_view.py``)."""
+    clients and the server-side objects (``privacy/guarantee/server_view.py``)."""
     for update in trained:
         delivered = strategy.deliver(process_update(strategy, update, ctx, hooks), ctx)
         if delivered is not None:

@@ -3,7 +3,7 @@ histogram of the partition, the W&B summary and the one line it prints.
 
 Every file is written atomically (``utils/atomic.py``) with environment secrets redacted, and
 only by the global-zero process; ``privacy_ledger.json`` holds the events behind the printed ε so
-that anyone can recompute it (``fl_lightning.privacy.recompute``, docs/privacy.md).
+that anyone can recompute it (``fl_lightning.privacy.accounting.recompute``, docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.observers import from_state as observer_rows
-from fl_lightning.privacy.statement import RunFacts, privacy_statement
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.observers import from_state as observer_rows
+from fl_lightning.privacy.guarantee.statement import RunFacts, privacy_statement
 from fl_lightning.utils.atomic import atomic_write
 from fl_lightning.utils.redact import redact
 
@@ -125,7 +125,7 @@ def write_run_files(
 
 def ledger_of(accountant: PrivacyAccountant) -> dict[str, Any]:
     """``privacy_ledger.json``: the accountant's events and state, with the per-observer table
-    they give (``privacy/observers.py``; recomputable from the events)."""
+    they give (``privacy/guarantee/observers.py``; recomputable from the events)."""
     return {
         "accountant": accountant.accountant,
         "delta": accountant.delta,
@@ -141,8 +141,8 @@ def write_privacy_statement(
     *,
     status: str | None = None,
 ) -> Path | None:
-    """``privacy_statement.md`` beside ``privacy_ledger.json`` (``privacy/statement.py``), from
-    the same ledger; returns its path (None without an accountant or a run directory)."""
+    """``privacy_statement.md`` beside ``privacy_ledger.json`` (``privacy/guarantee/statement.py``),
+    from the same ledger; returns its path (None without an accountant or a run directory)."""
     if accountant is None or not log_dir:
         return None
     path = Path(log_dir) / "privacy_statement.md"
@@ -196,7 +196,7 @@ def nothing_released(summary: dict[str, Any], out: str | None) -> str | None:
 def summary_line(summary: dict[str, Any], final: dict[str, float]) -> str:
     """The line a finished run prints: rounds, accuracy, the headline ε with δ and the
     observer it holds against, the guarantee sentence, and the server's ε (its row of the
-    per-observer table, ``privacy/observers.py``)."""
+    per-observer table, ``privacy/guarantee/observers.py``)."""
     eps = summary.get("privacy/epsilon", math.inf)
     rows = observer_rows(summary.get("privacy/observers", []))
     against = f" against {rows[0].observer.words}" if rows and not math.isinf(eps) else ""

@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.accounting.events import CohortSampling
 from fl_lightning.utils.rng import generator_for
 
 

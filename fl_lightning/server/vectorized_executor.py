@@ -11,10 +11,10 @@ the step and masked.
 The semantics are the sequential loop's, through the same functions (``client/semantics.py``):
 the same batch plan from the same ``(seed, round, client, "batches")`` generator, the same SGD
 update (``torch.optim.sgd.sgd``), for DP-SGD clients the same per-example clip factors
-(``privacy/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean``) with the same
-noise (``privacy/dp_sgd_noise.py: BucketNoise``: each client's ``(seed, round, client,
-"dp_sgd")`` generator, or under ``client.dp_sgd.noise_rng: philox`` the bucket's noise of every
-step in one counter-based draw), the same ``ClientUpdate`` and
+(``privacy/mechanisms/clipping.py``), the same noisy mean (``client/dp_sgd.py: noisy_mean``) with
+the same noise (``privacy/mechanisms/dp_sgd_noise.py: BucketNoise``: each client's ``(seed, round,
+client, "dp_sgd")`` generator, or under ``client.dp_sgd.noise_rng: philox`` the bucket's noise of
+every step in one counter-based draw), the same ``ClientUpdate`` and
 DP-SGD event (``client/local_loop.py: client_update``). Like every executor it never sees the
 strategy: it reads the clients' plans (``records.py: ClientPlan``), all of the round's at once
 (references to weights the strategy holds anyway), and yields trained updates, which the round
@@ -57,8 +57,8 @@ from fl_lightning.client.module import ClientModule
 from fl_lightning.client.semantics import batch_plan, sgd_step_
 from fl_lightning.client.stacked import StackedNet, stack_blocker
 from fl_lightning.client.stacked_layers import LowRankSteps
-from fl_lightning.privacy.budget import dp_sgd_rate
-from fl_lightning.privacy.dp_sgd_noise import BucketNoise
+from fl_lightning.privacy.accounting.budget import dp_sgd_rate
+from fl_lightning.privacy.mechanisms.dp_sgd_noise import BucketNoise
 from fl_lightning.records import ClientPlan, ClientUpdate, RoundContext
 from fl_lightning.server.executor import ClientPlans, client_start
 from fl_lightning.utils.rng import generator_for

@@ -25,7 +25,7 @@ Method Based on Adaptive Differential Privacy", preprints.org 202506.2188).
 * Strict budget (Alg. 1 line 2, D9): a client uploads only while ε_acc + ε_t ≤ ε, else it
   leaves the federation (``strategy/clients_exited``).
 * Mechanism on the clipped delta: Gaussian σ = √(2 ln(1.25/δ))·Δ/ε_t, δ = 1e-5 (Thm. 1), or
-  Laplace Δ/ε_t (Def. 6); Δ = 2C (see ``fl_lightning.privacy.local_budget``).
+  Laplace Δ/ε_t (Def. 6); Δ = 2C (see ``fl_lightning.privacy.mechanisms.local_budget``).
 * Aggregation (Eq. 8/9, D11, D12): weights p_i ∝ ε_i^t·λ_i·|D_i| over the updates arriving this
   round, server step W ← W − η·Σ p_i ĝ_i with ĝ_i = −(noised delta) (``model.server_lr`` = η).
 * Staleness (Alg. 2 step 6, D13): λ_i = 1 initially, reset to 1 when i's update is aggregated,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fl_lightning.privacy.local_budget import MechanismName, Sensitivity, TightAccountant
+from fl_lightning.privacy.mechanisms.local_budget import MechanismName, Sensitivity, TightAccountant
 from fl_lightning.strategies.asynchronous.base import AsyncStrategy
 from fl_lightning.strategies.budgeted_uploads import BudgetedUploads, BudgetSchedule
 

@@ -13,7 +13,7 @@ everything algorithm-specific about a round (DESIGN.md, "Interfaces"):
 * ``process_update``: client-side post-processing of an update (clipping, local mechanisms).
 * ``deliver``: what of the processed upload crosses to the server (under SecAgg the masked
   vector of a survivor only); ``server_view`` declares what the server side receives
-  (``privacy/server_view.py``), and a contract test checks every round against it.
+  (``privacy/guarantee/server_view.py``), and a contract test checks every round against it.
 * ``aggregate``: server-side combination into the global delta (central noise included).
 * ``round_privacy``: what the round spent, for the accountant.
 * ``after_round``: bookkeeping once the global model moved.
@@ -26,9 +26,9 @@ metrics attribute, so nothing is overridden just to log and no value outlives it
 DP placed on the aggregate or on uploads is a component, not a subclass (Flower's server- and
 client-side DP wrappers):
 
-* ``central_dp`` (a :class:`~fl_lightning.privacy.placement.CentralPrivacy`: the fixed-clip
+* ``central_dp`` (a :class:`~fl_lightning.strategies.placement.CentralPrivacy`: the fixed-clip
   :class:`~fl_lightning.strategies.central_dp.CentralGaussian`, McMahan et al. 2018, or
-  :class:`~fl_lightning.privacy.adaptive_clipping.AdaptiveClipping`, Andrew et al. 2021): the
+  :class:`~fl_lightning.strategies.adaptive_clipping.AdaptiveClipping`, Andrew et al. 2021): the
   default ``process_update`` clips each upload, ``partial_aggregate`` sums the clipped deltas
   and ``finalize`` releases their noisy mean. ``DPFedAvg`` is FedAvg holding a CentralGaussian.
 * ``local_dp`` (an :class:`~fl_lightning.strategies.upload_privacy.UploadPrivacy`, the
@@ -75,10 +75,10 @@ from typing import Any, ClassVar, Literal
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from fl_lightning.privacy.events import RoundPrivacy
-from fl_lightning.privacy.placement import CentralPrivacy
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.records import ClientPlan, ClientUpdate, Metrics, RoundContext, RoundPlan
+from fl_lightning.strategies.placement import CentralPrivacy
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
@@ -107,7 +107,7 @@ class StrategyTraits:
             per order, Feldman & Zrnic 2021) and the guarantee says so (docs/privacy.md).
         horizon_bound: what of its accounting is fixed for the planned rounds
             (``FederationSpec.rounds``), in a clause of the refusal to resume past them
-            (``privacy/horizon.py``: DP-FTRL's whole-run event, a budget scheduled over E
+            (``privacy/accounting/horizon.py``: DP-FTRL's whole-run event, a budget scheduled over E
             rounds, σ fixed from T); None when every round is priced on its own, so the run may
             be resumed with a larger ``trainer.max_steps``.
     """
@@ -215,7 +215,8 @@ class Strategy(Callback):
 
     @property
     def server_view(self) -> ServerView:
-        """What the server-side objects receive from the clients (``privacy/server_view.py``),
+        """What the server-side objects receive from the clients
+        (``privacy/guarantee/server_view.py``),
         declared in this one place: the statement names it as the server's view and the
         contract test (``fl_lightning/testing/server_view.py``) checks every round against it.
         ``central_dp``'s view (clipped updates; secure sums under SecAgg), else noised uploads

@@ -13,17 +13,18 @@ and its base hooks call it at four points of the round:
 2. ``charge``: each dispatched client's per-upload budget ε_i^t, from a
    :class:`BudgetSchedule` (the even split ε_i = N·ε/(n·E) of Eq. 10 by default; ADP-FL's
    Eq. 6 schedule in ``strategies/adp_fl.py``), goes into the per-client ledger;
-3. ``privatize``: the client clips and noises its delta (``fl_lightning.privacy.local_budget``:
-   Gaussian, Thm. 1, or Laplace, Def. 6; Δ = 2C) before it leaves the client;
+3. ``privatize``: the client clips and noises its delta
+   (``fl_lightning.privacy.mechanisms.local_budget``: Gaussian, Thm. 1, or Laplace, Def. 6; Δ = 2C)
+   before it leaves the client;
 4. ``round_privacy`` / ``metrics``: the round's local releases for the accountant (the ε basic
    composition can defend per upload, the paper's Thm. 2), and the tighter RDP/PLD composition
    of the same events per client with the maxima over clients (``strategy/eps_basic_max``,
    ``strategy/eps_tight_max``).
 
 ``sensitivity="record"`` calibrates the noise to Δ = 2C/|D_i| (the paper's record adjacency,
-Def. 2, applied to the averaged update; see ``fl_lightning.privacy.local_budget``): the run then
-claims no guarantee (``privacy/epsilon`` = ∞ with the reason) and logs the sound client-level ε
-of the noise it added, basic composition per client, max over clients
+Def. 2, applied to the averaged update; see ``fl_lightning.privacy.mechanisms.local_budget``): the
+run then claims no guarantee (``privacy/epsilon`` = ∞ with the reason) and logs the sound
+client-level ε of the noise it added, basic composition per client, max over clients
 (``strategy/epsilon_sound``).
 
 A configuration whose per-upload budget exceeds the total ε for every round (e.g. Eq. 10 with
@@ -38,8 +39,8 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
-from fl_lightning.privacy.local_budget import (
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.mechanisms.local_budget import (
     BudgetLedger,
     MechanismName,
     Sensitivity,

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.privacy.params import GaussianParams
-from fl_lightning.privacy.placement import CentralPrivacy, CohortSpec
+from fl_lightning.privacy.mechanisms.params import GaussianParams
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
+from fl_lightning.strategies.placement import CentralPrivacy, CohortSpec
 
 
 class CentralGaussian(CentralPrivacy):

@@ -26,13 +26,13 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 from fl_lightning.privacy.mechanisms.upload import (
     ClippedGaussian,
     ClippedLaplace,
     gaussian_release_epsilon,
 )
-from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy

@@ -22,7 +22,8 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.privacy.mechanisms.binomial import (
     BinomialMechanism,
     calibrate_trials,
@@ -32,8 +33,7 @@ from fl_lightning.privacy.mechanisms.binomial import (
     random_signs,
     unrotate,
 )
-from fl_lightning.privacy.params import check_clip_norm
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec

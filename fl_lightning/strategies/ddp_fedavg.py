@@ -1,18 +1,18 @@
 """DP-FedAvg with distributed noise behind secure aggregation (Kairouz, Liu & Steinke 2021;
 Agarwal, Kairouz & Liu 2021): FedAvg holding a
-:class:`~fl_lightning.privacy.distributed_dp.SecAggDistributedDP` as its ``central_dp``.
+:class:`~fl_lightning.strategies.distributed_dp.SecAggDistributedDP` as its ``central_dp``.
 
 Each client clips, encodes into integers mod 2^b, adds its share of discrete Gaussian or
 Skellam noise and masks its upload; the server only sums masked vectors and unmasks the sum
-(``privacy/secagg/``). This class takes the component's settings as flat arguments
+(``privacy/distributed/secagg/``). This class takes the component's settings as flat arguments
 (``strategy.mechanism``, ``strategy.bits``, ...); ``FedAvg`` with ``central_dp:`` is the same
 run.
 """
 
 from __future__ import annotations
 
-from fl_lightning.privacy.distributed_dp import DEFAULT_BETA, SecAggDistributedDP
 from fl_lightning.strategies.base import Strategy
+from fl_lightning.strategies.distributed_dp import DEFAULT_BETA, SecAggDistributedDP
 
 
 class DDPFedAvg(Strategy):

@@ -31,7 +31,9 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.guarantee.server_view import ServerView
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 from fl_lightning.privacy.mechanisms.sparse_vector import (
     Significance,
     SparseVectorPerturbation,
@@ -41,8 +43,6 @@ from fl_lightning.privacy.mechanisms.sparse_vector import (
     split_selection_budget,
     threshold_quantile,
 )
-from fl_lightning.privacy.params import check_clip_norm
-from fl_lightning.privacy.server_view import ServerView
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec, local_lr_in_force

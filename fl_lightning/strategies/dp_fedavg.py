@@ -10,7 +10,7 @@ the form of the shipped and stored configs; ``FedAvg`` with ``central_dp:`` is t
 
 from __future__ import annotations
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.utils.rng import generator_for

@@ -10,9 +10,9 @@ DP-FedProx: McMahan et al. 2018's Alg. 1 around the proximal local objective).
 
 from __future__ import annotations
 
-from fl_lightning.privacy.placement import CentralPrivacy
 from fl_lightning.records import RoundContext, RoundPlan
 from fl_lightning.strategies.base import Strategy, Weighting
+from fl_lightning.strategies.placement import CentralPrivacy
 from fl_lightning.strategies.upload_privacy import UploadPrivacy
 
 

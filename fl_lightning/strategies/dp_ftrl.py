@@ -4,21 +4,21 @@ Kairouz, McMahan, Song, Thakkar, Thakurta, Xu 2021 ("Practical and private (deep
 without sampling or shuffling", Alg. 1) and its matrix-factorisation generalisation (Denisov et
 al. 2022; Choquette-Choo et al. 2023): each client's delta is clipped to L2 norm C; the server
 sums the clipped deltas x_t of round t and releases them with the noise w_t of a factorisation
-A = B·C of the prefix-sum workload (``privacy/matrix_mechanism.py``: tree aggregation, the banded
-square root of Kalinin & Lampert 2024, or independent noise), divided by the fixed cohort size
-m. The server optimizer (SGD: θ_t = θ_0 + η Σ_{s≤t} (x_s + w_s)/m) then follows the noisy prefix
-sums A·x + B·z, the FTRL form; momentum or Adam are post-processing of the same release.
+A = B·C of the prefix-sum workload (``privacy/correlated/matrix_mechanism.py``: tree aggregation,
+the banded square root of Kalinin & Lampert 2024, or independent noise), divided by the fixed cohort
+size m. The server optimizer (SGD: θ_t = θ_0 + η Σ_{s≤t} (x_s + w_s)/m) then follows the noisy
+prefix sums A·x + B·z, the FTRL form; momentum or Adam are post-processing of the same release.
 
 Participation: cohorts must come from ``model.sampling: cyclic`` (every client every b = ⌊N/m⌋
 rounds, so at most k = ⌈T/b⌉ times at least b apart); any sampling that cannot guarantee that
 separation is refused. Privacy: the whole run is one Gaussian mechanism with multiplier
 σ/Δ, where Δ is the largest ‖C·u‖ over those participation patterns
-(:func:`~fl_lightning.privacy.matrix_mechanism.min_sep_sensitivity`), add/remove one client
-(zero-out); no amplification is claimed, so the ε holds for any cohort the schedule draws. The
-event is charged in full before round 0 (the ε reported mid-run is the whole run's), so a
+(:func:`~fl_lightning.privacy.correlated.matrix_mechanism.min_sep_sensitivity`), add/remove one
+client (zero-out); no amplification is claimed, so the ε holds for any cohort the schedule draws.
+The event is charged in full before round 0 (the ε reported mid-run is the whole run's), so a
 resume to more rounds than planned is refused (``StrategyTraits.horizon_bound``,
-``privacy/horizon.py``). The noise is keyed by the round's noise seed, the run's secret in
-``privacy.secure_mode``.
+``privacy/accounting/horizon.py``). The noise is keyed by the round's noise seed, the run's secret
+in ``privacy.secure_mode``.
 """
 
 from __future__ import annotations
@@ -31,15 +31,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from fl_lightning.privacy.analysis import (
+from fl_lightning.privacy.accounting.analysis import (
     calibrate_noise_multiplier,
     calibrate_repeated_gaussian,
 )
-from fl_lightning.privacy.banded_mf import optimise_banded
-from fl_lightning.privacy.blt import blt_coefficients, optimise_blt
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import RoundPrivacy
-from fl_lightning.privacy.matrix_mechanism import (
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.correlated.banded_mf import optimise_banded
+from fl_lightning.privacy.correlated.blt import blt_coefficients, optimise_blt
+from fl_lightning.privacy.correlated.matrix_mechanism import (
     FACTORIZATIONS,
     StreamingNoise,
     amplified_run_event,
@@ -48,9 +47,10 @@ from fl_lightning.privacy.matrix_mechanism import (
     min_sep_sensitivity,
     whole_run_event,
 )
-from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
-from fl_lightning.privacy.server_view import ServerView
-from fl_lightning.privacy.toeplitz_mf import check_error, toeplitz_sensitivity
+from fl_lightning.privacy.correlated.toeplitz_mf import check_error, toeplitz_sensitivity
+from fl_lightning.privacy.guarantee.server_view import ServerView
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.mechanisms.params import check_clip_norm, check_noise_multiplier
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec

@@ -21,11 +21,11 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.analysis import refuse_sigma_and_epsilon
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.analysis import refuse_sigma_and_epsilon
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.mechanisms.params import check_clip_norm, check_noise_multiplier
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec

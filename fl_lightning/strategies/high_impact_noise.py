@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 from fl_lightning.privacy.mechanisms.upload import HighImpactLaplace
-from fl_lightning.privacy.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
 from fl_lightning.strategies.upload_privacy import UploadPrivacy

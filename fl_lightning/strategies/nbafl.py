@@ -35,11 +35,11 @@ from typing import Any, Literal
 
 import torch
 
-from fl_lightning.privacy.analysis import calibrate_repeated_gaussian, epsilon
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.accounting.analysis import calibrate_repeated_gaussian, epsilon
+from fl_lightning.privacy.accounting.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
-from fl_lightning.privacy.params import check_clip_norm
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.base import Metrics, Strategy, StrategyTraits
 from fl_lightning.strategies.spec import FederationSpec

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
 from fl_lightning.privacy.mechanisms.ldp import LocalMechanism
 from fl_lightning.privacy.mechanisms.ranges import RangeConfig, privatize_by_layer
 from fl_lightning.privacy.mechanisms.registry import local_mechanism_names, make_local_mechanism

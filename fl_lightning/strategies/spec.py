@@ -21,8 +21,8 @@ from typing import Any, Literal
 import torch
 
 from fl_lightning.client.config import LocalTrainingConfig
-from fl_lightning.privacy.analysis import DEFAULT_ACCOUNTANT, calibrate_noise_multiplier
-from fl_lightning.privacy.events import CohortSampling, SampledGaussian
+from fl_lightning.privacy.accounting.analysis import DEFAULT_ACCOUNTANT, calibrate_noise_multiplier
+from fl_lightning.privacy.accounting.events import CohortSampling, SampledGaussian
 
 ClientData = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
 
@@ -116,7 +116,8 @@ class FederationSpec:
     privacy: PrivacyTarget = field(default_factory=PrivacyTarget)
     calibrated: list[str] = field(default_factory=list, compare=False, repr=False)
     """What :meth:`cohort_noise_multiplier` calibrated over ``rounds`` (appended as it does):
-    the run's accounting is then bound to its planned horizon (``privacy/horizon.py``)."""
+    the run's accounting is then bound to its planned horizon
+    (``privacy/accounting/horizon.py``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layer_slices", MappingProxyType(dict(self.layer_slices)))
@@ -137,7 +138,7 @@ class FederationSpec:
     ) -> float:
         """σ of one client-level Gaussian a round on this federation's cohorts: ``sigma`` when
         given, else calibrated so that ``rounds`` rounds spend ``target_epsilon`` (default: the
-        run's target) on the accountant that reports (``privacy/analysis.py``)."""
+        run's target) on the accountant that reports (``privacy/accounting/analysis.py``)."""
         if sigma is not None:
             return sigma
         target = self.privacy.epsilon if target_epsilon is None else target_epsilon

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.strategies.spec import FederationSpec
 

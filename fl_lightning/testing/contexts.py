@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.events import CohortSampling, SamplingMode
+from fl_lightning.privacy.accounting.events import CohortSampling, SamplingMode
 from fl_lightning.records import RoundContext
 
 

@@ -1,5 +1,5 @@
 """The server's-view contract: what reaches the server side of a round is no more than the view
-its strategy declares (``Strategy.server_view``, ``privacy/server_view.py``; issue 55).
+its strategy declares (``Strategy.server_view``, ``privacy/guarantee/server_view.py``; issue 55).
 
 Every upload crosses from the clients to the server-side objects at one place,
 ``server/round.py: processed`` (each trained update processed on its client, then delivered:
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.records import ClientUpdate, RoundContext
 
 NORM_SLACK = 1e-5

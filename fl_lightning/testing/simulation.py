@@ -32,7 +32,7 @@ import torch
 
 from fl_lightning.client.local_loop import LocalTrainer
 from fl_lightning.client.module import ClientModule
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.records import ClientUpdate, Metrics, RoundContext
 from fl_lightning.server.evaluation import evaluate_split
 from fl_lightning.server.executor_choice import build_executor

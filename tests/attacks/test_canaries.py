@@ -14,7 +14,7 @@ import torch
 
 from fl_lightning.attacks.canaries import CanaryAudit
 from fl_lightning.attacks.cli import main as audit_main
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.accounting.events import CohortSampling
 from fl_lightning.records import RoundContext
 from fl_lightning.testing import round_context
 

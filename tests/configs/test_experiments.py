@@ -5,7 +5,7 @@ datasets that need the internet, a model shrink keyed by the model class, two ro
 local step and a cohort of about two clients. The ``slow`` variant (``[paper_size]``) keeps the
 paper's model for the configs whose model the shrink changes; ``pytest -m slow`` runs them.
 Every run's finished line is checked against its guarantee sentence and its ledger: one (ε, δ),
-at the run's δ, recomputed within 1 % from the ledger by ``privacy/recompute.py``.
+at the run's δ, recomputed within 1 % from the ledger by ``privacy/accounting/recompute.py``.
 Paper-specific assertions (ε bounds, guarantees) live in ``test_<paper>_configs.py``.
 """
 
@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from fl_lightning.privacy.recompute import headline_epsilon
+from fl_lightning.privacy.accounting.recompute import headline_epsilon
 from tests.configs.conftest import (
     EXPERIMENTS,
     ROUNDS,
@@ -76,7 +76,7 @@ def test_experiment_runs(config, shrink, run_experiment, capsys, monkeypatch, tm
     summary = run.summary
     if calibrates_noise(config):
         # σ is calibrated so every client stays within the target over its likely number of
-        # participations (privacy/budget.py); the exact budget stop guards the tail.
+        # participations (privacy/accounting/budget.py); the exact budget stop guards the tail.
         assert 1 <= summary["rounds"] <= ROUNDS
         assert summary["privacy/epsilon"] <= run.model.accountant.target_epsilon * (1 + 1e-9)
     else:

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.analysis import epsilon
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.accounting.analysis import epsilon
+from fl_lightning.privacy.accounting.events import LocalRelease, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 
 
 def test_record_level_is_max_over_clients_of_their_own_steps():
@@ -92,8 +92,8 @@ def test_local_gaussian_uploads_compose_as_gaussian_events_at_the_runs_delta():
     """Issue 33 §2: LocalGaussian at ε = 1 a coordinate, d = 1,000, 200 uploads printed
     `local (2e+05, 2)-DP` (basic composition, a δ of 2); composed as Gaussian events it is
     ε ≈ 7,700 at the run's δ = 1e-5, and the recomputation (closed-form GDP) agrees."""
+    from fl_lightning.privacy.accounting.recompute import headline_epsilon
     from fl_lightning.privacy.mechanisms.ldp import LocalGaussian
-    from fl_lightning.privacy.recompute import headline_epsilon
 
     mech = LocalGaussian(epsilon=1.0, delta=1e-5)
     acc = PrivacyAccountant("pld", delta=1e-5)
@@ -115,7 +115,7 @@ def test_local_gaussian_uploads_compose_as_gaussian_events_at_the_runs_delta():
 def test_adp_fl_gaussian_uploads_are_stated_at_the_runs_delta_not_the_summed_one():
     """The offline ADP-FL config printed "ε = 9.948 (δ = 1e-05); guarantee: local (9.95,
     3e-05)-DP": three Gaussian uploads at δ = 1e-5 each, basic composition at the summed δ."""
-    from fl_lightning.privacy.local_budget import UploadMechanism
+    from fl_lightning.privacy.mechanisms.local_budget import UploadMechanism
 
     mech = UploadMechanism(mechanism="gaussian", clip_norm=1.0, delta=1e-5)
     acc = PrivacyAccountant("pld", delta=1e-5, target_epsilon=9.0)
@@ -150,7 +150,7 @@ def test_releases_whose_own_delta_sum_past_the_runs_delta_give_no_epsilon_at_it(
 
 def test_budget_check_does_not_replay_the_ledger(monkeypatch):
     """would_exceed composes only the histories the round extends (cached per client)."""
-    import fl_lightning.privacy.accountant as module
+    import fl_lightning.privacy.guarantee.accountant as module
 
     acc = PrivacyAccountant("pld", delta=1e-5, target_epsilon=50.0)
     sizes = [20 + 7 * c for c in range(30)]

@@ -8,13 +8,13 @@ import dp_accounting
 import pytest
 import torch
 
-from fl_lightning.privacy.adaptive_clipping import AdaptiveClipping, sum_noise_multiplier
-from fl_lightning.privacy.events import CohortSampling, SampledGaussian
-from fl_lightning.privacy.placement import CentralPrivacy
+from fl_lightning.privacy.accounting.events import CohortSampling, SampledGaussian
 from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.strategies.adaptive_clipping import AdaptiveClipping, sum_noise_multiplier
 from fl_lightning.strategies.central_dp import CentralGaussian
 from fl_lightning.strategies.dp_fedprox import DPFedProx
 from fl_lightning.strategies.fedavg import FedAvg
+from fl_lightning.strategies.placement import CentralPrivacy
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget
 from fl_lightning.testing import round_context
 
@@ -198,7 +198,7 @@ def test_it_plugs_into_any_summing_strategy_from_config():
                 "init_args": {
                     "weighting": "uniform",
                     "central_dp": {
-                        "class_path": "fl_lightning.privacy.adaptive_clipping.AdaptiveClipping",
+                        "class_path": "fl_lightning.strategies.adaptive_clipping.AdaptiveClipping",
                         "init_args": {"target_quantile": 0.5},
                     },
                 },

@@ -9,13 +9,13 @@ import pytest
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
-from fl_lightning.privacy.analysis import (
+from fl_lightning.privacy.accounting.analysis import (
     calibrate_noise_multiplier,
     epsilon,
     rdp_screen_epsilon,
     scaled,
 )
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.events import SampledGaussian
 
 DELTA = 1e-5
 
@@ -66,7 +66,7 @@ def test_prv_matches_opacus_prv_and_is_below_rdp():
 def test_prv_is_opacus_prv_to_the_last_digit(history, delta):
     """The PRV accountant computes Opacus' discretisation domain from cached per-step RDP
     (``analysis._prv_domain``): the same domain, so the same ε, exactly, as Opacus' own."""
-    from fl_lightning.privacy import analysis
+    from fl_lightning.privacy.accounting import analysis
 
     stock = PRVAccountant()
     stock.history = [(s, q, k) for s, q, k, _ in history]
@@ -153,7 +153,7 @@ def test_unknown_accountant_is_refused():
 def test_single_release_epsilon_is_the_root_of_the_hockey_stick_divergence(loss, delta):
     from dp_accounting.pld import privacy_loss_mechanism as plm
 
-    from fl_lightning.privacy.analysis import gaussian_epsilon, single_release_epsilon
+    from fl_lightning.privacy.accounting.analysis import gaussian_epsilon, single_release_epsilon
 
     kind, scale = loss
     pl = (
@@ -171,7 +171,7 @@ def test_single_release_epsilon_is_the_root_of_the_hockey_stick_divergence(loss,
 
 
 def test_gaussian_epsilon_is_cached():
-    from fl_lightning.privacy.analysis import gaussian_epsilon
+    from fl_lightning.privacy.accounting.analysis import gaussian_epsilon
 
     gaussian_epsilon(0.9, 1e-5)
     hits = gaussian_epsilon.cache_info().hits

@@ -11,7 +11,7 @@ has its own DP-SGD rate B/n_i and steps), and resume points (the accountant rebu
 1. the final ε never exceeds ``target_epsilon``;
 2. the stop is tight: the round it refused would have exceeded the target;
 3. the reported ε equals an independent recomputation from the logged events with
-   dp-accounting alone (not through ``fl_lightning.privacy.analysis``).
+   dp-accounting alone (not through ``fl_lightning.privacy.accounting.analysis``).
 
 Assumptions (the lead's accountant rewrite may change them; adapt ``round_events`` and
 ``independent_epsilon``, nothing else):
@@ -44,8 +44,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.accounting.events import LocalRelease, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 
 EXAMPLES = int(os.environ.get("FL_HYPOTHESIS_EXAMPLES", "30"))
 RANDOM = os.environ.get("FL_HYPOTHESIS_RANDOM") == "1"  # explore beyond the fixed examples

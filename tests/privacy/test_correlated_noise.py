@@ -11,9 +11,9 @@ import pytest
 import scipy.optimize
 import torch
 
-from fl_lightning.privacy.banded_mf import optimise_banded
-from fl_lightning.privacy.blt import blt_coefficients, optimise_blt
-from fl_lightning.privacy.matrix_mechanism import (
+from fl_lightning.privacy.correlated.banded_mf import optimise_banded
+from fl_lightning.privacy.correlated.blt import blt_coefficients, optimise_blt
+from fl_lightning.privacy.correlated.matrix_mechanism import (
     StreamingNoise,
     brute_force_sensitivity,
     factorization,
@@ -22,7 +22,7 @@ from fl_lightning.privacy.matrix_mechanism import (
     sqrt_coefficients,
     tree_nodes,
 )
-from fl_lightning.privacy.toeplitz_mf import toeplitz_loss, toeplitz_sensitivity
+from fl_lightning.privacy.correlated.toeplitz_mf import toeplitz_loss, toeplitz_sensitivity
 
 
 # -- Honaker's estimator ----------------------------------------------------------------------
@@ -178,7 +178,7 @@ def test_optimised_blt_is_valid_and_beats_the_tree_and_identity():
 
 
 # -- the strategy -----------------------------------------------------------------------------
-from fl_lightning.privacy.events import CohortSampling  # noqa: E402
+from fl_lightning.privacy.accounting.events import CohortSampling  # noqa: E402
 from fl_lightning.records import RoundContext  # noqa: E402
 from fl_lightning.strategies.dp_ftrl import DPFTRL  # noqa: E402
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget  # noqa: E402
@@ -333,7 +333,7 @@ def test_amplified_banded_event_is_k_poisson_gaussians_of_the_column_norm(kind):
     dp-accounting's own events here."""
     import dp_accounting
 
-    from fl_lightning.privacy.accountant import PrivacyAccountant
+    from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 
     s = DPFTRL(noise_multiplier=2.0, factorization=kind)
     s.setup_federation(_amplified_spec())
@@ -376,8 +376,8 @@ def test_amplification_refuses_what_its_theorem_does_not_cover(options, line):
 def test_amplified_sigma_calibrated_to_the_target():
     s = DPFTRL(noise_multiplier=None, factorization="banded")
     s.setup_federation(_amplified_spec(target=3.0))
-    from fl_lightning.privacy.analysis import epsilon
-    from fl_lightning.privacy.events import SampledGaussian
+    from fl_lightning.privacy.accounting.analysis import epsilon
+    from fl_lightning.privacy.accounting.events import SampledGaussian
 
     eps = epsilon([SampledGaussian(s.multiplier, 0.5, 3)], 1e-5, "pld")
     assert 2.9 < eps <= 3.0

@@ -14,7 +14,7 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from fl_lightning.privacy.matrix_mechanism import brute_force_sensitivity, factorization
+from fl_lightning.privacy.correlated.matrix_mechanism import brute_force_sensitivity, factorization
 from tests.conftest import REPO, TINY
 
 
@@ -45,7 +45,7 @@ def test_config_runs_and_its_epsilon_is_recomputed_independently(run_cli, tmp_pa
     strategy_state = _find(ckpt, "noise_multiplier")
     kind = "blt" if "blt" in config else "banded"
     if kind == "blt":
-        from fl_lightning.privacy.blt import blt_coefficients
+        from fl_lightning.privacy.correlated.blt import blt_coefficients
 
         coefficients = blt_coefficients(*(np.asarray(p) for p in strategy_state["blt"]), 4)
     else:

@@ -1,7 +1,7 @@
-"""The counter-based DP-SGD noise (``privacy/counter_noise.py``, ``privacy/dp_sgd_noise.py``):
-Philox4x32-10's published answers, the normal distribution (moments, Kolmogorov–Smirnov),
-independence across clients, steps and parameters, one bucket's draw equal to the clients' own
-streams, and the legacy ``torch`` generators unchanged bit for bit."""
+"""The counter-based DP-SGD noise (``privacy/mechanisms/counter_noise.py``,
+``privacy/mechanisms/dp_sgd_noise.py``): Philox4x32-10's published answers, the normal distribution
+(moments, Kolmogorov–Smirnov), independence across clients, steps and parameters, one bucket's draw
+equal to the clients' own streams, and the legacy ``torch`` generators unchanged bit for bit."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 import torch
 from scipy import stats
 
-from fl_lightning.privacy.counter_noise import (
+from fl_lightning.privacy.mechanisms.counter_noise import (
     CounterStream,
     philox4x32,
     standard_normals,
     stream_key,
 )
-from fl_lightning.privacy.dp_sgd_noise import BucketNoise, generator_noise, stream_noise
+from fl_lightning.privacy.mechanisms.dp_sgd_noise import BucketNoise, generator_noise, stream_noise
 from fl_lightning.utils.rng import generator_for
 
 
@@ -102,7 +102,7 @@ def test_a_bucket_draw_equals_each_clients_stream() -> None:
 def test_a_window_smaller_than_the_steps_gives_the_same_values(monkeypatch) -> None:
     """Under a memory window of one step the bucket's noise is drawn step by step, with the
     same values."""
-    import fl_lightning.privacy.dp_sgd_noise as module
+    import fl_lightning.privacy.mechanisms.dp_sgd_noise as module
 
     kw = {"seed": 0, "round_idx": 0, "clients": [0, 1], "shapes": [torch.Size([10])],
           "std": 1.0, "steps": 4, "device": torch.device("cpu")}  # fmt: skip

@@ -11,7 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fl_lightning.privacy.distributed_accounting import (
+from fl_lightning.privacy.accounting.events import DistributedNoiseEvent
+from fl_lightning.privacy.distributed.accounting import (
     ORDERS,
     calibrate_distributed_sigma,
     distributed_epsilon,
@@ -20,8 +21,7 @@ from fl_lightning.privacy.distributed_accounting import (
     round_rdp,
     survivor_distribution,
 )
-from fl_lightning.privacy.events import DistributedNoiseEvent
-from fl_lightning.privacy.secagg.encoding import heuristic_scale
+from fl_lightning.privacy.distributed.secagg.encoding import heuristic_scale
 
 N, Q, M, ROUNDS, TARGET, DELTA, DIM = 100, 0.2, 20, 40, 8.0, 1e-5, 1024
 

@@ -13,7 +13,7 @@ import pytest
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data import FederatedDataModule
 from fl_lightning.models.mlp import MLP
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.strategies.ddp_fedavg import DDPFedAvg
 from fl_lightning.testing import simulate
 

@@ -3,7 +3,7 @@ DP is keyed by the run's secret, never by the configured seed."""
 
 from __future__ import annotations
 
-from fl_lightning.privacy import distributed_dp
+from fl_lightning.strategies import distributed_dp
 from fl_lightning.utils import rng
 from tests.conftest import REPO, TINY
 
@@ -14,7 +14,7 @@ DDG = REPO / "configs" / "experiment" / "distributed_dp" / "ddg.yaml"
 def test_secagg_keys_and_noise_come_from_the_secret(tmp_path, monkeypatch):
     from fl_lightning.cli import main
 
-    monkeypatch.setattr("fl_lightning.server.module.draw_secret_seed", lambda: SECRET)
+    monkeypatch.setattr("fl_lightning.server.secure_seed.draw_secret_seed", lambda: SECRET)
     keys: list[int] = []
     generators: list[int] = []
     real_keys, real_generator = distributed_dp.RoundKeys, rng.generator_for

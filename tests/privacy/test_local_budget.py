@@ -1,11 +1,12 @@
-"""Local upload mechanisms and per-client ledgers (fl_lightning/privacy/local_budget.py)."""
+"""Local upload mechanisms and per-client ledgers
+(fl_lightning/privacy/mechanisms/local_budget.py)."""
 
 import math
 
 import pytest
 import torch
 
-from fl_lightning.privacy.local_budget import BudgetLedger, UploadMechanism
+from fl_lightning.privacy.mechanisms.local_budget import BudgetLedger, UploadMechanism
 
 
 def test_gaussian_upload_uses_the_classic_sigma_on_the_clipped_delta():
@@ -80,7 +81,7 @@ PLD_VALUES = [
 def test_single_event_epsilon_keeps_the_pld_values(eps_t, z, old):
     """The closed form gives the values of the discretised PLD (which rounds pessimistically,
     so it may only be a hair above), and the charge of an upload is unchanged."""
-    from fl_lightning.privacy.local_budget import _single_event_epsilon
+    from fl_lightning.privacy.mechanisms.local_budget import _single_event_epsilon
 
     _single_event_epsilon.cache_clear()
     new = _single_event_epsilon("gaussian", z, 1e-5)
@@ -91,7 +92,7 @@ def test_single_event_epsilon_keeps_the_pld_values(eps_t, z, old):
 
 
 def test_single_event_epsilon_of_laplace_is_one_over_the_scale_at_delta_zero_ish():
-    from fl_lightning.privacy.local_budget import _single_event_epsilon
+    from fl_lightning.privacy.mechanisms.local_budget import _single_event_epsilon
 
     # Laplace of scale b at sensitivity 1 is exactly (1/b)-DP; at δ > 0 the ε is a bit smaller
     assert _single_event_epsilon("laplace", 0.5, 1e-12) == pytest.approx(2.0, abs=1e-6)

@@ -1,4 +1,4 @@
-"""DP-FTRL's matrix mechanisms (privacy/matrix_mechanism.py, strategies/dp_ftrl.py): the
+"""DP-FTRL's matrix mechanisms (privacy/correlated/matrix_mechanism.py, strategies/dp_ftrl.py): the
 factorisations, their sensitivity against a brute force, the streamed noise's covariance against
 B·Bᵀ, tree aggregation against Kairouz et al.'s variance, C = I against independent noise, and
 resuming the noise mid-run."""
@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.analysis import epsilon
-from fl_lightning.privacy.events import CohortSampling, SampledGaussian
-from fl_lightning.privacy.matrix_mechanism import (
+from fl_lightning.privacy.accounting.analysis import epsilon
+from fl_lightning.privacy.accounting.events import CohortSampling, SampledGaussian
+from fl_lightning.privacy.correlated.matrix_mechanism import (
     StreamingNoise,
     brute_force_sensitivity,
     count_patterns,
@@ -24,6 +23,7 @@ from fl_lightning.privacy.matrix_mechanism import (
     prefix_sum_matrix,
     sqrt_coefficients,
 )
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.records import RoundContext
 from fl_lightning.strategies.dp_ftrl import DPFTRL
 from fl_lightning.strategies.spec import FederationSpec, PrivacyTarget

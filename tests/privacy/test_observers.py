@@ -1,5 +1,5 @@
-"""Every guarantee lists its observers (privacy/observers.py, issue 55): the third party who
-sees the released models (amplified where the cohorts are secret from it), the server (what the
+"""Every guarantee lists its observers (privacy/guarantee/observers.py, issue 55): the third party
+who sees the released models (amplified where the cohorts are secret from it), the server (what the
 server-side code receives: ∞ under central DP, each client's sums under SecAgg, priced with
 q = 1) and, under SecAgg, another client; the δ reading with P[privacy loss > ε]; the label of
 what computed the ε; the distributed budget stop's worst case."""
@@ -13,10 +13,14 @@ import math
 import numpy as np
 import pytest
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import DistributedNoiseEvent, RoundPrivacy, SampledGaussian
-from fl_lightning.privacy.observers import Observer, ServerSees, secure_sum_epsilons
-from fl_lightning.privacy.statement import RunFacts, privacy_statement
+from fl_lightning.privacy.accounting.events import (
+    DistributedNoiseEvent,
+    RoundPrivacy,
+    SampledGaussian,
+)
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.observers import Observer, ServerSees, secure_sum_epsilons
+from fl_lightning.privacy.guarantee.statement import RunFacts, privacy_statement
 from fl_lightning.server.run_files import ledger_of, summary_line
 from tests.conftest import REPO
 
@@ -54,7 +58,7 @@ def test_server_epsilon_of_the_stored_run_is_recomputed_from_its_survivor_sets(m
     ε (the audit: 19.1-21.2 for a client in 18 sums, 31.0 for one in all 40)."""
     from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
-    from fl_lightning.privacy.recompute import distributed_rows_rdp
+    from fl_lightning.privacy.accounting.recompute import distributed_rows_rdp
 
     ledger = json.loads((DDG / f"{mechanism}.privacy_ledger.json").read_text())
     rows = ledger["distributed"]
@@ -119,7 +123,7 @@ def test_client_side_noise_is_priced_without_amplification_against_the_server():
     acc = _quickstart("rdp")
     acc.server_view = ServerSees.NOISED_UPLOADS
     server = acc.observers()[1]
-    from fl_lightning.privacy.analysis import epsilon
+    from fl_lightning.privacy.accounting.analysis import epsilon
 
     assert server.epsilon == pytest.approx(epsilon([SampledGaussian(1.5, 1.0, 40)], 1e-5, "rdp"))
     assert server.epsilon > acc.epsilon
@@ -166,7 +170,11 @@ def test_accountant_label_names_what_computed_the_number():
     """q = 1 on ``prv``: the ε is the closed-form exact Gaussian of the composed multiplier
     (``analysis.epsilon`` takes that path), so it is labelled as such, not as Opacus' PRV, whose
     own figure differs (the audit: 2.2581 printed, 2.2683 Opacus')."""
-    from fl_lightning.privacy.analysis import EXACT_GAUSSIAN, effective_gaussian, gaussian_epsilon
+    from fl_lightning.privacy.accounting.analysis import (
+        EXACT_GAUSSIAN,
+        effective_gaussian,
+        gaussian_epsilon,
+    )
 
     acc = _quickstart("prv", q=1.0)
     guarantee = acc.report()["privacy/guarantee"]
@@ -180,7 +188,7 @@ def test_accountant_label_names_what_computed_the_number():
 
 
 def test_budget_stop_worst_case_is_one_more_round_with_the_fewest_survivors():
-    from fl_lightning.privacy.distributed_accounting import distributed_epsilon
+    from fl_lightning.privacy.distributed.accounting import distributed_epsilon
 
     events = [
         DistributedNoiseEvent.from_state(r)

@@ -1,4 +1,4 @@
-"""One-run empirical privacy (privacy/one_run.py): the Gaussian-fit estimate of Andrew et al.
+"""One-run empirical privacy (privacy/audit/one_run.py): the Gaussian-fit estimate of Andrew et al.
 2024 and the lower bound of Steinke, Nasr & Jagielski 2023, on the Gaussian mechanism alone
 (canary directions summed, Gaussian noise added, no training), where the true ε is known."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fl_lightning.privacy.one_run import (
+from fl_lightning.privacy.audit.one_run import (
     gaussian_fit_epsilon,
     gaussian_pair_delta,
     gaussian_pair_epsilon,
@@ -96,7 +96,7 @@ def test_steinke_p_value_is_the_binomial_tail_without_delta_and_monotone():
 
 
 def test_gdp_mu_inverts_the_gaussian_curve_and_infinity_stays_infinite():
-    from fl_lightning.privacy.one_run import gdp_mu
+    from fl_lightning.privacy.audit.one_run import gdp_mu
 
     for sigma in (0.7, 2.0):
         assert gdp_mu(analytic_epsilon(sigma), DELTA) == pytest.approx(1 / sigma, rel=1e-3)
@@ -104,7 +104,7 @@ def test_gdp_mu_inverts_the_gaussian_curve_and_infinity_stays_infinite():
 
 
 def test_planned_guesses_read_the_claim_and_are_all_of_them_without_privacy():
-    from fl_lightning.privacy.one_run import expected_correct, planned_guess_fraction
+    from fl_lightning.privacy.audit.one_run import expected_correct, planned_guess_fraction
 
     assert planned_guess_fraction(1000, math.inf, DELTA)[0] == 1.0
     fraction, expected = planned_guess_fraction(1000, 4.0, DELTA)
@@ -117,7 +117,7 @@ def test_planned_guesses_read_the_claim_and_are_all_of_them_without_privacy():
 def test_gaussian_curve_bound_is_valid_and_not_below_the_dp_bound(seed):
     """On the Gaussian mechanism (whose curve is μ-GDP, μ = 1/σ), the Gaussian-curve reading of
     the guesses never rejects the true μ, and it is at least Steinke et al.'s (ε, δ) bound."""
-    from fl_lightning.privacy.one_run import gdp_lower_bound
+    from fl_lightning.privacy.audit.one_run import gdp_lower_bound
 
     sigma = 1.0
     scores, inserted = gaussian_mechanism_scores(sigma, m=400, d=4000, seed=seed)

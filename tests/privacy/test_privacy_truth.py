@@ -9,9 +9,12 @@ import dp_accounting
 import pytest
 from scipy.stats import norm
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.analysis import calibrate_noise_multiplier, epsilon, local_epsilon
-from fl_lightning.privacy.budget import (
+from fl_lightning.privacy.accounting.analysis import (
+    calibrate_noise_multiplier,
+    epsilon,
+    local_epsilon,
+)
+from fl_lightning.privacy.accounting.budget import (
     BudgetError,
     ClientCost,
     dp_sgd_histories,
@@ -19,7 +22,8 @@ from fl_lightning.privacy.budget import (
     pareto_front,
     refuse_unaffordable_round,
 )
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.accounting.events import CohortSampling, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.mechanisms.ldp import LocalGaussian
 from fl_lightning.privacy.mechanisms.registry import make_local_mechanism

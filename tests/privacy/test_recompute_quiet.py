@@ -9,7 +9,7 @@ import logging
 
 import dp_accounting
 
-from fl_lightning.privacy.recompute import excluded_orders, gaussian_history_epsilon
+from fl_lightning.privacy.accounting.recompute import excluded_orders, gaussian_history_epsilon
 
 ROWS = [[1.5, 0.5, 1, 0]] * 40  # the quickstart's ledger: 40 rounds of σ 1.5 at q = 0.5
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fl_lightning.privacy import release_check
-from fl_lightning.privacy.release_check import (
+from fl_lightning.privacy.distributed import release_check
+from fl_lightning.privacy.distributed.release_check import (
     aggregate_probability,
     bits_problem,
     survivors_problem,

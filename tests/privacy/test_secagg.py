@@ -1,6 +1,6 @@
-"""Secure aggregation (privacy/secagg/): the decoded sum is the survivors' encoded sum exactly,
-one masked vector is uniform, the server is never handed an unmasked update, and the encoding
-decodes to the clipped update up to its rounding."""
+"""Secure aggregation (privacy/distributed/secagg/): the decoded sum is the survivors' encoded sum
+exactly, one masked vector is uniform, the server is never handed an unmasked update, and the
+encoding decodes to the clipped update up to its rounding."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import pytest
 import torch
 from scipy import stats
 
-from fl_lightning.privacy.distributed_dp import SecAggDistributedDP
-from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.privacy.secagg import protocol
-from fl_lightning.privacy.secagg.encoding import (
+from fl_lightning.privacy.accounting.events import CohortSampling
+from fl_lightning.privacy.distributed.secagg import protocol
+from fl_lightning.privacy.distributed.secagg.encoding import (
     center,
     conditional_round,
     padded_dimension,
@@ -25,7 +24,7 @@ from fl_lightning.privacy.secagg.encoding import (
     walsh_hadamard,
     wrap,
 )
-from fl_lightning.privacy.secagg.protocol import (
+from fl_lightning.privacy.distributed.secagg.protocol import (
     MaskedUpload,
     Reveal,
     RoundKeys,
@@ -34,6 +33,7 @@ from fl_lightning.privacy.secagg.protocol import (
     masking_graph,
 )
 from fl_lightning.records import ClientUpdate, RoundContext
+from fl_lightning.strategies.distributed_dp import SecAggDistributedDP
 
 BITS = 12
 

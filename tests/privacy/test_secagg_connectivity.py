@@ -1,6 +1,6 @@
 """The exact probability that SecAgg+'s survivors' masking graph splits
-(``privacy/secagg/connectivity.py``): equal to enumerating every dropout pattern of the graph
-``masking_graph`` builds, met by the rounds' simulated dropouts, and said at set-up."""
+(``privacy/distributed/secagg/connectivity.py``): equal to enumerating every dropout pattern of the
+graph ``masking_graph`` builds, met by the rounds' simulated dropouts, and said at set-up."""
 
 from __future__ import annotations
 
@@ -12,10 +12,17 @@ import math
 import pytest
 from scipy import stats
 
-from fl_lightning.privacy.distributed_dp import SecAggDistributedDP
-from fl_lightning.privacy.events import CohortSampling
-from fl_lightning.privacy.secagg.connectivity import fewest_neighbours, split_probability
-from fl_lightning.privacy.secagg.protocol import RoundKeys, masking_graph, survivor_components
+from fl_lightning.privacy.accounting.events import CohortSampling
+from fl_lightning.privacy.distributed.secagg.connectivity import (
+    fewest_neighbours,
+    split_probability,
+)
+from fl_lightning.privacy.distributed.secagg.protocol import (
+    RoundKeys,
+    masking_graph,
+    survivor_components,
+)
+from fl_lightning.strategies.distributed_dp import SecAggDistributedDP
 from fl_lightning.testing import round_context
 
 

@@ -12,13 +12,11 @@ import dataclasses
 import pytest
 import torch
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.distributed_accounting import round_rdp
-from fl_lightning.privacy.distributed_dp import SecAggDistributedDP
-from fl_lightning.privacy.events import CohortSampling, RoundPrivacy
-from fl_lightning.privacy.secagg import protocol
-from fl_lightning.privacy.secagg.encoding import wrap
-from fl_lightning.privacy.secagg.protocol import (
+from fl_lightning.privacy.accounting.events import CohortSampling, RoundPrivacy
+from fl_lightning.privacy.distributed.accounting import round_rdp
+from fl_lightning.privacy.distributed.secagg import protocol
+from fl_lightning.privacy.distributed.secagg.encoding import wrap
+from fl_lightning.privacy.distributed.secagg.protocol import (
     MaskedUpload,
     Reveal,
     SecAggClient,
@@ -26,7 +24,9 @@ from fl_lightning.privacy.secagg.protocol import (
     mask_vector,
     survivor_components,
 )
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.records import ClientUpdate
+from fl_lightning.strategies.distributed_dp import SecAggDistributedDP
 from fl_lightning.testing import round_context
 
 CLIENTS, DIM, BITS = 20, 64, 16  # the audit's 20 clients a round, 30 % dropout
@@ -127,7 +127,7 @@ def test_the_attack_recovers_an_isolated_survivor_without_the_check(monkeypatch)
     the server unmasks the isolated client's encoded update, its own noise share only."""
     r, victim = isolated_round()
     whole = lambda graph, survivors: [frozenset(int(s) for s in survivors)]  # noqa: E731
-    monkeypatch.setattr("fl_lightning.privacy.distributed_dp.survivor_components", whole)
+    monkeypatch.setattr("fl_lightning.strategies.distributed_dp.survivor_components", whole)
     monkeypatch.setattr(protocol, "survivor_components", whole)
     dp, ctx = secagg_plus(), ctx_of(r)
     uploads, reveals, encoded, (delta, observed) = server_round(dp, ctx, monkeypatch)

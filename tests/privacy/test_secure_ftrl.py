@@ -24,7 +24,7 @@ def _ftrl_args(root: Path, *extra: str) -> list[str]:
 
 
 def _draw(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fl_lightning.server.module.draw_secret_seed", lambda: SECRET)
+    monkeypatch.setattr("fl_lightning.server.secure_seed.draw_secret_seed", lambda: SECRET)
 
 
 def test_secure_dp_ftrl_noise_is_keyed_by_the_secret_and_written_nowhere(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_lightning.privacy.statement import SIMULATION_CLAUSE
+from fl_lightning.privacy.guarantee.statement import SIMULATION_CLAUSE
 from tests.conftest import QUICKSTART, TINY
 
 SECRET = 6_917_529_027_641_081_857  # what the patched OS draw returns (distinctive digits)
@@ -29,7 +29,7 @@ def _fit(root: Path, rounds: int, *extra: str) -> Path:
 
 def _draws(monkeypatch: pytest.MonkeyPatch, *values: int) -> None:
     it = iter(values)
-    monkeypatch.setattr("fl_lightning.server.module.draw_secret_seed", lambda: next(it))
+    monkeypatch.setattr("fl_lightning.server.secure_seed.draw_secret_seed", lambda: next(it))
 
 
 def _global_net(run_dir: Path) -> dict[str, torch.Tensor]:

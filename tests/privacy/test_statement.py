@@ -1,12 +1,12 @@
-"""``privacy_statement.md`` (privacy/statement.py): built from the ledger, it names the unit,
-adjacency, sampling and amplification, accountant, δ against 1/N, what is not covered, the
+"""``privacy_statement.md`` (privacy/guarantee/statement.py): built from the ledger, it names the
+unit, adjacency, sampling and amplification, accountant, δ against 1/N, what is not covered, the
 seed caveat and each event's parameters; the seed clause of the sentence."""
 
 from __future__ import annotations
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import LocalRelease, RoundPrivacy, SampledGaussian
-from fl_lightning.privacy.statement import (
+from fl_lightning.privacy.accounting.events import LocalRelease, RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.statement import (
     NOT_COVERED,
     SIMULATION_CLAUSE,
     RunFacts,
@@ -80,7 +80,7 @@ def test_seed_clause_only_on_claims_and_only_in_simulation():
 
 
 def test_the_statement_opens_with_the_plain_reading_and_the_scale():
-    from fl_lightning.privacy.statement import SCALE_SOURCE, scale_tier
+    from fl_lightning.privacy.guarantee.statement import SCALE_SOURCE, scale_tier
 
     acc = PrivacyAccountant("rdp", 1e-5)
     acc.record(RoundPrivacy(client_level=[SampledGaussian(1.5, 0.5, 1, 0)]))

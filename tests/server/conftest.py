@@ -114,7 +114,7 @@ ADAPTIVE = [
     "--strategy",
     json.dumps({"class_path": "fl_lightning.strategies.fedavg.FedAvg",
                 "init_args": {"weighting": "uniform", "central_dp": {
-                    "class_path": "fl_lightning.privacy.adaptive_clipping.AdaptiveClipping",
+                    "class_path": "fl_lightning.strategies.adaptive_clipping.AdaptiveClipping",
                     "init_args": {"clip_norm": 0.05, "noise_multiplier": 1.0,
                                   "count_noise_std": 1.0}}}}),
 ]  # fmt: skip

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from fl_lightning.client.config import DPSGDConfig, LocalTrainingConfig
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.analysis import epsilon
-from fl_lightning.privacy.budget import BudgetError, dp_sgd_event
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.accounting.analysis import epsilon
+from fl_lightning.privacy.accounting.budget import BudgetError, dp_sgd_event
+from fl_lightning.privacy.accounting.events import CohortSampling
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.server.privacy_plan import (
     calibrate_client_noise,
     planned_privacy,
@@ -101,7 +101,7 @@ def test_adaptive_noise_is_refused_on_accountants_without_adaptive_composition(a
 
 
 def test_adaptive_noise_is_named_in_the_guarantee():
-    from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+    from fl_lightning.privacy.accounting.events import RoundPrivacy, SampledGaussian
 
     acc = PrivacyAccountant("rdp", delta=1e-5)
     acc.adaptive_noise = "DPFL-AGN's ANR chooses σ_t from the released models"

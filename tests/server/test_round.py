@@ -7,9 +7,9 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import pytest
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.budget import BudgetError
-from fl_lightning.privacy.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.accounting.budget import BudgetError
+from fl_lightning.privacy.accounting.events import RoundPrivacy, SampledGaussian
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.server.privacy_plan import budget_stop
 from fl_lightning.server.settings import ServerSettings
 from fl_lightning.strategies.fedavg import FedAvg

@@ -9,7 +9,7 @@ from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.server.module import FederatedModule
 
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.accounting.events import CohortSampling
 from fl_lightning.records import ClientUpdate
 from fl_lightning.server.round import plan_round
 from fl_lightning.strategies.adp_fl import ADPFL, schedule_factor

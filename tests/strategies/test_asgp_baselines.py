@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.events import CohortSampling
+from fl_lightning.privacy.accounting.events import CohortSampling
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.records import ClientUpdate
 from fl_lightning.strategies.cpsgd import CPSGD
 from fl_lightning.strategies.dp_fedavg_local import DPFedAvgLocal, paper_gaussian_sigma

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.records import ClientUpdate
 from fl_lightning.strategies.dp_fedasgp import DPFedASGP, asgp_weights
 from fl_lightning.strategies.spec import FederationSpec

@@ -29,7 +29,7 @@ def test_fedprox_with_central_dp_releases_the_clipped_noisy_mean() -> None:
     """Central DP is a component any summing strategy takes: DP-FedProx given one clips each
     upload, sums and adds σC noise over qN, and spends a client-level event; without one it is
     the DP-SGD clients' record-level DP only."""
-    from fl_lightning.privacy.events import CohortSampling
+    from fl_lightning.privacy.accounting.events import CohortSampling
     from fl_lightning.strategies.central_dp import CentralGaussian
 
     s = DPFedProx(mu=0.1, central_dp=CentralGaussian(clip_norm=0.5, noise_multiplier=0.0))

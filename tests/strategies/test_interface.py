@@ -11,7 +11,7 @@ import inspect
 
 import pytest
 
-from fl_lightning.privacy.observers import ServerSees
+from fl_lightning.privacy.guarantee.observers import ServerSees
 from fl_lightning.strategies.base import Strategy, StrategyTraits
 from fl_lightning.strategies.cpsgd import CPSGD
 from fl_lightning.strategies.ddp_fedavg import DDPFedAvg

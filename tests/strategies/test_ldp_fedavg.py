@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.accounting.events import LocalRelease
 from fl_lightning.records import ClientUpdate, RoundContext
 from fl_lightning.strategies.ldp_fedavg import LDPFedAvg
 from fl_lightning.strategies.spec import FederationSpec

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from fl_lightning.privacy.analysis import epsilon
-from fl_lightning.privacy.clipping import clip_by_l2_norm_ as clip_parameters_
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.analysis import epsilon
+from fl_lightning.privacy.accounting.events import SampledGaussian
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_ as clip_parameters_
 from fl_lightning.records import ClientUpdate
 from fl_lightning.strategies.nbafl import (
     NbAFL,

@@ -105,8 +105,8 @@ def test_dp_fedavg_fixes_its_sigma_to_the_target_the_spec_carries(sampling):
     """σ is fixed in setup_federation from FederationSpec.privacy: the accountant that reports
     then spends the target over spec.rounds rounds of that sampling (within its bisection
     tolerance); a σ given is kept; no σ and no target is refused naming the field."""
-    from fl_lightning.privacy.accountant import PrivacyAccountant
-    from fl_lightning.privacy.events import CohortSampling
+    from fl_lightning.privacy.accounting.events import CohortSampling
+    from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
     from fl_lightning.strategies.dp_fedavg import DPFedAvg
     from fl_lightning.strategies.spec import PrivacyTarget
 

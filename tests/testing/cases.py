@@ -19,7 +19,7 @@ from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.strategies.adp_fl import ADPFL
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.dp_ftrl import DPFTRL

@@ -1,5 +1,5 @@
-"""The horizon contract, over every registered strategy (``privacy/horizon.py``): a run of K
-rounds resumed to 2K prints the ε of a fresh 2K-round run, or its resume is refused with one
+"""The horizon contract, over every registered strategy (``privacy/accounting/horizon.py``): a run
+of K rounds resumed to 2K prints the ε of a fresh 2K-round run, or its resume is refused with one
 line naming ``trainer.max_steps`` and the planned horizon. A resume is refused only where the
 accounting is bound to the planned rounds (``StrategyTraits.horizon_bound``, a calibrated σ)."""
 
@@ -15,7 +15,7 @@ import torch
 from fl_lightning.client.config import DPSGDConfig
 from fl_lightning.client.module import ClientModule
 from fl_lightning.models.mlp import MLP
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.testing import Simulation, epsilons_equal
 from tests.testing.cases import CLASSES, FEATURES, case_names, simulation

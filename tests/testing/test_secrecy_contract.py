@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.testing import Simulation, secrecy_problems
 from fl_lightning.testing.secrecy import keyed_by_other, recorded_generator_keys
 from tests.testing.cases import case, case_names, client

@@ -13,9 +13,9 @@ import logging
 import pytest
 import torch
 
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.adaptive_clipping import AdaptiveClipping
-from fl_lightning.privacy.server_view import ServerView
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.server_view import ServerView
+from fl_lightning.strategies.adaptive_clipping import AdaptiveClipping
 from fl_lightning.strategies.base import Strategy
 from fl_lightning.strategies.ddp_fedavg import DDPFedAvg
 from fl_lightning.strategies.fedavg import FedAvg

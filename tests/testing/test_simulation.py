@@ -9,8 +9,8 @@ import torch
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data.datamodule import FederatedDataModule
 from fl_lightning.models.mlp import MLP
-from fl_lightning.privacy.accountant import PrivacyAccountant
-from fl_lightning.privacy.budget import BudgetError
+from fl_lightning.privacy.accounting.budget import BudgetError
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.strategies.fedavg import FedAvg
 from fl_lightning.testing import Simulation, registered_strategies, round_context, simulate

@@ -21,7 +21,7 @@ python - "$run/privacy_ledger.json" <<'PY'
 import json
 import sys
 
-from fl_lightning.privacy.recompute import headline_epsilon
+from fl_lightning.privacy.accounting.recompute import headline_epsilon
 
 ledger = json.load(open(sys.argv[1]))
 sigma, q, steps, _ = ledger["client_level"][0]

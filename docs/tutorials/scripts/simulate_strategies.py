@@ -12,7 +12,7 @@ from my_fl import FedMedian, TinyNet
 
 from fl_lightning.client.module import ClientModule
 from fl_lightning.data import FederatedDataModule
-from fl_lightning.privacy.accountant import PrivacyAccountant
+from fl_lightning.privacy.guarantee.accountant import PrivacyAccountant
 from fl_lightning.strategies.dp_fedavg import DPFedAvg
 from fl_lightning.testing import simulate
 

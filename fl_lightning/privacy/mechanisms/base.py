@@ -5,8 +5,8 @@ give the event of exactly that noise, in one call.
 privatises. It
 
 1. **constrains** the input in place to the sensitivity the event assumes
-   (:meth:`Mechanism.constrain`: an L2 or L1 clip by ``privacy/clipping.py``; a no-op for a
-   mechanism whose input range is fixed by its caller, such as the [−1, 1] local mechanisms),
+   (:meth:`Mechanism.constrain`: an L2 or L1 clip by ``privacy/mechanisms/clipping.py``; a no-op for
+   a mechanism whose input range is fixed by its caller, such as the [−1, 1] local mechanisms),
 2. **adds the noise** (:meth:`Mechanism.privatize`), every draw from the ``generator`` it is
    handed, and
 3. **returns the event** of that noise beside the noisy tensor (:class:`Release`), built by the
@@ -17,12 +17,12 @@ So a release cannot be written without its event: the noise is drawn only inside
 a ``dp_accounting`` event built in ``strategies/``, ``server/`` or ``client/``). This is the
 shape of pfl's ``PrivacyMechanism`` (``constrain_sensitivity`` then ``add_noise``) with the
 event handed back at the moment the noise is added, as Opacus's optimizer reports its step;
-dp-accounting's ``DpEvent`` is the currency underneath (``privacy/events.py``).
+dp-accounting's ``DpEvent`` is the currency underneath (``privacy/accounting/events.py``).
 
 A round's events are also needed *before* the round trains (the budget stop prices it): a
 placement asks :meth:`Mechanism.event` for them, the same function ``release`` reports, so the
 priced event and the released one cannot differ. Where the server calls a mechanism is the
-placement's business (``privacy/placement.py``).
+placement's business (``strategies/placement.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fl_lightning.privacy.events import LocalRelease, SampledGaussian
+from fl_lightning.privacy.accounting.events import LocalRelease, SampledGaussian
 
 PrivacyEvent = LocalRelease | SampledGaussian
 """What one release spends: a local (upload) release, or one unamplified Gaussian whose

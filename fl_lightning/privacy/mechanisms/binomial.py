@@ -21,10 +21,10 @@ import math
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.accounting.events import LocalRelease
 from fl_lightning.privacy.mechanisms.base import Mechanism
-from fl_lightning.privacy.params import check_clip_norm
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 
 
 def next_power_of_two(n: int) -> int:

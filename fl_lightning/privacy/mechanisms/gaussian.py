@@ -6,10 +6,10 @@ import math
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import CohortSampling, SampledGaussian
+from fl_lightning.privacy.accounting.events import CohortSampling, SampledGaussian
 from fl_lightning.privacy.mechanisms.base import Mechanism, PrivacyEvent
-from fl_lightning.privacy.params import check_clip_norm, check_noise_multiplier
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
+from fl_lightning.privacy.mechanisms.params import check_clip_norm, check_noise_multiplier
 
 
 def classic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:

@@ -39,7 +39,7 @@ import math
 import torch
 
 from fl_lightning.privacy.mechanisms.base import Mechanism
-from fl_lightning.privacy.params import check_clip_norm
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 
 GRID_BITS_OVER_DIMENSION = 20
 """k = ⌈log₂ d⌉ + this: the grid adds at most 2⁻ᵏ·d ≤ 2⁻²⁰ to ε (for d ≤ 2²⁶ coordinates)."""

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import torch
 
-from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.accounting.events import LocalRelease
 from fl_lightning.privacy.mechanisms.base import Mechanism
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism, analytic_gaussian_sigma
 from fl_lightning.privacy.mechanisms.laplace import LaplaceMechanism

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import torch
 
-from fl_lightning.privacy.params import check_clip_norm
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 
 RANGE_MODES = ("clip", "scale", "adaptive")
 RANGE_SOURCES = ("global", "local")

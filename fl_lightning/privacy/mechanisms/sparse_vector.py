@@ -29,11 +29,11 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_l2_norm_
-from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.accounting.events import LocalRelease
 from fl_lightning.privacy.mechanisms.base import Mechanism, Release
+from fl_lightning.privacy.mechanisms.clipping import clip_by_l2_norm_
 from fl_lightning.privacy.mechanisms.laplace import add_laplace, sample_laplace
-from fl_lightning.privacy.params import check_clip_norm
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 
 ThresholdSchedule = Literal["published", "reversed"]
 Significance = Literal["signed", "magnitude"]

@@ -1,10 +1,10 @@
 """Clip-then-noise mechanisms on one client's whole upload (local DP), each with its event.
 
 Each follows the contract of ``base.py``: :meth:`~Mechanism.constrain` clips the upload to its
-L2 (or L1) norm C by ``privacy/clipping.py``, :meth:`~Mechanism.privatize` adds the noise in
-place from the client's generator, and :meth:`~Mechanism.event` is the
-:class:`~fl_lightning.privacy.events.LocalRelease` of one upload, the unit being the whole
-upload (any two clipped inputs of the client):
+L2 (or L1) norm C by ``privacy/mechanisms/clipping.py``, :meth:`~Mechanism.privatize` adds the noise
+in place from the client's generator, and :meth:`~Mechanism.event` is the
+:class:`~fl_lightning.privacy.accounting.events.LocalRelease` of one upload, the unit being the
+whole upload (any two clipped inputs of the client):
 
 * :class:`ClippedLaplace`: Lap(b) on every coordinate (``laplace.py``'s hole-free sampler), pure
   ε = Δ₁/b with Δ₁ the L1 diameter of the clip ball: 2C√d for an L2 clip, 2C for an L1 clip;
@@ -15,8 +15,8 @@ upload (any two clipped inputs of the client):
   Lap(b) only on the coordinates of largest Δ_j², which gives no guarantee unless every
   coordinate is noised.
 
-A mechanism whose budget comes from a ledger (``privacy/local_budget.py``, ADP-FL) passes the
-ledger's figures as ``charged``: the event is then that record, with the noise this mechanism
+A mechanism whose budget comes from a ledger (``privacy/mechanisms/local_budget.py``, ADP-FL) passes
+the ledger's figures as ``charged``: the event is then that record, with the noise this mechanism
 draws.
 """
 
@@ -27,13 +27,13 @@ import dataclasses
 import dp_accounting
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_norm_
-from fl_lightning.privacy.events import LocalRelease
+from fl_lightning.privacy.accounting.events import LocalRelease
 from fl_lightning.privacy.mechanisms.base import Mechanism, Release
+from fl_lightning.privacy.mechanisms.clipping import clip_by_norm_
 from fl_lightning.privacy.mechanisms.gaussian import sample_gaussian
 from fl_lightning.privacy.mechanisms.laplace import add_laplace
+from fl_lightning.privacy.mechanisms.params import check_clip_norm
 from fl_lightning.privacy.mechanisms.sparse_vector import defensible_epsilon, quantile_threshold
-from fl_lightning.privacy.params import check_clip_norm
 
 
 def gaussian_release_epsilon(*, noise_multiplier: float, delta: float) -> float:

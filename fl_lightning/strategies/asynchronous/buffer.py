@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fl_lightning.privacy.events import SampledGaussian
+from fl_lightning.privacy.accounting.events import SampledGaussian
 from fl_lightning.records import ClientUpdate
 
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 from scipy import stats
 
-from fl_lightning.privacy.mechanisms.ddg import ddg_tau, sample_discrete_gaussian
-from fl_lightning.privacy.mechanisms.distributed import EncodedSensitivity
-from fl_lightning.privacy.mechanisms.distributed_registry import (
+from fl_lightning.privacy.distributed.ddg import ddg_tau, sample_discrete_gaussian
+from fl_lightning.privacy.distributed.noise import EncodedSensitivity
+from fl_lightning.privacy.distributed.registry import (
     distributed_noise,
     distributed_noise_names,
 )
-from fl_lightning.privacy.mechanisms.skellam import sample_skellam
+from fl_lightning.privacy.distributed.skellam import sample_skellam
 
 N = 200_000
 

@@ -10,10 +10,10 @@ import dp_accounting
 import pytest
 import torch
 
-from fl_lightning.privacy.clipping import clip_by_norm_
-from fl_lightning.privacy.events import LocalRelease, SampledGaussian
+from fl_lightning.privacy.accounting.events import LocalRelease, SampledGaussian
 from fl_lightning.privacy.mechanisms.base import Mechanism
 from fl_lightning.privacy.mechanisms.binomial import BinomialMechanism, random_signs
+from fl_lightning.privacy.mechanisms.clipping import clip_by_norm_
 from fl_lightning.privacy.mechanisms.gaussian import GaussianMechanism
 from fl_lightning.privacy.mechanisms.ldp import LocalGaussian, LocalLaplace
 from fl_lightning.privacy.mechanisms.sparse_vector import SparseVectorPerturbation, split_budget
