@@ -79,16 +79,24 @@ def _browser() -> str | None:
     return next((p for b in BROWSERS if (p := shutil.which(b))), None)
 
 
-def _screenshot(browser: str, page: Path, out: Path, tmp: Path) -> np.ndarray:
+def _chromium(browser: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """One headless Chromium call with its own profile under ``tmp``; ``args`` end with the URL."""
     res = subprocess.run(
         [
             browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
             "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}",
-            "--window-size=1280,900", f"--screenshot={out}", page.as_uri(),
+            *args,
         ],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert res.returncode == 0 and out.is_file(), f"{browser} failed:\n{res.stderr[-2000:]}"
+    assert res.returncode == 0, f"{browser} failed:\n{res.stderr[-2000:]}"
+    return res
+
+
+def _screenshot(browser: str, url: str, out: Path, tmp: Path, *extra: str) -> np.ndarray:
+    """A 1280 x 900 screenshot of ``url`` (``extra``: more flags, e.g. a virtual-time budget)."""
+    _chromium(browser, tmp, *extra, "--window-size=1280,900", f"--screenshot={out}", url)
+    assert out.is_file(), f"{browser} wrote no screenshot"
     import matplotlib.image
 
     img = matplotlib.image.imread(out)  # floats in [0, 1], H x W x (3|4)
@@ -134,7 +142,7 @@ def _browser_or_skip() -> str:
 @pytest.mark.parametrize("page", ["index.html", "tutorials/first_private_run.html"])
 def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path) -> None:
     browser = _browser_or_skip()
-    img = _screenshot(browser, site / page, tmp_path / "shot.png", tmp_path)
+    img = _screenshot(browser, (site / page).as_uri(), tmp_path / "shot.png", tmp_path)
     assert img.shape[0] >= 800 and img.shape[1] >= 1200, img.shape
     reasons = blank_reasons(img)
     assert not reasons, f"{page} looks blank: {reasons}"
@@ -143,16 +151,7 @@ def test_the_site_renders_in_a_headless_browser(site: Path, page: str, tmp_path)
 def _search_dom(browser: str, url: str, tmp: Path) -> str:
     """The page's DOM after its scripts ran (``--virtual-time-budget``: timers and the search
     worker get 10 s of page time), as Chromium serialises it."""
-    res = subprocess.run(
-        [
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'profile'}",
-            "--virtual-time-budget=10000", "--dump-dom", url,
-        ],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert res.returncode == 0, f"{browser} failed:\n{res.stderr[-2000:]}"
-    return res.stdout
+    return _chromium(browser, tmp, "--virtual-time-budget=10000", "--dump-dom", url).stdout
 
 
 def search_results(dom: str) -> int:
@@ -177,20 +176,10 @@ def test_the_site_opened_from_disk_searches(site: Path, page: str, tmp_path) -> 
     dom = _search_dom(browser, url, tmp_path)
     assert search_results(dom) >= 3, f"{page}: the search found nothing from disk"
     assert "md-search-result__item" in dom
-    res = subprocess.run(
-        [
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            "--no-first-run", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'shot'}",
-            "--virtual-time-budget=10000", "--window-size=1280,900",
-            f"--screenshot={tmp_path / 'search.png'}", url,
-        ],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert res.returncode == 0, f"{browser} failed:\n{res.stderr[-2000:]}"
-    import matplotlib.image
-
-    img = (matplotlib.image.imread(tmp_path / "search.png")[..., :3] * 255).round()
-    assert not search_open_reasons(img.astype(np.int16)), search_open_reasons(img)
+    img = _screenshot(
+        browser, url, tmp_path / "search.png", tmp_path / "shot", "--virtual-time-budget=10000"
+    )
+    assert not search_open_reasons(img), search_open_reasons(img)
 
 
 def search_open_reasons(img: np.ndarray) -> list[str]:
