@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 
@@ -44,6 +45,17 @@ def out_dir(parser: argparse.ArgumentParser, out: str | None, name: str) -> Path
         return path.parent
     parser.error(f"--out: {out} is not a directory (the run is appended to <dir>/{name}.md)")
     return None  # unreachable: parser.error exits
+
+
+def commit() -> str:
+    """The code measured: ``git rev-parse --short HEAD`` of this checkout, ``+dirty`` when a
+    tracked file has uncommitted changes."""
+    repo = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return head + ("+dirty" if dirty else "")
 
 
 def run_header(title: str, machine: object, load_before: tuple, load_after: tuple) -> str:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _record import out_dir, record_run
+from _record import commit, out_dir, record_run
 
 REPO = Path(__file__).resolve().parents[1]
 PATHS = ("sequential", "vectorized", "auto")
@@ -164,19 +164,6 @@ def main() -> None:
                f"{args.reps} rotating repeats", intro=INTRO, lines=lines,
                load_before=load_before, command=" ".join(sys.argv), threads=1, note=args.note,
                rows=rows, reps=args.reps)  # fmt: skip
-
-
-def commit() -> str:
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", "fl_lightning"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return head + ("+dirty" if dirty else "")
 
 
 if __name__ == "__main__":

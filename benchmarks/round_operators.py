@@ -43,14 +43,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
 from types import SimpleNamespace
 
 import torch
-from _record import out_dir, record_run
+from _record import commit, out_dir, record_run
 from cohort_speed import UserCNN
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -194,13 +193,6 @@ def times(rnd: Round, reps: int) -> dict[str, float]:
         ratios.append(got["sequential"] / got["stacked"])
     return {"sequential_s": statistics.median(seq), "stacked_s": statistics.median(vec),
             "ratio": statistics.median(ratios), "ratios": ratios}  # fmt: skip
-
-
-def commit() -> str:
-    run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
-    return run.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> int:
