@@ -11,7 +11,7 @@ from pathlib import Path
 from fl_lightning.reports.repro import claims as claims_mod
 from fl_lightning.reports.repro import readme, registration, rules
 from fl_lightning.reports.repro.cells import one_provenance, provenance_of
-from fl_lightning.reports.repro.points import ReproRunner
+from fl_lightning.reports.repro.points import ReproRunner, machine
 from fl_lightning.reports.repro.provenance import rerunnable
 from fl_lightning.sweeps.spec import Point
 from fl_lightning.sweeps.store import ResultStore
@@ -122,6 +122,31 @@ def test_rows_without_threads_or_at_a_dirty_commit_are_run_again(tmp_path: Path)
     assert [p.id for p in todo] == ["old"] and done == 1
     assert runner.claimable("old", {"status": "finished"}, 1)
     assert not runner.claimable("new", {"status": "finished", "threads": 1, "commit": CLEAN}, 1)
+
+
+def test_rows_made_on_another_processor_run_again_once_here(tmp_path: Path):
+    here = machine()
+    assert here["cpu"] and here["isa"]
+    store = ResultStore(tmp_path)
+    sound = {"status": "finished", "threads": 1, "commit": CLEAN}
+    for pid, extra in (("unknown", {}), ("other", {"machine": {"cpu": "x", "isa": "AVX512"}})):
+        store.append({"id": pid, "sweep": "s", **sound, **extra})
+    store.append({"id": "here", "sweep": "s", **sound, "machine": here})
+    store.append({"id": "unnamed", "sweep": "s", **sound})
+    pts = [Point(i, {}, pid) for i, pid in enumerate(("unknown", "other", "here", "unnamed"))]
+    runner = ReproRunner(
+        [], store, name="s", data_root=None, rerun={"unknown", "other", "here"}, elsewhere="why"
+    )
+    todo, done, _ = runner.pending(pts)
+    # a re-runnable row made elsewhere runs again; one made here, or not named, does not
+    assert [p.id for p in todo] == ["unknown", "other"] and done == 2
+    runner.command_for = lambda point, run_dir: ["fl-lightning", "fit"]  # type: ignore[method-assign]
+    row = runner._running_row(pts[1], 2)
+    assert row["machine"] == here and row["rerun_reason"] == "why"
+    # without --rerun-elsewhere the same re-runnable rows are left alone
+    plain = ReproRunner([], store, name="s", data_root=None, rerun={"unknown", "other"})
+    plain.command_for = runner.command_for  # type: ignore[method-assign]
+    assert plain.pending(pts)[0] == [] and "rerun_reason" not in plain._running_row(pts[1], 2)
 
 
 def test_register_reruns_lists_the_points_once(tmp_path: Path):

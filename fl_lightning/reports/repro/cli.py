@@ -150,12 +150,20 @@ def build_parser() -> argparse.ArgumentParser:
         "re-runs as an exploratory plan first, then stop)",
     )
     p.add_argument(
+        "--rerun-elsewhere",
+        default=None,
+        metavar="WHY",
+        help="run again the stored points named by --point whose row was made on another "
+        "machine (no `machine` recorded, or another one): a new attempt recording this "
+        "machine and WHY; each point keeps its registered plan (same arm, seed and configs)",
+    )
+    p.add_argument(
         "--point",
         action="append",
         default=[],
         metavar="ID",
-        help="with --rerun-unverifiable: only these stored points (repeatable; e.g. the runs of "
-        "one verdict)",
+        help="with --rerun-unverifiable or --rerun-elsewhere: only these stored points "
+        "(repeatable; e.g. the runs of one verdict)",
     )
     p.add_argument("--report-only", action="store_true", help="run nothing; write documents")
     p.add_argument("--dry-run", action="store_true", help="print the points to run and stop")
@@ -192,6 +200,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproError("--threads: must be >= 1")
         if args.verify is not None and args.verify < 1:
             raise ReproError("--verify: must be >= 1")
+        if args.rerun_elsewhere is not None:
+            if not args.rerun_elsewhere.strip():
+                raise ReproError("--rerun-elsewhere: give the reason (WHY) the rows re-run")
+            if not args.point:
+                raise ReproError("--rerun-elsewhere: name the stored points with --point ID")
+            if args.rerun_unverifiable or args.register or args.verify or args.report_only:
+                raise ReproError(
+                    "--rerun-elsewhere: not with --rerun-unverifiable, --register, --verify "
+                    "or --report-only"
+                )
         defn = load_definition(
             args.paper, args.profile, Path(args.definition) if args.definition else None
         )
@@ -300,14 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         for i, c in enumerate(defn.claims)
     }
     rerun: set[str] = set()
-    if args.rerun_unverifiable:  # the stored points (also seeds beyond the definition's)
-        latest = store.latest()
+    if args.rerun_unverifiable or args.rerun_elsewhere is not None:
+        latest = store.latest()  # the stored points (also seeds beyond the definition's)
         points = with_stored_seeds(defn, points, set(latest), extra)
         rerun = {
             rp.point.id
             for rp in points
             if latest.get(rp.point.id, {}).get("status") == "finished"
-            and not rerunnable(latest[rp.point.id])
+            and (args.rerun_elsewhere is not None or not rerunnable(latest[rp.point.id]))
         }
         if args.point:
             unknown = sorted(set(args.point) - {rp.point.id for rp in points})
@@ -329,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.register:
         return _register(defn, registry, plans_now, out_dir)
-    runner = ReproRunner(points, store, name=name, rerun=rerun, **kw)
+    runner = ReproRunner(
+        points, store, name=name, rerun=rerun, elsewhere=args.rerun_elsewhere, **kw
+    )
     todo, done, _ = runner.pending([rp.point for rp in points])
     if args.dry_run:
         untuned = [r.arm for r in tuning if r.chosen is None]

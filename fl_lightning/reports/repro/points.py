@@ -45,6 +45,27 @@ def numeric_versions() -> dict[str, str]:
     return out
 
 
+def machine() -> dict[str, str]:
+    """The processor a run computes on: its model name and the vector instruction set torch
+    dispatches to (``torch.backends.cpu.get_cpu_capability``). The same commit, threads and
+    versions give other float sums on another processor (AVX-512 against AVX2 kernels, MKL's
+    code paths), so a row re-runs to the last digit on a machine with the same fingerprint."""
+    import platform
+
+    import torch
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": name, "isa": str(torch.backends.cpu.get_cpu_capability())}
+
+
 def _file_digest(paths: list[str]) -> str:
     return _digest(tuple(paths))
 
@@ -269,6 +290,7 @@ class ReproRunner(SweepRunner):
         threads: int = 1,
         plans: dict[str, str] | None = None,
         rerun: set[str] | None = None,
+        elsewhere: str | None = None,
         **kw: Any,
     ) -> None:
         self.by_id = {rp.point.id: rp for rp in points}
@@ -284,9 +306,17 @@ class ReproRunner(SweepRunner):
         # finished points whose row does not say how to re-run it (no threads, a +dirty
         # commit): run once more, a new attempt that records both (the old row stays)
         self.rerun = rerun or set()
+        # with ``elsewhere`` (the reason): the ``rerun`` points run once more on this machine
+        # even if their row says how to re-run it, because it was made on another processor
+        self.elsewhere = elsewhere
+        self.machine = machine()
 
     def _stale(self, point_id: str, last: dict[str, Any] | None) -> bool:
-        return point_id in self.rerun and last is not None and not rerunnable(last)
+        if point_id not in self.rerun or last is None:
+            return False
+        if self.elsewhere is not None and last.get("machine") != self.machine:
+            return True
+        return not rerunnable(last)
 
     def pending(self, points: list[Point]) -> tuple[list[Point], int, int]:
         todo, done, failed = super().pending(points)
@@ -308,6 +338,9 @@ class ReproRunner(SweepRunner):
         row = super()._running_row(point, attempt)
         row["threads"] = self.threads
         row["versions"] = numeric_versions()
+        row["machine"] = self.machine
+        if self.elsewhere is not None and point.id in self.rerun:
+            row["rerun_reason"] = self.elsewhere
         if point.id in self.plans:
             row["plan_sha256"] = self.plans[point.id]
         return row

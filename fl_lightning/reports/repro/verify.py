@@ -5,7 +5,9 @@ A cell is eligible when its row finished, recorded the intra-op thread count it 
 can be rebuilt). K of them are drawn at random (the seed is printed, and ``--verify-seed`` replays
 the draw), each re-run into a temporary store with its row's threads, and every key of the
 row's ``metrics`` is compared for equality (floats to the last digit). Each result is appended to
-``verification.jsonl`` beside the store, which the report lists."""
+``verification.jsonl`` beside the store, which the report lists, with the processor of the
+row and of the re-run (float sums differ between processors: a row made on another one re-runs
+here with ``--rerun-elsewhere``)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.reports.repro.points import ReproPoint, ReproRunner, numeric_versions
+from fl_lightning.reports.repro.points import ReproPoint, ReproRunner, machine, numeric_versions
 from fl_lightning.reports.repro.provenance import rerunnable
 from fl_lightning.sweeps.store import ResultStore
 
@@ -32,6 +34,10 @@ def eligible(store: ResultStore, points: list[ReproPoint]) -> list[str]:
         if rid in ids and rerunnable(row):
             out.append(rid)
     return sorted(out)
+
+
+def _processor(m: Any) -> str:
+    return f"{m['cpu']} ({m['isa']})" if isinstance(m, dict) else "a processor it does not record"
 
 
 def compare(stored: dict[str, Any], new: dict[str, Any]) -> tuple[int, list[str]]:
@@ -88,6 +94,8 @@ def verify(
             "differs": differs,
             "versions": numeric_versions(),
             "stored_versions": row.get("versions"),
+            "machine": machine(),
+            "stored_machine": row.get("machine"),
             "draw_seed": seed,
             "verified_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
@@ -99,6 +107,12 @@ def verify(
         with (store.root / LOG).open("a") as f:
             f.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
         verdict = "identical" if entry["identical"] else "DIFFERS: " + ", ".join(differs)
+        if not entry["identical"] and row.get("machine") != entry["machine"]:
+            verdict += (
+                f" (the row was made on {_processor(row.get('machine'))}, this run on "
+                f"{_processor(entry['machine'])}: --rerun-elsewhere WHY --point {rid} re-runs it "
+                "here)"
+            )
         print(f"{rid}: {verdict} ({n} metrics, {entry['threads']} thread(s))")
         out.append(entry)
     return out
