@@ -20,6 +20,7 @@ from fl_lightning.reports.repro import claims as claims_mod
 from fl_lightning.reports.repro import registration, verify
 from fl_lightning.reports.repro.cells import CellResult
 from fl_lightning.reports.repro.definition import Arm, ReproError, TableDef
+from fl_lightning.reports.repro.points import machine, processor_label
 from fl_lightning.sweeps import runner
 from fl_lightning.sweeps.store import ResultStore
 from tests.reports.test_repro import BASE, NONPRIVATE, InProcessFit
@@ -158,6 +159,14 @@ def test_verify_reruns_stored_cells_and_reports_them(tmp_path: Path, capsys, cle
     log = [json.loads(x) for x in (store / "verification.jsonl").read_text().splitlines()]
     assert len(log) == 2 and all(e["identical"] and e["metrics_compared"] >= 5 for e in log)
     assert all(e["commit"] == CLEAN and e["threads"] == 1 for e in log)
+    # the row and its re-run name the processor each ran on (float sums differ between them)
+    rows = [json.loads(x) for x in (store / "results.jsonl").read_text().splitlines()]
+    assert all(r["machine"] == machine() for r in rows if r.get("status") == "finished")
+    assert all(e["machine"] == e["stored_machine"] == machine() for e in log)
+    assert (
+        f"{processor_label(machine())}; {processor_label(machine())}"
+        in (out / "002.md").read_text()
+    )
     doc = json.loads((out / "002.json").read_text())
     assert {e["run"] for e in doc["verification"]} == {e["run"] for e in log}
     # the same seed draws the same cells

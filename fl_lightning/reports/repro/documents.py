@@ -13,7 +13,7 @@ from fl_lightning.reports.repro.cells import ArmCells, CellResult, TableResults,
 from fl_lightning.reports.repro.claims import POSITIVE_MIN, VERDICTS, _diagnostics
 from fl_lightning.reports.repro.definition import Arm, Definition, TableDef
 from fl_lightning.reports.repro.figures import TUNING_FIGURES
-from fl_lightning.reports.repro.points import TuneResult
+from fl_lightning.reports.repro.points import TuneResult, processor_label
 from fl_lightning.reports.repro.setting import same_setting_except
 from fl_lightning.reports.repro.stats import kendall
 from fl_lightning.reports.tables import load_paper
@@ -618,15 +618,18 @@ def _plans_markdown(doc: dict[str, Any]) -> list[str]:
         out += [
             "",
             "Stored cells re-run (`fl-lightning repro P --verify K`) with each row's recorded "
-            "threads: every stored metric compared.",
+            "threads: every stored metric compared. A row re-runs to the last digit on the "
+            "processor that made it (rows record it since 2026-11-29; earlier ones do not).",
             "",
-            "| Run | Threads | Re-run at | Metrics compared | Identical |",
-            "|---|---|---|---|---|",
+            "| Run | Threads | Re-run at | Processor (row; re-run) | Metrics compared "
+            "| Identical |",
+            "|---|---|---|---|---|---|",
         ]
         for e in ver:
             same = "yes" if e["identical"] else "no: " + ", ".join(e.get("differs") or [])
+            cpus = "; ".join(processor_label(e.get(k)) for k in ("stored_machine", "machine"))
             out.append(
-                f"| {e['run']} | {e['threads']} | `{str(e['commit'])[:12]}` | "
+                f"| {e['run']} | {e['threads']} | `{str(e['commit'])[:12]}` | {cpus} | "
                 f"{e['metrics_compared']} | {same} |"
             )
     return out

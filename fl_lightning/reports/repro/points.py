@@ -66,6 +66,12 @@ def machine() -> dict[str, str]:
     return {"cpu": name, "isa": str(torch.backends.cpu.get_cpu_capability())}
 
 
+def processor_label(m: Any) -> str:
+    """A recorded :func:`machine` as one phrase ("not recorded" for rows made before rows
+    recorded it)."""
+    return f"{m.get('cpu')} ({m.get('isa')})" if isinstance(m, dict) else "not recorded"
+
+
 def _file_digest(paths: list[str]) -> str:
     return _digest(tuple(paths))
 

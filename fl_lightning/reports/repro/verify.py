@@ -18,7 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fl_lightning.reports.repro.points import ReproPoint, ReproRunner, machine, numeric_versions
+from fl_lightning.reports.repro.points import (
+    ReproPoint,
+    ReproRunner,
+    machine,
+    numeric_versions,
+    processor_label,
+)
 from fl_lightning.reports.repro.provenance import rerunnable
 from fl_lightning.sweeps.store import ResultStore
 
@@ -34,10 +40,6 @@ def eligible(store: ResultStore, points: list[ReproPoint]) -> list[str]:
         if rid in ids and rerunnable(row):
             out.append(rid)
     return sorted(out)
-
-
-def _processor(m: Any) -> str:
-    return f"{m['cpu']} ({m['isa']})" if isinstance(m, dict) else "a processor it does not record"
 
 
 def compare(stored: dict[str, Any], new: dict[str, Any]) -> tuple[int, list[str]]:
@@ -109,9 +111,9 @@ def verify(
         verdict = "identical" if entry["identical"] else "DIFFERS: " + ", ".join(differs)
         if not entry["identical"] and row.get("machine") != entry["machine"]:
             verdict += (
-                f" (the row was made on {_processor(row.get('machine'))}, this run on "
-                f"{_processor(entry['machine'])}: --rerun-elsewhere WHY --point {rid} re-runs it "
-                "here)"
+                f" (the row was made on {processor_label(row.get('machine'))}, this run on "
+                f"{processor_label(entry['machine'])}: --rerun-elsewhere WHY --point {rid} "
+                "re-runs it here)"
             )
         print(f"{rid}: {verdict} ({n} metrics, {entry['threads']} thread(s))")
         out.append(entry)
