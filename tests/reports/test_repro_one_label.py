@@ -166,3 +166,30 @@ def test_the_readme_says_which_gaps_a_published_headline_fills():
     v = {"reading": "published", "gaps_filled": ["alpha_s = 0.5"]}
     assert readme._reading(v) == "published, gaps filled: alpha_s = 0.5"
     assert readme._reading({"reading": "published", "gaps_filled": []}) == "published"
+
+
+def test_a_verification_of_a_replaced_row_is_listed_apart(tmp_path: Path):
+    from fl_lightning.reports.repro.documents import _plans_markdown
+    from fl_lightning.reports.repro.verify import LOG, load_verification
+
+    latest = {
+        "kept": {"attempt": 1, "commit": CLEAN},
+        "legacy": {"attempt": 1, "commit": CLEAN},
+        "moved": {"attempt": 2, "commit": CLEAN},
+        "redone": {"attempt": 2, "commit": CLEAN},
+    }
+    base = {"commit": CLEAN, "threads": 1, "metrics_compared": 4}
+    log = [
+        {"run": "kept", "attempt": 1, "identical": True, "differs": []},
+        {"run": "legacy", "stored_commit": CLEAN, "identical": True, "differs": []},
+        {"run": "moved", "stored_commit": "27963bb", "identical": False, "differs": ["t/l"]},
+        {"run": "redone", "attempt": 1, "identical": False, "differs": ["t/a"]},
+        {"run": "unknown", "attempt": 1, "identical": True, "differs": []},
+    ]
+    (tmp_path / LOG).write_text("".join(json.dumps({**base, **e}) + "\n" for e in log))
+    now, earlier = load_verification(tmp_path, latest)
+    assert [e["run"] for e in now] == ["kept", "legacy"]
+    assert [e["run"] for e in earlier] == ["moved", "redone"]
+    text = "\n".join(_plans_markdown({"verification": now, "verification_replaced": earlier}))
+    assert "2 earlier row(s) that a re-run has since replaced" in text
+    assert "moved at `27963bb`" in text and "differed in t/l" in text

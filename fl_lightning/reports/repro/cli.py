@@ -492,10 +492,12 @@ def write_documents(
     positive = {t.label: _positive(t, arm_cells) for t in defn.tables if t.kind == "attack"}
     ids = {i for cs in arm_cells.values() for c in cs.values() for i in c.ids}
     deviations = annotate(defn, verdict_rows, entries or [], plans or {}, latest)
+    checked, replaced = load_verification(store.root, latest)
     top = {
         "rules": rules_id(),
         "plan_deviations": deviations,
-        "verification": load_verification(store.root, set(latest)),
+        "verification": checked,
+        "verification_replaced": replaced,
     }
     doc = build_json(
         defn,

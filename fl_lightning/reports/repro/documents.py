@@ -632,6 +632,20 @@ def _plans_markdown(doc: dict[str, Any]) -> list[str]:
                 f"| {e['run']} | {e['threads']} | `{str(e['commit'])[:12]}` | {cpus} | "
                 f"{e['metrics_compared']} | {same} |"
             )
+    gone = doc.get("verification_replaced") or []
+    if gone:
+        out += [
+            "",
+            f"Verifications of {len(gone)} earlier row(s) that a re-run has since replaced "
+            "(`--rerun-elsewhere`: the row was made on another processor): "
+            + "; ".join(
+                f"{e['run']} at `{str(e.get('stored_commit'))[:12]}`, re-run at "
+                f"`{str(e['commit'])[:12]}`: "
+                + ("identical" if e["identical"] else "differed in " + ", ".join(e["differs"]))
+                for e in gone
+            )
+            + ".",
+        ]
     return out
 
 

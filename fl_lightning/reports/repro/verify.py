@@ -88,6 +88,7 @@ def verify(
             differs = [f"the re-run {new.get('status')}: {new.get('error', '')}"]
         entry = {
             "run": rid,
+            "attempt": row.get("attempt"),
             "commit": commit,
             "stored_commit": row.get("commit"),
             "threads": int(row["threads"]),
@@ -120,16 +121,32 @@ def verify(
     return out
 
 
-def load_verification(store_root: Path, ids: set[str]) -> list[dict[str, Any]]:
-    """The latest verification of each stored cell in ``ids`` (in the order first verified)."""
+def load_verification(
+    store_root: Path, latest: dict[str, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The latest verification of each stored cell of ``latest`` (id -> its current row), in
+    the order first verified, split in two: those of the row the cell holds now, and those of
+    an earlier attempt that a re-run has since replaced (``--rerun-elsewhere``: made on
+    another processor). An entry names the attempt it re-ran (``attempt``); older entries,
+    which do not, are matched by the commit of the row they re-ran (``stored_commit``)."""
     path = store_root / LOG
-    latest: dict[str, dict[str, Any]] = {}
+    found: dict[str, dict[str, Any]] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             try:
                 e = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if e.get("run") in ids:
-                latest[e["run"]] = e
-    return list(latest.values())
+            if e.get("run") in latest:
+                found[e["run"]] = e
+    now: list[dict[str, Any]] = []
+    earlier: list[dict[str, Any]] = []
+    for rid, e in found.items():
+        row = latest[rid]
+        same = (
+            e["attempt"] == row.get("attempt")
+            if "attempt" in e
+            else e.get("stored_commit") == row.get("commit")
+        )
+        (now if same else earlier).append(e)
+    return now, earlier
