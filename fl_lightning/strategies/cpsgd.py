@@ -10,7 +10,9 @@ Privacy (``fl_lightning.privacy.mechanisms.binomial``): Theorem 1 of the paper, 
 level sensitivities of one client's clipped update. ``trust: local`` (default) uses the client's
 own noise only (N = m) because no secure aggregation is simulated and the server sees every
 upload; ``trust: aggregate`` uses N = m·|cohort| (the paper's setting, secure aggregation
-assumed). Per-round ε goes to the accountant's local ledger (basic composition over rounds).
+assumed) for the released model, while the server, which receives every upload, is priced at
+N = m (its row of the guarantee's observers). Per-round ε goes to the accountant's local ledger
+(basic composition over rounds).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.accounting.events import RoundPrivacy
+from fl_lightning.privacy.accounting.events import LocalRelease, RoundPrivacy
 from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.privacy.mechanisms.binomial import (
     BinomialMechanism,
@@ -206,12 +208,20 @@ class CPSGD(Strategy):
         return dataclasses.replace(super().traits, private=True)
 
     def round_privacy(self, ctx: RoundContext) -> RoundPrivacy:
-        """The mechanism's event per upload, or why Theorem 1 gives nothing."""
+        """The mechanism's event per upload, or why Theorem 1 gives nothing. Under ``trust:
+        aggregate`` the released sum is priced with the cohort's noise (N = m·|cohort|), and
+        each upload as the server receives it (no secure aggregation is simulated: it sees
+        every upload) with its own client's only (N = m; ε = ∞ where Theorem 1 gives nothing
+        at N = m)."""
         mechanism = self.mechanism(max(len(ctx.cohort), 1))
         release = mechanism.event(self.padded)
         if release is None:
             return RoundPrivacy(no_guarantee=mechanism.no_guarantee)
-        return RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
+        spent = RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
+        if self.trust == "aggregate":
+            alone = self.mechanism(1).event(self.padded) or LocalRelease(math.inf, self.delta)
+            spent.local_seen_by_server = {cid: [alone] for cid in ctx.cohort}
+        return spent
 
     def state_dict(self) -> dict:
         return {"trials": self.trials}

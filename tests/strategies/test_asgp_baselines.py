@@ -87,6 +87,35 @@ def test_cpsgd_calibrates_trials_and_reports_epsilon():
     assert ", 0.0001)-DP" in report["privacy/guarantee"]
 
 
+def _observed(trust: str, rounds: int = 2) -> tuple[PrivacyAccountant, dict[str, float]]:
+    s = CPSGD(epsilon=2.0, levels=16, trust=trust)
+    s.setup_federation(FederationSpec(num_clients=10, num_parameters=5000, seed=0))
+    acc = PrivacyAccountant(delta=1e-4)
+    for r in range(rounds):
+        acc.record(s.round_privacy(ctx(5000, round_idx=r)))
+    return acc, {o.observer.value: o.epsilon for o in acc.observers()}
+
+
+def test_cpsgd_trust_aggregate_prices_the_server_by_each_upload_alone():
+    # the released sum carries three clients' noise; the server receives each upload alone
+    acc, seen = _observed("aggregate")
+    _, local = _observed("local")
+    assert seen["third_party"] == acc.report()["privacy/epsilon"]
+    assert seen["third_party"] < seen["server"] == local["server"] == local["third_party"]
+    rows = {o.observer.value: o.priced for o in acc.observers()}
+    assert "only its own client's noise" in rows["server"]
+    # a checkpoint keeps the server's ledger; one written before it kept none prices the
+    # server by the ledger it had
+    again = PrivacyAccountant(delta=1e-4)
+    again.load_state_dict(acc.state_dict())
+    assert {o.observer.value: o.epsilon for o in again.observers()} == seen
+    old = {k: v for k, v in acc.state_dict().items() if k != "local_seen_by_server"}
+    again.load_state_dict(old)
+    assert {o.observer.value: o.epsilon for o in again.observers()}["server"] == (
+        seen["third_party"]
+    )
+
+
 @pytest.mark.parametrize("sparsifier", ["top_k", "rand_k"])
 def test_fedsmp_keeps_exactly_k(sparsifier):
     d = 1000

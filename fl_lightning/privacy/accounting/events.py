@@ -190,6 +190,11 @@ class RoundPrivacy:
     client_level: list[SampledGaussian] = field(default_factory=list)
     record_level: dict[int, list[SampledGaussian]] = field(default_factory=dict)
     local: dict[int, list[LocalRelease]] = field(default_factory=dict)
+    local_seen_by_server: dict[int, list[LocalRelease]] = field(default_factory=dict)
+    """Each of ``local``'s uploads priced as the server receives it, where that is more than
+    the released model shows (cpSGD's ``trust: aggregate`` prices the released sum with every
+    client's noise, but the server receives each upload with its own share); empty: the server
+    is priced by ``local`` itself."""
     no_guarantee: str | None = None
     distributed: list[DistributedNoiseEvent] = field(default_factory=list)
     """Client-level rounds of distributed DP behind secure aggregation (RDP-accounted)."""

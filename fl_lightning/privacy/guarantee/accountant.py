@@ -75,6 +75,31 @@ LocalKey = tuple[float, float, str, int, float]
 """(ε, δ, unit, units, noise multiplier) of one kind of local release."""
 
 
+def _dump_local(ledger: dict[int, dict[LocalKey, int]]) -> dict[int, list[list[Any]]]:
+    return {
+        cid: [[e, d, unit, units, n, z] for (e, d, unit, units, z), n in rows.items()]
+        for cid, rows in ledger.items()
+    }
+
+
+def _load_local(rows_by_client: dict[Any, list[list[Any]]]) -> dict[int, dict[LocalKey, int]]:
+    """:func:`_dump_local`'s rows back (rows of checkpoints written before Gaussian releases
+    carried σ/Δ have 5 fields)."""
+    return {
+        int(c): {
+            (
+                float(r[0]),
+                float(r[1]),
+                str(r[2]),
+                int(r[3]),
+                float(r[5]) if len(r) > 5 else 0.0,
+            ): int(r[4])
+            for r in rows
+        }
+        for c, rows in rows_by_client.items()
+    }
+
+
 def describe_sampling(events: list[SampledGaussian], what: str) -> str:
     """Adjacency and sampling of a client-level history, in words."""
     last = events[-1]
@@ -136,6 +161,9 @@ class PrivacyAccountant(Callback):
         self.record_level: dict[int, list[SampledGaussian]] = {}
         self.local: dict[int, dict[LocalKey, int]] = {}
         """Per client: how many uploads of each (ε, δ, unit, coordinates, σ/Δ) release."""
+        self.local_seen_by_server: dict[int, dict[LocalKey, int]] = {}
+        """The same uploads priced as the server receives them (``RoundPrivacy.
+        local_seen_by_server``; else as in ``local``): the server's row of the observers."""
         self.distributed: list[DistributedNoiseEvent] = []
         """Client-level rounds of distributed DP behind SecAgg (RDP, whatever ``accountant``:
         ``privacy/distributed/accounting.py``)."""
@@ -220,12 +248,16 @@ class PrivacyAccountant(Callback):
             self.record_level.setdefault(c, []).extend(events)
             self._record_histories[c] = extend_history(self._record_histories.get(c, ()), events)
             self._record_eps.pop(c, None)
-        for cid, releases in spent.local.items():
-            ledger = self.local.setdefault(int(cid), {})
-            for r in releases:
-                key = local_key(r)
-                ledger[key] = ledger.get(key, 0) + 1
-            self._local_eps.pop(int(cid), None)
+        for ledgers, spent_local in (
+            (self.local, spent.local),
+            (self.local_seen_by_server, spent.local_seen_by_server or spent.local),
+        ):
+            for cid, releases in spent_local.items():
+                ledger = ledgers.setdefault(int(cid), {})
+                for r in releases:
+                    key = local_key(r)
+                    ledger[key] = ledger.get(key, 0) + 1
+                self._local_eps.pop(int(cid), None)
         if spent.no_guarantee:
             self.no_guarantee = spent.no_guarantee
         self.rounds += 1
@@ -369,6 +401,10 @@ class PrivacyAccountant(Callback):
             return []
         eps = self.epsilon if headline is None else headline
         server_eps = None
+        if level == "local" and self.local_seen_by_server != self.local:
+            server_eps = max(
+                self._local_epsilon(rows)[0] for rows in self.local_seen_by_server.values()
+            )
         if level == "client" and self.server_view == ServerSees.NOISED_UPLOADS:
             own = [
                 SampledGaussian(e.noise_multiplier / (2.0 if e.population else 1.0), 1.0, e.steps)
@@ -551,10 +587,8 @@ class PrivacyAccountant(Callback):
         return {
             "client_level": dump(self.client_level),
             "record_level": {cid: dump(ev) for cid, ev in self.record_level.items()},
-            "local": {
-                cid: [[e, d, unit, units, n, z] for (e, d, unit, units, z), n in rows.items()]
-                for cid, rows in self.local.items()
-            },
+            "local": _dump_local(self.local),
+            "local_seen_by_server": _dump_local(self.local_seen_by_server),
             "distributed": [e.to_state() for e in self.distributed],
             "no_guarantee": self.no_guarantee,
             "rounds": self.rounds,
@@ -579,24 +613,16 @@ class PrivacyAccountant(Callback):
 
         self.client_level = load(state_dict["client_level"])
         self.record_level = {int(c): load(r) for c, r in state_dict["record_level"].items()}
-        # Local rows of checkpoints written before Gaussian releases carried σ/Δ have 5 fields.
-        self.local = {
-            int(c): {
-                (
-                    float(r[0]),
-                    float(r[1]),
-                    str(r[2]),
-                    int(r[3]),
-                    float(r[5]) if len(r) > 5 else 0.0,
-                ): int(r[4])
-                for r in rows
-            }
-            for c, rows in state_dict.get("local", {}).items()
-        }
+        self.local = _load_local(state_dict.get("local", {}))
         if "local_epsilon" in state_dict:  # checkpoints written before per-unit local ledgers
             for c, eps in state_dict["local_epsilon"].items():
                 d = float(state_dict.get("local_delta", {}).get(c, 0.0))
                 self.local.setdefault(int(c), {})[(float(eps), d, "upload", 1, 0.0)] = 1
+        # checkpoints written before the server's pricing was kept: it is the ledger's own
+        seen = state_dict.get("local_seen_by_server")
+        self.local_seen_by_server = (
+            _load_local(seen) if seen is not None else {c: dict(r) for c, r in self.local.items()}
+        )
         self.distributed = [
             DistributedNoiseEvent.from_state(r) for r in state_dict.get("distributed", [])
         ]

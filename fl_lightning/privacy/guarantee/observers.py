@@ -216,7 +216,9 @@ def observer_table(
 ) -> list[ObserverEpsilon]:
     """The rows of a run's guarantee (module docstring). ``level``: ``client``, ``distributed``,
     ``record``, ``local`` or ``none``; ``headline``: the third party's ε; ``server_epsilon``: the
-    server's ε of client-side noise composed without amplification (``NOISED_UPLOADS``);
+    server's ε of client-side noise composed without amplification (``NOISED_UPLOADS``), or,
+    at the local level, of each upload as the server receives it when that is more than the
+    released sum shows (None: the headline's own releases);
     ``secure_sum``: the server's per-client ε under SecAgg."""
     third = ObserverEpsilon(
         Observer.THIRD_PARTY, RECEIVES["third_party"], headline, sampling_words(amplified)
@@ -231,7 +233,14 @@ def observer_table(
             if level == "record"
             else "each upload's own noise, no amplification"
         )
-        return [third, ObserverEpsilon(Observer.SERVER, RECEIVES[level], headline, priced)]
+        seen = headline
+        if level == "local" and server_epsilon is not None:
+            seen = server_epsilon  # it receives each upload, the third party only their sum
+            priced = (
+                "each upload with only its own client's noise (the third party's ε counts every "
+                "client's noise in the sum), no amplification"
+            )
+        return [third, ObserverEpsilon(Observer.SERVER, RECEIVES[level], seen, priced)]
     if level == "distributed":
         assert secure_sum is not None
         worst = secure_sum.worst if secure_sum.epsilon else None
