@@ -402,9 +402,8 @@ class PrivacyAccountant(Callback):
         eps = self.epsilon if headline is None else headline
         server_eps = None
         if level == "local" and self.local_seen_by_server != self.local:
-            server_eps = max(
-                self._local_epsilon(rows)[0] for rows in self.local_seen_by_server.values()
-            )
+            distinct = {frozenset(rows.items()) for rows in self.local_seen_by_server.values()}
+            server_eps = max(self._local_epsilon(dict(rows))[0] for rows in distinct)
         if level == "client" and self.server_view == ServerSees.NOISED_UPLOADS:
             own = [
                 SampledGaussian(e.noise_multiplier / (2.0 if e.population else 1.0), 1.0, e.steps)
