@@ -24,7 +24,7 @@ from typing import Literal
 
 import torch
 
-from fl_lightning.privacy.accounting.events import LocalRelease, RoundPrivacy
+from fl_lightning.privacy.accounting.events import RoundPrivacy
 from fl_lightning.privacy.guarantee.server_view import ServerView
 from fl_lightning.privacy.mechanisms.binomial import (
     BinomialMechanism,
@@ -219,7 +219,7 @@ class CPSGD(Strategy):
             return RoundPrivacy(no_guarantee=mechanism.no_guarantee)
         spent = RoundPrivacy(local={cid: [release] for cid in ctx.cohort})
         if self.trust == "aggregate":
-            alone = self.mechanism(1).event(self.padded) or LocalRelease(math.inf, self.delta)
+            alone = self.mechanism(1).observed_event(self.padded)
             spent.local_seen_by_server = {cid: [alone] for cid in ctx.cohort}
         return spent
 

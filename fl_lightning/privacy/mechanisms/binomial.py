@@ -291,3 +291,8 @@ class BinomialMechanism(Mechanism):
         if math.isinf(eps):
             return None
         return LocalRelease(eps, self.delta, "upload")
+
+    def observed_event(self, dimension: int) -> LocalRelease:
+        """One upload as an observer's ledger prices it: :meth:`event`, or ε = ∞ where the
+        theorem gives nothing (an observer's row says ∞; the run's headline refuses instead)."""
+        return self.event(dimension) or LocalRelease(math.inf, self.delta, "upload")
