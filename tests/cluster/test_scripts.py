@@ -158,4 +158,4 @@ def test_the_batch_scripts_carry_the_cluster_lines_and_the_environment_step(tmp_
         filled = directives(filled_in(script, tmp_path))
         assert {"--partition", "--account", "--constraint"} <= set(filled), script.name
         text = script.read_text()
-        assert 'module load ${MODULES}' in text and 'source "${VENV:-.venv}/bin/activate"' in text
+        assert "module load ${MODULES}" in text and 'source "${VENV:-.venv}/bin/activate"' in text

@@ -113,6 +113,7 @@ def _wait(proc, timeout: float = 300) -> int:
 
 @pytest.mark.ddp
 @pytest.mark.fault
+@pytest.mark.heavy
 def test_a_slurm_job_equals_one_process_and_a_requeued_one_the_uninterrupted_job(
     tmp_path, monkeypatch
 ):

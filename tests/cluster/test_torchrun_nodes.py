@@ -28,7 +28,7 @@ from tests.reliability.runs import EVERY_ROUND, assert_same_result
 from tests.server.conftest import COMMON
 from tests.server.test_ddp_equivalence import assert_same_run
 
-pytestmark = pytest.mark.ddp
+pytestmark = [pytest.mark.ddp, pytest.mark.heavy]
 
 SCRIPT = SLURM / "torchrun_multinode.sh"
 # The CSV logger too (relative to the node's directory), to see that rank 1 logs nothing.

@@ -199,6 +199,7 @@ def simulate(cfg: dict) -> tuple[PrivacyAccountant, list[RoundPrivacy], RoundPri
 
 
 @pytest.mark.fault
+@pytest.mark.heavy
 @settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -60,7 +60,9 @@ def test_the_plan_covers_the_spread_of_the_spend():
     assert len(ORDERS) == plan.shape[0]
 
 
-@pytest.mark.parametrize("plan", ["distribution", "expected"])
+@pytest.mark.parametrize(
+    "plan", [pytest.param("distribution", marks=pytest.mark.heavy), "expected"]
+)
 def test_a_calibrated_run_reaches_its_rounds_with_high_probability(plan):
     """300 runs' survivor sequences (Binomial(N, q) a round): the fraction whose 40 rounds, each
     priced with its own survivors, stay within the target. Calibrated with the distribution:

@@ -225,6 +225,7 @@ def test_bad_arguments_are_one_line_errors(argv, field, capsys):
     assert err.startswith(f"error: {field}") and "\n" not in err
 
 
+@pytest.mark.heavy
 def test_paper_profile_runs_one_round_on_synthetic_stand_ins(tmp_path: Path, capsys):
     """The paper profile (offline MNIST, the paper's CNN, 1000 rounds) builds and runs
     one round when its data is replaced by synthetic 28x28 images."""

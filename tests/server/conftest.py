@@ -337,3 +337,11 @@ def ddp_runs(tmp_path_factory) -> DDPRuns:
             root.mkdir()
             _save(_launch(root), saved)
     return _load(root, saved)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads the session's DDP batch (``ddp_runs``: about 100 s of launches on 2
+    cores, paid once) is ``heavy``: .ci/run runs it after the fast suite."""
+    for item in items:
+        if "ddp_runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.heavy)
