@@ -309,7 +309,8 @@ class FederatedRound:
         spent = copy_events(self.strategy.round_privacy(ctx) if events is None else events)
         spent.record_level.update(stats.dp_steps)
         self.accountant.record(spent)
-        return {k: v for k, v in self.accountant.report().items() if isinstance(v, float)}
+        report = self.accountant.report(tail=False)  # the tail: in the summary, not each round
+        return {k: v for k, v in report.items() if isinstance(v, float)}
 
 
 def plan_round(strategy: Strategy, sampled: RoundContext) -> tuple[RoundContext, RoundPlan]:

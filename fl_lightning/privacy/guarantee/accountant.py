@@ -325,9 +325,11 @@ class PrivacyAccountant(Callback):
         )
         return eps, self.delta, sentence
 
-    def report(self) -> dict[str, Any]:
+    def report(self, *, tail: bool = True) -> dict[str, Any]:
         """The metrics to log: ε per level (all at ``privacy/delta``), the headline ε and the
-        guarantee in words."""
+        guarantee in words. ``tail``: also P[privacy loss > ε] (``privacy/loss_tail``, a dense
+        PLD pass of about a millisecond; the run's summary and statement read it, a round's
+        log leaves it out)."""
         out: dict[str, Any] = {"privacy/delta": self.delta}
         local = self._local_report(out)
         eps_client = eps_record = None
@@ -352,9 +354,9 @@ class PrivacyAccountant(Callback):
             if rows[1].epsilon_mean is not None:
                 out["privacy/epsilon_server_mean"] = rows[1].epsilon_mean
             out["privacy/observers"] = [r.to_state() for r in rows]
-        tail = self.loss_tail(eps)
-        if tail is not None:
-            out["privacy/loss_tail"] = tail
+        beyond = self.loss_tail(eps) if tail else None
+        if beyond is not None:
+            out["privacy/loss_tail"] = beyond
         return out
 
     def _level(self) -> str | None:
@@ -519,7 +521,7 @@ class PrivacyAccountant(Callback):
 
     @property
     def epsilon(self) -> float:
-        return float(self.report()["privacy/epsilon"])
+        return float(self.report(tail=False)["privacy/epsilon"])
 
     def would_exceed(self, prospective: RoundPrivacy) -> bool:
         """True when recording ``prospective`` would push the headline ε (at the run's δ) past
