@@ -52,6 +52,7 @@ from fl_lightning.privacy.accounting.analysis import (
 )
 from fl_lightning.privacy.accounting.events import (
     DistributedNoiseEvent,
+    LocalRelease,
     RoundPrivacy,
     SampledGaussian,
 )
@@ -73,6 +74,13 @@ ACCOUNTANT_NAMES = {
 
 LocalKey = tuple[float, float, str, int, float]
 """(ε, δ, unit, units, noise multiplier) of one kind of local release."""
+
+
+def _tally(ledger: dict[LocalKey, int], releases: list[LocalRelease]) -> None:
+    """Counts each release under its kind (:func:`local_key`) in one client's ledger."""
+    for r in releases:
+        key = local_key(r)
+        ledger[key] = ledger.get(key, 0) + 1
 
 
 def _dump_local(ledger: dict[int, dict[LocalKey, int]]) -> dict[int, list[list[Any]]]:
@@ -248,16 +256,11 @@ class PrivacyAccountant(Callback):
             self.record_level.setdefault(c, []).extend(events)
             self._record_histories[c] = extend_history(self._record_histories.get(c, ()), events)
             self._record_eps.pop(c, None)
-        for ledgers, spent_local in (
-            (self.local, spent.local),
-            (self.local_seen_by_server, spent.local_seen_by_server or spent.local),
-        ):
-            for cid, releases in spent_local.items():
-                ledger = ledgers.setdefault(int(cid), {})
-                for r in releases:
-                    key = local_key(r)
-                    ledger[key] = ledger.get(key, 0) + 1
-                self._local_eps.pop(int(cid), None)
+        for cid, releases in spent.local.items():
+            _tally(self.local.setdefault(int(cid), {}), releases)
+            self._local_eps.pop(int(cid), None)  # the cache holds ``local``'s ε only
+        for cid, releases in (spent.local_seen_by_server or spent.local).items():
+            _tally(self.local_seen_by_server.setdefault(int(cid), {}), releases)
         if spent.no_guarantee:
             self.no_guarantee = spent.no_guarantee
         self.rounds += 1

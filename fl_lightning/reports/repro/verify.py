@@ -21,7 +21,6 @@ from typing import Any
 from fl_lightning.reports.repro.points import (
     ReproPoint,
     ReproRunner,
-    machine,
     numeric_versions,
     processor_label,
 )
@@ -97,7 +96,7 @@ def verify(
             "differs": differs,
             "versions": numeric_versions(),
             "stored_versions": row.get("versions"),
-            "machine": machine(),
+            "machine": runner.machine,
             "stored_machine": row.get("machine"),
             "draw_seed": seed,
             "verified_at": datetime.now(UTC).isoformat(timespec="seconds"),
